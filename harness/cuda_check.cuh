@@ -1,0 +1,39 @@
+// Check macros for CUDA runtime and cuBLAS calls (CUDA translation units only):
+// each names the call, the error, the file and the line, and throws hr::Error
+// (hr::OutOfMemory for allocation failures, so callers can recover).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "harness/check.hpp"
+
+namespace hr::detail {
+[[noreturn]] inline void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  const std::string msg = fmt::format("CUDA error {} ({}) in {} ({}:{})", cudaGetErrorName(e),
+                                      cudaGetErrorString(e), call, file, line);
+  if (e == cudaErrorMemoryAllocation) throw OutOfMemory(msg);
+  throw Error(msg);
+}
+[[noreturn]] inline void throw_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
+  const std::string msg = fmt::format("cuBLAS error {} ({}) in {} ({}:{})", cublasGetStatusName(s),
+                                      cublasGetStatusString(s), call, file, line);
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg);
+  throw Error(msg);
+}
+}  // namespace hr::detail
+
+#define HR_CUDA_CHECK(call)                                                          \
+  do {                                                                               \
+    const cudaError_t hr_err_ = (call);                                              \
+    if (hr_err_ != cudaSuccess) ::hr::detail::throw_cuda(hr_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After every kernel launch.
+#define HR_CUDA_CHECK_LAUNCH() HR_CUDA_CHECK(cudaGetLastError())
+
+#define HR_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                   \
+    const cublasStatus_t hr_st_ = (call);                                                \
+    if (hr_st_ != CUBLAS_STATUS_SUCCESS) ::hr::detail::throw_cublas(hr_st_, #call, __FILE__, __LINE__); \
+  } while (0)

@@ -1,0 +1,130 @@
+// Device base, the CPU backend and backend selection.
+#include "harness/device.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "harness/check.hpp"
+
+namespace hr {
+
+const char* backend_name(BackendKind k) { return k == BackendKind::cpu ? "cpu" : "cuda"; }
+
+void to_json(nlohmann::json& j, const DeviceRecord& r) {
+  j = nlohmann::json{{"backend", r.backend}, {"name", r.name}, {"memory_bytes", r.memory_bytes}};
+  if (r.backend == "cpu") {
+    j["cores"] = r.cores;
+  } else {
+    j["ordinal"] = r.ordinal;
+    j["compute_capability"] = fmt::format("{}.{}", r.cc_major, r.cc_minor);
+    j["sm_count"] = r.sm_count;
+    j["sm_clock_khz"] = r.sm_clock_khz;
+    j["memory_clock_khz"] = r.memory_clock_khz;
+    j["memory_bus_bits"] = r.memory_bus_bits;
+    j["driver_version"] = r.driver_version;
+    j["runtime_version"] = r.runtime_version;
+    j["cublas_version"] = r.cublas_version;
+    j["ecc"] = r.ecc;
+    j["uuid"] = r.uuid;
+  }
+}
+
+void* Device::allocate(size_t bytes, Consumer c) {
+  memory_.reserve(bytes, c);  // throws on budget / injected failure
+  void* p = raw_allocate(bytes == 0 ? 1 : bytes);
+  if (p == nullptr) {
+    memory_.unreserve(bytes, c);
+    throw OutOfMemory(fmt::format("out of memory on {}: {} for {}", record_.name, format_bytes(bytes),
+                                  consumer_name(c)));
+  }
+  return p;
+}
+
+void Device::deallocate(void* p, size_t bytes, Consumer c) noexcept {
+  if (p == nullptr) return;
+  raw_free(p);
+  memory_.release(bytes, c);
+}
+
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+class CpuTimer final : public Timer {
+ public:
+  void start() override { t0_ = std::chrono::steady_clock::now(); }
+  double stop_seconds() override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice() : Device(BackendKind::cpu) {
+    record_.backend = "cpu";
+    record_.name = cpu_model_name();
+    record_.cores = static_cast<int>(std::thread::hardware_concurrency());
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    record_.memory_bytes = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  }
+  void copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_on_device(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
+  void fill_zero(void* dst, size_t n) override { std::memset(dst, 0, n); }
+  void synchronize() override {}
+  std::unique_ptr<Timer> make_timer() override { return std::make_unique<CpuTimer>(); }
+
+ protected:
+  void* raw_allocate(size_t bytes) override {
+    // 64-byte alignment for vector loads; aligned_alloc needs a multiple of it.
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
+  void raw_free(void* p) noexcept override { std::free(p); }
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+std::unique_ptr<Device> make_device(BackendKind kind) {
+  return kind == BackendKind::cpu ? make_cpu_device() : make_cuda_device(0);
+}
+
+std::unique_ptr<Device> make_device(const std::string& backend) {
+  if (backend == "cpu") return make_cpu_device();
+  if (backend == "cuda") return make_cuda_device(0);
+  if (backend == "auto") return cuda_device_available() ? make_cuda_device(0) : make_cpu_device();
+  throw InvalidArgument(fmt::format("unknown backend '{}' (expected auto, cpu or cuda)", backend));
+}
+
+#if !HEADROOM_HAVE_CUDA
+std::unique_ptr<Device> make_cuda_device(int) {
+  throw Error("this build of headroom has no CUDA backend (no nvcc was found at configure time)");
+}
+bool cuda_device_available(std::string* reason) {
+  if (reason) *reason = "this build of headroom has no CUDA backend (configured without nvcc)";
+  return false;
+}
+#endif
+
+}  // namespace hr

@@ -1,0 +1,103 @@
+// Backends and devices. A Device is one place tensors live and ops run: the CPU,
+// or one CUDA GPU (with its stream, cuBLAS handle and stream-ordered memory pool).
+// The backend is chosen at run time and passed explicitly; there are no global
+// handles. Every allocation goes through the Device's MemoryTracker.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "harness/memory.hpp"
+
+namespace hr {
+
+enum class BackendKind : uint8_t { cpu, cuda };
+const char* backend_name(BackendKind k);  // "cpu" | "cuda"
+
+// What a results file records about the machine a run used.
+struct DeviceRecord {
+  std::string backend;  // "cpu" | "cuda"
+  std::string name;     // GPU name, or CPU model
+  int cores = 0;        // CPU: hardware threads used
+  // CUDA only (0 / empty on the CPU):
+  int ordinal = 0;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  size_t memory_bytes = 0;  // CPU: physical memory
+  int sm_clock_khz = 0, memory_clock_khz = 0, memory_bus_bits = 0;
+  int driver_version = 0, runtime_version = 0, cublas_version = 0;
+  bool ecc = false;
+  std::string uuid;
+};
+void to_json(nlohmann::json& j, const DeviceRecord& r);
+
+// Start/stop timer: CUDA events on the device's stream, a steady clock on the CPU.
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void start() = 0;
+  virtual double stop_seconds() = 0;  // waits for the region to finish
+};
+
+class Device {
+ public:
+  explicit Device(BackendKind k) : kind_(k) {}
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  BackendKind kind() const { return kind_; }
+  bool is_cuda() const { return kind_ == BackendKind::cuda; }
+  const DeviceRecord& record() const { return record_; }
+  MemoryTracker& memory() { return memory_; }
+
+  // Tracked allocation; throws OutOfMemory (budget, injected failure or real),
+  // leaving the accounting as it was. Zero bytes gives a valid unique pointer.
+  void* allocate(size_t bytes, Consumer c);
+  void deallocate(void* p, size_t bytes, Consumer c) noexcept;
+
+  // Synchronous copies (the CPU backend treats "device" memory as host memory).
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<Timer> make_timer() = 0;
+
+  // CUDA handles as opaque pointers so plain C++ code need not see CUDA headers:
+  // cudaStream_t and cublasHandle_t. nullptr on the CPU.
+  virtual void* cuda_stream() const { return nullptr; }
+  virtual void* cublas_handle() const { return nullptr; }
+
+  // The stream-ordered pool's own high-water mark of used bytes (CUDA), for the
+  // MEM-3 cross-check against the tracker; nullopt on the CPU.
+  virtual std::optional<size_t> pool_used_high_bytes() { return std::nullopt; }
+  virtual void reset_pool_high_water() {}
+
+ protected:
+  virtual void* raw_allocate(size_t bytes) = 0;  // nullptr when the device is out of memory
+  virtual void raw_free(void* p) noexcept = 0;
+
+  DeviceRecord record_;
+
+ private:
+  BackendKind kind_;
+  MemoryTracker memory_;
+};
+
+// "cpu", "cuda" or "auto" (cuda when a device answers, else cpu).
+std::unique_ptr<Device> make_device(const std::string& backend);
+std::unique_ptr<Device> make_device(BackendKind kind);
+std::unique_ptr<Device> make_cpu_device();
+// Throws Error when this build has no CUDA backend or no device answers.
+std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
+
+// Whether a CUDA device can be used; when not, *reason says why
+// ("built without CUDA", "no CUDA device: <driver message>").
+bool cuda_device_available(std::string* reason = nullptr);
+
+}  // namespace hr

@@ -1,0 +1,162 @@
+// The CUDA backend's Device: one stream, one cuBLAS handle, and a private
+// stream-ordered memory pool whose own high-water mark cross-checks the tracker.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "harness/cuda_check.cuh"
+#include "harness/device.hpp"
+
+namespace hr {
+namespace {
+
+class CudaTimer final : public Timer {
+ public:
+  explicit CudaTimer(cudaStream_t s) : stream_(s) {
+    HR_CUDA_CHECK(cudaEventCreate(&start_));
+    HR_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~CudaTimer() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() override { HR_CUDA_CHECK(cudaEventRecord(start_, stream_)); }
+  double stop_seconds() override {
+    HR_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    HR_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0.f;
+    HR_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_{}, stop_{};
+};
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int ordinal) : Device(BackendKind::cuda), ordinal_(ordinal) {
+    HR_CUDA_CHECK(cudaSetDevice(ordinal));
+    cudaDeviceProp p{};
+    HR_CUDA_CHECK(cudaGetDeviceProperties(&p, ordinal));
+    record_.backend = "cuda";
+    record_.name = p.name;
+    record_.ordinal = ordinal;
+    record_.cc_major = p.major;
+    record_.cc_minor = p.minor;
+    record_.sm_count = p.multiProcessorCount;
+    record_.memory_bytes = p.totalGlobalMem;
+    record_.memory_bus_bits = p.memoryBusWidth;
+    record_.ecc = p.ECCEnabled != 0;
+    // Clock rates left cudaDeviceProp in CUDA 13: ask the attributes.
+    cudaDeviceGetAttribute(&record_.sm_clock_khz, cudaDevAttrClockRate, ordinal);
+    cudaDeviceGetAttribute(&record_.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal);
+    HR_CUDA_CHECK(cudaDriverGetVersion(&record_.driver_version));
+    HR_CUDA_CHECK(cudaRuntimeGetVersion(&record_.runtime_version));
+    char uuid[64];
+    const auto* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
+    std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                  u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
+    record_.uuid = uuid;
+
+    HR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    HR_CUBLAS_CHECK(cublasCreate(&blas_));
+    HR_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    HR_CUBLAS_CHECK(cublasGetVersion(blas_, &record_.cublas_version));
+    // Reference mode: products accumulate in fp32 throughout (no reduced-precision
+    // reductions); fp32 products ask for CUBLAS_COMPUTE_32F, so no TF32 either.
+    HR_CUBLAS_CHECK(cublasSetMathMode(
+        blas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ordinal;
+    HR_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+    // Keep freed memory in the pool: steady-state steps do not go to the driver.
+    uint64_t threshold = std::numeric_limits<uint64_t>::max();
+    HR_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+
+  ~CudaDevice() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(blas_);
+    cudaMemPoolDestroy(pool_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void copy_to_device(void* dst, const void* src, size_t n) override {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
+    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_on_device(void* dst, const void* src, size_t n) override {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void fill_zero(void* dst, size_t n) override { HR_CUDA_CHECK(cudaMemsetAsync(dst, 0, n, stream_)); }
+  void synchronize() override { HR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  std::unique_ptr<Timer> make_timer() override { return std::make_unique<CudaTimer>(stream_); }
+  void* cuda_stream() const override { return stream_; }
+  void* cublas_handle() const override { return blas_; }
+
+  std::optional<size_t> pool_used_high_bytes() override {
+    uint64_t v = 0;
+    HR_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &v));
+    return static_cast<size_t>(v);
+  }
+  void reset_pool_high_water() override {
+    uint64_t zero = 0;
+    HR_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
+
+ protected:
+  void* raw_allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error so the caller can recover
+      return nullptr;
+    }
+    HR_CUDA_CHECK(e);
+    return p;
+  }
+  void raw_free(void* p) noexcept override { cudaFreeAsync(p, stream_); }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_{};
+  cublasHandle_t blas_{};
+  cudaMemPool_t pool_{};
+};
+
+}  // namespace
+
+bool cuda_device_available(std::string* reason) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (reason) *reason = fmt::format("no CUDA device: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+    return false;
+  }
+  if (n == 0) {
+    if (reason) *reason = "no CUDA device: the driver reports 0 devices";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw Error(why);
+  return std::make_unique<CudaDevice>(ordinal);
+}
+
+}  // namespace hr

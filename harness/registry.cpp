@@ -1,0 +1,97 @@
+// Property and sweep registries, and their JSON form.
+#include "harness/registry.hpp"
+
+#include <cmath>
+
+#include "harness/check.hpp"
+
+namespace hr {
+
+Measurement make_check(std::string id, std::string title, double error, double tolerance) {
+  Measurement m;
+  m.id = std::move(id);
+  m.title = std::move(title);
+  m.error = error;
+  m.tolerance = tolerance;
+  m.passed = std::isfinite(error) && error <= tolerance;
+  return m;
+}
+
+Measurement make_negative_control(std::string id, std::string title, double error, double tolerance) {
+  Measurement m = make_check(std::move(id), std::move(title), error, tolerance);
+  m.negative_control = true;
+  // Caught when the broken variant's error is beyond the bound (a NaN is caught too).
+  m.passed = !(error <= tolerance);
+  return m;
+}
+
+const char* preset_name(Preset p) { return p == Preset::quick ? "quick" : "full"; }
+
+Preset parse_preset(const std::string& s) {
+  if (s == "quick") return Preset::quick;
+  if (s == "full") return Preset::full;
+  throw InvalidArgument(fmt::format("unknown preset '{}' (expected quick or full)", s));
+}
+
+std::vector<PropertySpec>& property_registry() {
+  static std::vector<PropertySpec> r;
+  return r;
+}
+std::vector<SweepSpec>& sweep_registry() {
+  static std::vector<SweepSpec> r;
+  return r;
+}
+Registrar::Registrar(PropertySpec s) { property_registry().push_back(std::move(s)); }
+Registrar::Registrar(SweepSpec s) { sweep_registry().push_back(std::move(s)); }
+
+nlohmann::json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double json_to_double(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto s = j.get<std::string>();
+    if (s == "nan") return std::nan("");
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+  }
+  throw InvalidArgument(fmt::format("expected a number or \"nan\"/\"inf\"/\"-inf\", got {}", j.dump()));
+}
+
+void to_json(nlohmann::json& j, const MemorySnapshot& m) {
+  nlohmann::json cur = nlohmann::json::object(), peak = nlohmann::json::object();
+  for (Consumer c : kAllConsumers) {
+    cur[consumer_name(c)] = m.current(c);
+    peak[consumer_name(c)] = m.peak(c);
+  }
+  j = nlohmann::json{{"current_bytes", cur}, {"peak_bytes", peak},
+                     {"total_current_bytes", m.total_current_bytes}, {"total_peak_bytes", m.total_peak_bytes}};
+}
+
+void to_json(nlohmann::json& j, const Measurement& m) {
+  j = nlohmann::json{{"id", m.id},
+                     {"title", m.title},
+                     {"backend", m.backend},
+                     {"dtype", m.dtype},
+                     {"model", m.model},
+                     {"config", m.config},
+                     {"metric", m.metric},
+                     {"error", json_number(m.error)},
+                     {"tolerance", json_number(m.tolerance)},
+                     {"negative_control", m.negative_control},
+                     {"passed", m.passed},
+                     {"tolerance_reason", m.tolerance_reason},
+                     {"details", m.details}};
+}
+
+void to_json(nlohmann::json& j, const SweepPoint& p) {
+  j = nlohmann::json{{"sweep", p.sweep},   {"backend", p.backend}, {"dtype", p.dtype},
+                     {"model", p.model},   {"config", p.config},   {"status", p.status},
+                     {"reason", p.reason}, {"memory", p.memory},   {"metrics", p.metrics}};
+  if (p.time) j["time"] = *p.time;
+}
+
+}  // namespace hr

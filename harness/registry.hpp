@@ -1,0 +1,114 @@
+// What a run produces, and how properties and sweeps are registered.
+//
+// A property (PROPERTIES.md, e.g. GA-1) is a function that runs on a Device and
+// returns Measurements: the measured error, the tolerance, pass/fail and the
+// numbers behind it. GoogleTest cases assert on the same functions; `headroom
+// run` collects them into results.json and the report. A sweep (BM-* and curves)
+// returns SweepPoints: a configuration, its time statistics and bytes per
+// consumer, or the reason it did not run.
+//
+// Registration is static: HR_REGISTER_PROPERTY / HR_REGISTER_SWEEP in the .cpp
+// that defines the function; headroom_core is an OBJECT library so none is lost.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/device.hpp"
+#include "harness/memory.hpp"
+#include "harness/timing.hpp"
+
+namespace hr {
+
+// One checked property on one configuration.
+struct Measurement {
+  std::string id;       // catalogue ID: "GA-1"
+  std::string title;    // "accumulated gradient equals the full-batch gradient"
+  std::string backend;  // "cpu" | "cuda"
+  std::string dtype;    // "fp32" | "fp16" | "bf16"
+  std::string model;    // "mlp" | "transformer" | "op:<name>" | ""
+  nlohmann::json config = nlohmann::json::object();  // the varying knobs (micro_batch, ...)
+  std::string metric;   // what `error` is: "rel_l2", "nmse", "bitwise_mismatches", "ratio", ...
+  double error = 0;     // measured value (may be non-finite: encoded explicitly in JSON)
+  double tolerance = 0; // bound on `error` for a pass (for negative controls: the bound
+                        // the broken variant must EXCEED to count as caught)
+  bool negative_control = false;  // true: the broken variant is run and must be caught
+  bool passed = false;  // correct variant: error <= tolerance; negative control: caught
+  std::string tolerance_reason;   // where the bound comes from
+  nlohmann::json details = nlohmann::json::object();  // the numbers behind it
+};
+
+// Measurement for a correct variant: passes when error <= tolerance (NaN never passes).
+Measurement make_check(std::string id, std::string title, double error, double tolerance);
+// Measurement for a negative control: passes ("caught") when error > tolerance.
+Measurement make_negative_control(std::string id, std::string title, double error, double tolerance);
+
+// One configuration of a sweep.
+struct SweepPoint {
+  std::string sweep;  // catalogue ID: "BM-MB", "CK-3", "PK-4", "TRADE", ...
+  std::string backend, dtype, model;
+  nlohmann::json config = nlohmann::json::object();  // e.g. {"micro_batch": 4, "accum_steps": 8}
+  std::string status = "ok";  // "ok" | "out_of_memory" | "skipped" | "error"
+  std::string reason;         // why it did not run, when status != ok
+  std::optional<TimeStats> time;
+  MemorySnapshot memory;      // peaks per consumer over the measured region
+  nlohmann::json metrics = nlohmann::json::object();  // tokens_per_s, flops, fitted exponents...
+};
+
+enum class Preset { quick, full };
+const char* preset_name(Preset p);
+Preset parse_preset(const std::string& s);
+
+// What a property or sweep function is given.
+struct RunContext {
+  Device& device;
+  Preset preset = Preset::quick;
+  uint64_t seed = 1234;
+  // Called with a short note while long work progresses (may be empty).
+  std::function<void(const std::string&)> progress;
+};
+
+struct PropertySpec {
+  std::string id;     // "GA-1" (a spec may emit measurements of several IDs, e.g. GA-1..GA-2)
+  std::string title;
+  double expected_seconds_quick = 1.0;  // for progress estimates on a 2-core CPU
+  std::function<std::vector<Measurement>(RunContext&)> run;
+};
+
+struct SweepSpec {
+  std::string id;     // "BM-MB"
+  std::string title;
+  double expected_seconds_quick = 1.0;
+  std::function<std::vector<SweepPoint>(RunContext&)> run;
+};
+
+std::vector<PropertySpec>& property_registry();
+std::vector<SweepSpec>& sweep_registry();
+
+struct Registrar {
+  explicit Registrar(PropertySpec s);
+  explicit Registrar(SweepSpec s);
+};
+
+void to_json(nlohmann::json& j, const Measurement& m);
+void to_json(nlohmann::json& j, const SweepPoint& p);
+void to_json(nlohmann::json& j, const MemorySnapshot& m);
+
+// JSON number that keeps non-finite values explicit: finite -> number,
+// otherwise the string "nan", "inf" or "-inf" (never null).
+nlohmann::json json_number(double v);
+double json_to_double(const nlohmann::json& j);  // inverse of json_number
+
+}  // namespace hr
+
+#define HR_REGISTRY_CONCAT2(a, b) a##b
+#define HR_REGISTRY_CONCAT(a, b) HR_REGISTRY_CONCAT2(a, b)
+// HR_REGISTER_PROPERTY(hr::PropertySpec{...}); at namespace scope.
+#define HR_REGISTER_PROPERTY(...) \
+  static ::hr::Registrar HR_REGISTRY_CONCAT(hr_property_registrar_, __LINE__)(__VA_ARGS__)
+#define HR_REGISTER_SWEEP(...) \
+  static ::hr::Registrar HR_REGISTRY_CONCAT(hr_sweep_registrar_, __LINE__)(__VA_ARGS__)

@@ -1,0 +1,96 @@
+// Shared GoogleTest support: per-backend device acquisition that skips honestly
+// when no GPU is present (or fails under HEADROOM_REQUIRE_GPU=1), the
+// backend x dtype parameter space, and random non-zero inputs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/device.hpp"
+#include "harness/dtype.hpp"
+
+namespace hr {
+inline void PrintTo(BackendKind k, std::ostream* os) { *os << backend_name(k); }
+inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+}  // namespace hr
+
+namespace hr::test {
+
+inline bool gpu_required() {
+  const char* v = std::getenv("HEADROOM_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// One device per backend per test process (a CUDA context is costly to create).
+inline Device* shared_device(BackendKind kind, std::string* why_not) {
+  static std::unique_ptr<Device> cpu, cuda;
+  if (kind == BackendKind::cpu) {
+    if (!cpu) cpu = make_cpu_device();
+    return cpu.get();
+  }
+  if (!cuda) {
+    if (!cuda_device_available(why_not)) return nullptr;
+    cuda = make_cuda_device(0);
+  }
+  return cuda.get();
+}
+
+}  // namespace hr::test
+
+// Declares `hr::Device& var` for `kind`, or skips the test with the reason when the
+// backend has no device here; with HEADROOM_REQUIRE_GPU=1 a missing GPU fails.
+#define HR_TEST_DEVICE(var, kind)                                                          \
+  std::string hr_why_not_##var;                                                            \
+  ::hr::Device* hr_dev_ptr_##var = ::hr::test::shared_device((kind), &hr_why_not_##var);   \
+  if (hr_dev_ptr_##var == nullptr) {                                                       \
+    if (::hr::test::gpu_required()) FAIL() << "HEADROOM_REQUIRE_GPU=1 but " << hr_why_not_##var; \
+    GTEST_SKIP() << hr_why_not_##var;                                                      \
+  }                                                                                        \
+  ::hr::Device& var = *hr_dev_ptr_##var
+
+namespace hr::test {
+
+// Parameter of per-backend x dtype tests; prints as "cpu_fp32", "cuda_bf16".
+struct BackendDType {
+  BackendKind backend;
+  DType dtype;
+};
+
+inline void PrintTo(const BackendDType& p, std::ostream* os) {
+  *os << backend_name(p.backend) << "_" << dtype_name(p.dtype);
+}
+
+inline std::string param_name(const testing::TestParamInfo<BackendDType>& info) {
+  return std::string(backend_name(info.param.backend)) + "_" + dtype_name(info.param.dtype);
+}
+
+inline std::vector<BackendDType> all_backend_dtypes() {
+  std::vector<BackendDType> v;
+  for (BackendKind b : {BackendKind::cpu, BackendKind::cuda})
+    for (DType d : kFloatDTypes) v.push_back({b, d});
+  return v;
+}
+
+inline std::string backend_param_name(const testing::TestParamInfo<BackendKind>& info) {
+  return backend_name(info.param);
+}
+
+// Uniform values in [lo, hi) with no exact zeros; deterministic per seed.
+inline std::vector<float> random_nonzero(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    do x = u(rng);
+    while (x == 0.f);
+  }
+  return v;
+}
+
+}  // namespace hr::test

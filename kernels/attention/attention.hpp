@@ -1,0 +1,37 @@
+// Multi-head attention core, O = softmax(scale * Q K^T + mask) V, per (b, h), in
+// two forms:
+// - naive: the scores and probabilities [B, H, T, T] are materialised (cuBLAS /
+//   CBLAS batched products + softmax); probs is kept for the backward pass;
+// - memory_efficient: keys processed in chunks with an online softmax (Rabe &
+//   Staats 2021; FlashAttention-style), never holding T x T; only the row
+//   log-sum-exp [B, H, T] is kept and the backward pass recomputes per chunk.
+// Q, K, V, O: [B, H, T, D] contiguous. Also the [B, T, H*D] <-> [B, H, T, D] moves.
+#pragma once
+
+#include "harness/tensor.hpp"
+#include "kernels/softmax/softmax.hpp"
+
+namespace hr::ops {
+
+enum class AttentionImpl { naive, memory_efficient };
+const char* attention_impl_name(AttentionImpl a);  // "naive" | "memory_efficient"
+
+// What the forward pass keeps for the backward pass.
+struct AttentionSaved {
+  Tensor probs;  // naive: [B, H, T, T] (the caller's consumer, usually activations)
+  Tensor lse;    // memory_efficient: fp32 [B, H, T]
+};
+
+// `saved` tensors are allocated by the op with consumer `saved_consumer`.
+void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
+                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer);
+// dq, dk, dv overwritten.
+void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const AttnMask& mask, float scale, const AttentionSaved& saved,
+                        Tensor& dq, Tensor& dk, Tensor& dv);
+
+// x [B, T, H*D] -> y [B, H, T, D] and back.
+void split_heads(const Tensor& x, int64_t heads, Tensor& y);
+void merge_heads(const Tensor& y, Tensor& x);
+
+}  // namespace hr::ops

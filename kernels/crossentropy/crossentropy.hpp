@@ -1,0 +1,34 @@
+// Cross-entropy over logits [N, V] with int32 targets [N] and an ignore index,
+// fused with the softmax. Three reductions:
+// - mean:          sum over real tokens / number of real tokens in this call;
+// - sum:           sum over real tokens;
+// - sum_div_count: sum over real tokens / `count` given by the caller (the real
+//                  tokens of the whole accumulation window: GA-4's correct form).
+#pragma once
+
+#include <cstdint>
+
+#include "harness/tensor.hpp"
+
+namespace hr::ops {
+
+enum class LossReduction { mean, sum, sum_div_count };
+
+struct CrossEntropyConfig {
+  int32_t ignore_index = -100;
+  LossReduction reduction = LossReduction::mean;
+  double count = 0;       // for sum_div_count
+  float loss_scale = 1.f; // dlogits are multiplied by it (fp16 loss scaling)
+};
+
+// Returns the reduced loss (host, double). losses: fp32 [N] per-token loss
+// (0 for ignored tokens), may be undefined.
+double cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
+                             Tensor& losses);
+// dlogits (overwritten, dtype of logits or fp32) = loss_scale * d(reduced loss)/d(logits).
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
+                            Tensor& dlogits);
+// Number of targets != ignore_index.
+int64_t count_real_tokens(const Tensor& targets, int32_t ignore_index);
+
+}  // namespace hr::ops

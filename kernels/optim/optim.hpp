@@ -1,0 +1,29 @@
+// Optimizer steps, in place. `param` may be fp32 (master weights) or fp16/bf16
+// (the MP-4 negative control: weights without a master copy); gradients and
+// moments are fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "harness/tensor.hpp"
+
+namespace hr::ops {
+
+struct SgdConfig {
+  float lr = 1e-2f;
+  float momentum = 0.f;      // 0: plain SGD, no buffer needed
+  float weight_decay = 0.f;  // L2 added to the gradient
+};
+// momentum_buf may be undefined when momentum == 0.
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& cfg);
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // decoupled: param -= lr * wd * param
+};
+// step is 1-based (bias correction uses beta^step).
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, const AdamWConfig& cfg);
+
+}  // namespace hr::ops

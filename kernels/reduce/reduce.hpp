@@ -1,0 +1,17 @@
+// Reductions and the loss-scaler's helpers. Results come back to the host (the
+// call synchronises). Sums accumulate in double on the CPU and in a fixed-order
+// tree on the GPU, so they are deterministic.
+#pragma once
+
+#include "harness/tensor.hpp"
+
+namespace hr::ops {
+
+double sum(const Tensor& x);
+double squared_norm(const Tensor& x);
+bool any_nonfinite(const Tensor& x);  // any inf or NaN
+// g *= inv_scale in place; returns true when any element of g (before scaling)
+// was inf or NaN. The scaler calls it once per gradient tensor per step.
+bool unscale_and_check(Tensor& g, float inv_scale);
+
+}  // namespace hr::ops

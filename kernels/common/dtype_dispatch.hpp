@@ -1,6 +1,6 @@
-// Run-time dtype -> storage type dispatch for op entry points (plain C++ and CUDA
-// translation units alike): the op body is written once as a generic lambda over
-// the storage type, and a non-float dtype is an error naming the op.
+// Run-time dtype -> compile-time storage type: calls fn(T{}) with T the storage type
+// of a float dtype (float, half_t, bfloat16_t), so one templated loop or launch
+// serves fp32 / fp16 / bf16. Usable from .cpp and from the host side of .cu files.
 #pragma once
 
 #include "harness/check.hpp"
@@ -9,23 +9,22 @@
 
 namespace hr {
 
-// Calls f(T{}) with T = float, half_t or bfloat16_t for dtype t.
-template <typename F>
-auto dispatch_float(DType t, const char* op, F&& f) {
+template <typename Fn>
+decltype(auto) dispatch_float(DType t, const char* what, Fn&& fn) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f16: return f(half_t{});
-    case DType::bf16: return f(bfloat16_t{});
+    case DType::f32: return fn(float{});
+    case DType::f16: return fn(half_t{});
+    case DType::bf16: return fn(bfloat16_t{});
     default: break;
   }
-  throw Error(fmt::format("{}: dtype {} is not a float dtype (fp32, fp16 or bf16)", op, dtype_name(t)));
+  throw Error(fmt::format("{}: dtype {} is not a float dtype", what, dtype_name(t)));
 }
 
-// Two dtypes at once (casts, mixed-precision accumulation): f(A{}, B{}).
-template <typename F>
-auto dispatch_float2(DType a, DType b, const char* op, F&& f) {
-  return dispatch_float(a, op, [&](auto ta) {
-    return dispatch_float(b, op, [&](auto tb) { return f(ta, tb); });
+// Two dtypes at once (casts, mixed-precision accumulation): calls fn(A{}, B{}).
+template <typename Fn>
+decltype(auto) dispatch_float2(DType a, DType b, const char* what, Fn&& fn) {
+  return dispatch_float(a, what, [&](auto ta) -> decltype(auto) {
+    return dispatch_float(b, what, [&](auto tb) -> decltype(auto) { return fn(ta, tb); });
   });
 }
 

@@ -1,100 +1,108 @@
-// Shared checks of the op conformance tests (OPS-1, OPS-2): NMSE against a float64
-// reference that no NaN can pass and that admits inf only where the reference has
-// the same inf, and output tensors wrapped in sentinel bytes that catch a kernel
-// writing outside its output.
+// Helpers for op conformance tests (OPS-1 / OPS-2 / DET-1): the NMSE of a result
+// against its float64 reference (NaN never passes), outputs surrounded by sentinel
+// bytes that must survive the op, and inputs as the op sees them after rounding.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "harness/tensor.hpp"
-#include "suites/common/tolerances.hpp"
+#include "kernels/common/float16.hpp"
 
 namespace hr::test {
 
-// NMSE = sum (a - b)^2 / sum b^2 over the finite reference elements. NaN in `got`
-// gives NaN (never within a bound); inf in `got` must equal the reference's inf,
-// else the result is inf. All-zero reference: 0 when got is all zero, else inf.
-inline double nmse(const std::vector<float>& got, const std::vector<double>& ref) {
-  if (got.size() != ref.size()) return std::nan("");
-  double err = 0, norm = 0;
+// sum (a - b)^2 / sum b^2. A NaN or inf in `got` gives NaN or inf (never passes a
+// bound); an all-zero reference gives 0 when `got` is all zero too, else inf.
+inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double a = got[i], b = ref[i];
-    if (std::isnan(a) || std::isnan(b)) return std::nan("");
-    if (std::isinf(a) || std::isinf(b)) {
-      if (a != b) return INFINITY;
-      continue;
-    }
-    err += (a - b) * (a - b);
-    norm += b * b;
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += want[i] * want[i];
   }
-  if (norm == 0) return err == 0 ? 0.0 : INFINITY;
-  return err / norm;
+  if (std::isnan(num)) return NAN;
+  if (den == 0) return num == 0 ? 0.0 : INFINITY;
+  return num / den;
 }
 
-// The assertion every OPS-1/OPS-2 comparison uses: fails on NaN (NaN <= x is false).
-inline testing::AssertionResult nmse_within(const std::vector<float>& got, const std::vector<double>& ref,
-                                            const tol::Bound& bound, double* measured = nullptr) {
-  const double e = nmse(got, ref);
-  if (measured) *measured = e;
-  if (e <= bound.nmse) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << "NMSE " << e << " over bound " << bound.nmse << " (" << bound.reason
-                                     << "), n=" << got.size();
+// gtest predicate: "EXPECT_TRUE(nmse_within(got, want, bound, what))".
+inline testing::AssertionResult nmse_within(const std::vector<float>& got, const std::vector<double>& want,
+                                            double bound, const std::string& what) {
+  const double e = nmse(got, want);
+  if (e <= bound) return testing::AssertionSuccess() << what << ": nmse " << e << " <= " << bound;
+  return testing::AssertionFailure() << what << ": nmse " << e << " > bound " << bound << " (" << got.size()
+                                     << " values)";
 }
 
-inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+// The value an fp32 host value has once stored as `t` (what the op reads).
+inline float stored_value(float v, DType t) {
+  switch (t) {
+    case DType::f16: return round_to<half_t>(v);
+    case DType::bf16: return round_to<bfloat16_t>(v);
+    default: return v;
+  }
+}
+inline std::vector<double> stored_values(const std::vector<float>& v, DType t) {
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = stored_value(v[i], t);
+  return out;
+}
+inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Values as stored in `dtype` (what the op really reads), as doubles for a reference.
-inline std::vector<double> stored_values(const Tensor& t) { return to_double(t.to_host_f32()); }
-
-// An output tensor with kGuardElems sentinel elements on each side inside one
-// allocation. The op sees only the middle view; guards_intact() checks that no
-// byte around it changed.
-class GuardedTensor {
+// An output tensor with `guard` elements of sentinel bytes before and after it in
+// the same allocation. The view itself starts as all-ones bytes (NaN in every
+// float dtype), so an element the op forgets to write fails the NMSE check.
+class Guarded {
  public:
-  static constexpr int64_t kGuardElems = 64;  // > any vector width; keeps 16-byte alignment
+  static constexpr uint8_t kSentinel = 0xA5;
 
-  GuardedTensor(Device& dev, Shape shape, DType dtype, Consumer c = Consumer::activations) {
+  Guarded(Device& dev, Shape shape, DType dtype, int64_t guard = 64, Consumer c = Consumer::activations)
+      : guard_(guard) {
     const int64_t n = shape_numel(shape);
-    whole_ = Tensor::empty(dev, {n + 2 * kGuardElems}, dtype, c);
-    std::vector<uint8_t> bytes(whole_.nbytes());
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = sentinel(i);
+    whole_ = Tensor::empty(dev, {n + 2 * guard}, dtype, c);
+    std::vector<uint8_t> bytes(whole_.nbytes(), kSentinel);
+    const size_t es = dtype_size(dtype);
+    std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(guard * es),
+              bytes.begin() + static_cast<std::ptrdiff_t>((guard + n) * es), uint8_t{0xFF});
     whole_.from_host_bytes(bytes.data(), bytes.size());
-    view_ = whole_.slice(kGuardElems, kGuardElems + n).reshape(std::move(shape));
+    view_ = whole_.slice(guard, guard + n).reshape(std::move(shape));
+  }
+  // Starts the view with given values instead (for outputs that accumulate, +=).
+  void set(const std::vector<float>& v) {
+    Tensor t = Tensor::from_host(view_.device(), v, view_.shape(), view_.dtype(), Consumer::workspace);
+    view_.copy_from(t);
   }
 
   Tensor& tensor() { return view_; }
-
-  // Initial contents of the view (for ops that accumulate into their output).
-  void set(const std::vector<float>& values) {
-    Tensor tmp = Tensor::from_host(view_.device(), values, view_.shape(), view_.dtype(), Consumer::workspace);
-    view_.copy_from(tmp);
-  }
-
-  testing::AssertionResult guards_intact() const {
-    const std::vector<uint8_t> bytes = whole_.to_host_bytes();
-    const size_t guard = static_cast<size_t>(kGuardElems) * dtype_size(whole_.dtype());
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      if (i == guard) i = bytes.size() - guard;  // skip the view
-      if (bytes[i] != sentinel(i))
-        return testing::AssertionFailure() << "sentinel byte " << i << " of " << whole_.str() << " overwritten";
-    }
-    return testing::AssertionSuccess();
+  std::vector<float> values() const { return view_.to_host_f32(); }
+  // True when every sentinel byte outside the view is unchanged.
+  bool guards_intact() const {
+    const std::vector<uint8_t> b = whole_.to_host_bytes();
+    const size_t g = static_cast<size_t>(guard_) * dtype_size(whole_.dtype());
+    for (size_t i = 0; i < g; ++i)
+      if (b[i] != kSentinel || b[b.size() - 1 - i] != kSentinel) return false;
+    return true;
   }
 
  private:
-  static uint8_t sentinel(size_t i) { return static_cast<uint8_t>(0xA5u ^ (i * 29u)); }
+  int64_t guard_;
   Tensor whole_, view_;
 };
 
+// The edge sizes of every op test (DESIGN.md: 1, 15, 16, 17, 127, 128, 129, 4097)
+// plus one large size: around vector widths, warp and block sizes.
 inline const std::vector<int64_t>& edge_sizes() {
   static const std::vector<int64_t> v{1, 15, 16, 17, 127, 128, 129, 4097, int64_t{1} << 20};
   return v;
 }
+
+// The values a tensor holds, as doubles for a float64 reference.
+inline std::vector<double> stored_values(const Tensor& t) { return widen(t.to_host_f32()); }
 
 }  // namespace hr::test

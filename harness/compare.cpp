@@ -31,8 +31,9 @@ bool squared_sums(const std::vector<float>& x, const std::vector<R>& ref, double
   return true;
 }
 
+// Squared relative L2 (NaN when x holds a value that must never pass).
 template <typename R>
-double nmse_impl(const std::vector<float>& x, const std::vector<R>& ref) {
+double rel_l2_squared(const std::vector<float>& x, const std::vector<R>& ref) {
   double d2 = 0, r2 = 0;
   if (!squared_sums(x, ref, d2, r2)) return std::numeric_limits<double>::quiet_NaN();
   if (r2 == 0) return d2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
@@ -41,10 +42,12 @@ double nmse_impl(const std::vector<float>& x, const std::vector<R>& ref) {
 
 }  // namespace
 
-double nmse(const std::vector<float>& x, const std::vector<double>& ref) { return nmse_impl(x, ref); }
-double nmse(const std::vector<float>& x, const std::vector<float>& ref) { return nmse_impl(x, ref); }
-double rel_l2(const std::vector<float>& x, const std::vector<double>& ref) { return std::sqrt(nmse_impl(x, ref)); }
-double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) { return std::sqrt(nmse_impl(x, ref)); }
+double rel_l2(const std::vector<float>& x, const std::vector<double>& ref) {
+  return std::sqrt(rel_l2_squared(x, ref));
+}
+double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) {
+  return std::sqrt(rel_l2_squared(x, ref));
+}
 
 size_t bitwise_mismatches(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return std::max(a.size(), b.size());
@@ -52,7 +55,5 @@ size_t bitwise_mismatches(const std::vector<uint8_t>& a, const std::vector<uint8
   for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
   return n;
 }
-
-std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 }  // namespace hr

@@ -18,6 +18,7 @@
 #include "kernels/matmul/matmul.hpp"
 #include "kernels/matmul/matmul_ref.hpp"
 #include "suites/common/finite_diff.hpp"
+#include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
 
@@ -37,58 +38,29 @@ struct Operand {
 Operand random_operand(Device& dev, Shape shape, DType dtype, uint64_t seed, Consumer c = Consumer::activations) {
   Operand o;
   o.t = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(shape_numel(shape)), seed), shape, dtype, c);
-  o.host = to_double(o.t.to_host_f32());
+  o.host = test::widen(o.t.to_host_f32());
   return o;
 }
 
-// c [rows, cols] inside a larger buffer whose bytes before and after hold a pattern
-// that an out-of-bounds write would change.
-struct Guarded {
-  static constexpr int64_t kPad = 64;
-  Tensor buffer, c;
-  std::vector<uint8_t> pattern;
-
-  Guarded(Device& dev, Shape shape, DType dtype, const std::vector<float>& init) {
-    const int64_t n = shape_numel(shape);
-    buffer = Tensor::empty(dev, {n + 2 * kPad}, dtype, Consumer::activations);
-    pattern.resize(buffer.nbytes());
-    for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(0xA5 ^ (i * 7));
-    buffer.from_host_bytes(pattern.data(), pattern.size());
-    c = buffer.slice(kPad, kPad + n).reshape(shape);
-    if (!init.empty()) {
-      Tensor src = Tensor::from_host(dev, init, shape, dtype, Consumer::workspace);
-      c.copy_from(src);
-    }
-  }
-  // Bytes outside c that changed.
-  size_t overrun_bytes() const {
-    const std::vector<uint8_t> now = buffer.to_host_bytes();
-    const size_t pad_bytes = static_cast<size_t>(kPad) * dtype_size(buffer.dtype());
-    size_t bad = 0;
-    for (size_t i = 0; i < pad_bytes; ++i) bad += now[i] != pattern[i];
-    for (size_t i = now.size() - pad_bytes; i < now.size(); ++i) bad += now[i] != pattern[i];
-    return bad;
-  }
-};
-
 // One product on the device under test against the float64 reference; returns NMSE.
 double product_nmse(Device& dev, DType dtype, DType c_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
-                    bool ta, bool tb, float alpha, float beta, uint64_t seed, size_t* overrun = nullptr) {
+                    bool ta, bool tb, float alpha, float beta, uint64_t seed, bool* guards_intact = nullptr) {
   const bool batched = batch > 0;
   const int64_t be = batched ? batch : 1;
   auto shape = [&](int64_t r, int64_t c) { return batched ? Shape{batch, r, c} : Shape{r, c}; };
   Operand a = random_operand(dev, ta ? shape(k, m) : shape(m, k), dtype, seed);
   Operand b = random_operand(dev, tb ? shape(n, k) : shape(k, n), dtype, seed + 1);
-  std::vector<float> c0 = test::random_nonzero(static_cast<size_t>(be * m * n), seed + 2);
-  Guarded g(dev, shape(m, n), c_dtype, c0);
-  const std::vector<double> c0_stored = to_double(g.c.to_host_f32());
+  test::Guarded g(dev, shape(m, n), c_dtype);
+  // beta == 0 leaves c as the guard's NaN bytes: a product that reads c then fails.
+  if (beta != 0.f) g.set(test::random_nonzero(static_cast<size_t>(be * m * n), seed + 2));
+  const std::vector<double> c0 = beta != 0.f ? test::widen(g.values()) : std::vector<double>(be * m * n);
   if (batched)
-    ops::matmul_batched(a.t, ta, b.t, tb, g.c, alpha, beta);
+    ops::matmul_batched(a.t, ta, b.t, tb, g.tensor(), alpha, beta);
   else
-    ops::matmul(a.t, ta, b.t, tb, g.c, alpha, beta);
-  const std::vector<double> want = ref::matmul(a.host, ta, b.host, tb, c0_stored, be, m, n, k, alpha, beta);
-  if (overrun) *overrun = g.overrun_bytes();
-  return nmse(g.c.to_host_f32(), want);
+    ops::matmul(a.t, ta, b.t, tb, g.tensor(), alpha, beta);
+  const std::vector<double> want = ref::matmul(a.host, ta, b.host, tb, c0, be, m, n, k, alpha, beta);
+  if (guards_intact) *guards_intact = g.guards_intact();
+  return test::nmse(g.values(), want);
 }
 
 const std::vector<std::tuple<int64_t, int64_t, int64_t>>& edge_sizes() {
@@ -102,16 +74,16 @@ const std::vector<std::tuple<int64_t, int64_t, int64_t>>& edge_sizes() {
 TEST_P(MatmulOps, AllTransposesAtEdgeSizesMatchFloat64Reference) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
-  const double tol = tol::matmul_nmse(dt);
+  const double tol = tol::kMatmulNmse(dt);
   uint64_t seed = 100;
   double worst = 0;
   for (auto [m, n, k] : edge_sizes())
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        size_t overrun = 0;
-        const double e = product_nmse(dev, dt, dt, 0, m, n, k, ta, tb, 1.f, 0.f, seed += 3, &overrun);
+        bool intact = false;
+        const double e = product_nmse(dev, dt, dt, 0, m, n, k, ta, tb, 1.f, 0.f, seed += 3, &intact);
         EXPECT_LE(e, tol) << "m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb;
-        EXPECT_EQ(overrun, 0u) << "write outside c at m " << m << " n " << n << " k " << k;
+        EXPECT_TRUE(intact) << "write outside c at m " << m << " n " << n << " k " << k;
         worst = std::max(worst, e);
       }
   RecordProperty("worst_nmse", fmt::format("{:.3g}", worst));
@@ -125,7 +97,7 @@ TEST_P(MatmulOps, Fp32OutputFrom16BitInputsMatchesReference) {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       const double e = product_nmse(dev, dt, DType::f32, 0, 33, 65, 129, ta, tb, 1.f, 0.f, 7 + ta * 2 + tb);
-      EXPECT_LE(e, tol::matmul_nmse(DType::f32)) << "ta " << ta << " tb " << tb;
+      EXPECT_LE(e, tol::kMatmulNmse(DType::f32)) << "ta " << ta << " tb " << tb;
     }
 }
 
@@ -135,7 +107,7 @@ TEST_P(MatmulOps, LargeProductMatchesFloat64Reference) {
   // Large enough for the blocked BLAS paths (and several cuBLAS tiles).
   for (bool t : {false, true}) {
     const double e = product_nmse(dev, dt, dt, 0, 515, 1031, 769, t, !t, 1.f, 0.f, 900 + t);
-    EXPECT_LE(e, tol::matmul_nmse(dt)) << "ta " << t;
+    EXPECT_LE(e, tol::kMatmulNmse(dt)) << "ta " << t;
     RecordProperty(t ? "nmse_tn" : "nmse_nt", fmt::format("{:.3g}", e));
   }
 }
@@ -145,10 +117,10 @@ TEST_P(MatmulOps, AlphaBetaMatchReference) {
   const DType dt = GetParam().dtype;
   for (auto [alpha, beta] : {std::pair{0.75f, -0.5f}, std::pair{-2.f, 1.f}, std::pair{0.f, 0.5f}})
     for (bool ta : {false, true}) {
-      size_t overrun = 0;
-      const double e = product_nmse(dev, dt, dt, 0, 17, 129, 33, ta, !ta, alpha, beta, 300 + ta, &overrun);
-      EXPECT_LE(e, tol::matmul_nmse(dt)) << "alpha " << alpha << " beta " << beta;
-      EXPECT_EQ(overrun, 0u);
+      bool intact = false;
+      const double e = product_nmse(dev, dt, dt, 0, 17, 129, 33, ta, !ta, alpha, beta, 300 + ta, &intact);
+      EXPECT_LE(e, tol::kMatmulNmse(dt)) << "alpha " << alpha << " beta " << beta;
+      EXPECT_TRUE(intact);
     }
 }
 
@@ -162,10 +134,10 @@ TEST_P(MatmulOps, BatchedAllTransposesMatchFloat64Reference) {
                                 {4, 128, 127, 129}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        size_t overrun = 0;
-        const double e = product_nmse(dev, dt, dt, batch, m, n, k, ta, tb, 1.25f, 0.5f, seed += 3, &overrun);
-        EXPECT_LE(e, tol::matmul_nmse(dt)) << "batch " << batch << " m " << m << " ta " << ta << " tb " << tb;
-        EXPECT_EQ(overrun, 0u);
+        bool intact = false;
+        const double e = product_nmse(dev, dt, dt, batch, m, n, k, ta, tb, 1.25f, 0.5f, seed += 3, &intact);
+        EXPECT_LE(e, tol::kMatmulNmse(dt)) << "batch " << batch << " m " << m << " ta " << ta << " tb " << tb;
+        EXPECT_TRUE(intact);
       }
 }
 
@@ -179,7 +151,7 @@ TEST_P(MatmulOps, BetaZeroNeverReadsC) {
                                dt, Consumer::activations);
   ops::matmul(a.t, false, b.t, false, c);
   const auto want = ref::matmul(a.host, false, b.host, false, std::vector<double>(19 * 21), 1, 19, 21, 23);
-  EXPECT_LE(nmse(c.to_host_f32(), want), tol::matmul_nmse(dt));
+  EXPECT_LE(test::nmse(c.to_host_f32(), want), tol::kMatmulNmse(dt));
 }
 
 TEST_P(MatmulOps, NaNInAnInputNeverPasses) {
@@ -191,11 +163,11 @@ TEST_P(MatmulOps, NaNInAnInputNeverPasses) {
   Operand b = random_operand(dev, {16, 16}, dt, 12);
   Tensor c = Tensor::zeros(dev, {16, 16}, dt, Consumer::activations);
   ops::matmul(a, false, b.t, false, c);
-  std::vector<double> a_host = to_double(a.to_host_f32());
+  std::vector<double> a_host = test::widen(a.to_host_f32());
   a_host[37] = 0.0;  // a reference that ignores the NaN
   const auto want = ref::matmul(a_host, false, b.host, false, std::vector<double>(256), 1, 16, 16, 16);
-  const double e = nmse(c.to_host_f32(), want);
-  EXPECT_FALSE(e <= tol::matmul_nmse(dt)) << "a NaN result passed with error " << e;
+  const double e = test::nmse(c.to_host_f32(), want);
+  EXPECT_FALSE(e <= tol::kMatmulNmse(dt)) << "a NaN result passed with error " << e;
 }
 
 TEST_P(MatmulOps, WrongTransposeIsCaught) {
@@ -208,7 +180,7 @@ TEST_P(MatmulOps, WrongTransposeIsCaught) {
   Tensor c = Tensor::zeros(dev, {31, 31}, dt, Consumer::activations);
   ops::matmul(a.t, false, b.t, true, c);
   const auto want = ref::matmul(a.host, false, b.host, false, std::vector<double>(31 * 31), 1, 31, 31, 31);
-  EXPECT_GT(nmse(c.to_host_f32(), want), 100 * tol::matmul_nmse(dt));
+  EXPECT_GT(test::nmse(c.to_host_f32(), want), 100 * tol::kMatmulNmse(dt));
 }
 
 TEST_P(MatmulOps, ShapeAndDtypeMismatchesThrow) {
@@ -238,7 +210,7 @@ TEST_P(MatmulOps, RepeatedProductIsBitwiseIdentical) {
     if (run == 0)
       first = c.to_host_bytes();
     else
-      EXPECT_EQ(bitwise_mismatches(first, c.to_host_bytes()), 0u);
+      EXPECT_EQ(hr::bitwise_mismatches(first, c.to_host_bytes()), 0u);
   }
 }
 
@@ -256,7 +228,7 @@ TEST_P(MatmulOps, LinearForwardMatchesReference) {
     ops::linear_forward(x.t, w.t, with_bias ? b.t : Tensor(), y);
     const auto want = ref::linear(x.host, w.host, with_bias ? b.host : std::vector<double>(), n, in, out);
     // The bias add is a second rounding of y in 16-bit storage: same bound family.
-    EXPECT_LE(nmse(y.to_host_f32(), want), tol::matmul_nmse(dt)) << "bias " << with_bias;
+    EXPECT_LE(test::nmse(y.to_host_f32(), want), tol::kMatmulNmse(dt)) << "bias " << with_bias;
   }
 }
 
@@ -285,16 +257,16 @@ TEST_P(MatmulOps, LinearBackwardMatchesFiniteDifferences) {
   auto gb = test::finite_diff_grad([&](const std::vector<double>& v) { return loss(x.host, w.host, v); }, b.host);
   for (size_t i = 0; i < gw.size(); ++i) gw[i] += dw0.host[i];
   for (size_t i = 0; i < gb.size(); ++i) gb[i] += db0.host[i];
-  const double tol = tol::grad_rel_l2(dt);
-  EXPECT_LE(rel_l2(dx.to_host_f32(), gx), tol) << "dx";
-  EXPECT_LE(rel_l2(dw.to_host_f32(), gw), tol) << "dw (accumulated)";
-  EXPECT_LE(rel_l2(db.to_host_f32(), gb), tol) << "db (accumulated)";
+  const double tol = tol::kMatmulGradNmse(dt);
+  EXPECT_TRUE(test::nmse_within(dx.to_host_f32(), gx, tol, "dx"));
+  EXPECT_TRUE(test::nmse_within(dw.to_host_f32(), gw, tol, "dw (accumulated)"));
+  EXPECT_TRUE(test::nmse_within(db.to_host_f32(), gb, tol, "db (accumulated)"));
 
   // Skipping dx and db leaves them alone; dw accumulates a second time.
   Tensor none;
   ops::linear_backward(x.t, w.t, g.t, none, dw, none);
   for (size_t i = 0; i < gw.size(); ++i) gw[i] += gw[i] - dw0.host[i];
-  EXPECT_LE(rel_l2(dw.to_host_f32(), gw), 2 * tol) << "dw after a second accumulation";
+  EXPECT_TRUE(test::nmse_within(dw.to_host_f32(), gw, tol, "dw after a second accumulation"));
 }
 
 TEST_P(MatmulOps, LinearBackwardIsBitwiseRepeatable) {
@@ -313,7 +285,7 @@ TEST_P(MatmulOps, LinearBackwardIsBitwiseRepeatable) {
     if (run == 0)
       first = now;
     else
-      for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(bitwise_mismatches(first[i], now[i]), 0u) << "tensor " << i;
+      for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(hr::bitwise_mismatches(first[i], now[i]), 0u) << "tensor " << i;
   }
 }
 

@@ -34,6 +34,42 @@ inline constexpr PerDType kRowwiseNmse{1e-7, 1e-6, 5e-5};
 // with 4x for the two stored tensors a gradient passes through (inputs and dy).
 inline constexpr PerDType kRowwiseGradNmse{1e-7, 4e-6, 2e-4};
 
+// Matrix products (matmul, matmul_batched, linear) against float64 (OPS-1). The
+// anchor, ggml's 5e-4, is a ceiling; ours are tighter because accumulation is
+// fp32 everywhere (no TF32, no reduced-precision reductions):
+// - fp32: rounding over K <= 1031 terms is ~sqrt(K) 2^-24 relative and measures
+//   ~1e-13 NMSE; 1e-9 leaves room for any summation order (cuBLAS splits K).
+// - fp16 / bf16: one rounding of the output dominates (u^2 / 3: 8e-8 resp. 5e-6,
+//   measured 7e-8 resp. 4e-6); 1e-6 resp. 5e-5 as for the row-wise ops.
+inline constexpr PerDType kMatmulNmse{1e-9, 1e-6, 5e-5};
+
+// Attention forward (naive and memory-efficient) against float64 (OPS-1). Naive
+// attention in fp16 / bf16 stores the scores and probabilities in the storage
+// dtype before the second product (as eager PyTorch does): three stored roundings
+// compound and exp() turns an absolute rounding of a score into a relative error
+// of the probability, so 10x the matmul bound; fp32 as for the matmul.
+inline constexpr PerDType kAttentionNmse{1e-9, 1e-5, 5e-4};
+
+// Backward of the matrix products and of attention against float64 central finite
+// differences (OPS-2), NMSE. fp32: the op's own rounding (~1e-12 measured) with
+// room for summation order. fp16 / bf16: inputs, incoming gradient, saved
+// activations and every stored intermediate (dscores, dprobs) are rounded, each
+// ~u^2 / 3; up to ~10 such roundings compound in attention's backward.
+inline constexpr PerDType kMatmulGradNmse{1e-9, 1e-5, 5e-4};
+inline constexpr PerDType kAttentionGradNmse{1e-9, 5e-5, 3e-3};
+
+// PK-4: memory-efficient attention against naive attention in fp32, outputs and
+// gradients, norm-wise relative L2. Anchor: PROPERTIES.md PK-4 (<= 1e-5): the two
+// differ only in summation order and in when the softmax normalises.
+inline constexpr double kAttentionImplsRelL2 = 1e-5;
+
+// PK-4 scaling exponents of peak activation bytes against T (log-log least
+// squares): naive keeps the T x T probabilities (exponent -> 2; > 1.8 once T is
+// well above the head dimension), memory-efficient keeps O(T) (exponent 1; < 1.2
+// leaves room for terms that do not grow with T).
+inline constexpr double kNaiveAttentionMinExponent = 1.8;
+inline constexpr double kMemEfficientAttentionMaxExponent = 1.2;
+
 // Element-wise ops (add, scale, axpy, cast, add_bias, GELU, dropout), forward and
 // backward: each output is one fp32 expression of its inputs, stored once.
 // - fp32: a few ulp per element (tanhf in GELU) gives NMSE ~1e-14; 1e-12 keeps
@@ -57,10 +93,5 @@ inline constexpr PerDType kOptimizerNmse{1e-11, 16.0 / (2048.0 * 2048.0), 16.0 /
 // Dropout keep fraction: |kept/n - (1-p)| within this many binomial standard
 // deviations sqrt(p (1-p) / n); 5 sigma fails a correct generator ~6e-7 of the time.
 inline constexpr double kBinomialSigmas = 5.0;
-
-// Central finite-difference step for element-wise backward passes (OPS-2) in
-// double: truncation h^2 |f'''| / 6 ~ 1e-11 and cancellation 2^-52 / h ~ 1e-11,
-// both far below kElementwiseNmse, so a backward is held to its forward's bound.
-inline constexpr double kElementwiseFdStep = 1e-5;
 
 }  // namespace hr::tol

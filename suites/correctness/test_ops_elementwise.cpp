@@ -14,6 +14,7 @@
 #include "kernels/elementwise/elementwise.hpp"
 #include "kernels/elementwise/elementwise_ref.hpp"
 #include "suites/common/op_check.hpp"
+#include "suites/common/tolerances.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -110,7 +111,7 @@ TEST_P(OpsElementwise, CastRoundsOnceAndWidensExactly) {
     const Tensor x32 = Tensor::from_host(dev, v, {n}, DType::f32, Consumer::activations);
     Guarded narrow(dev, {n}, dtype());
     hr::ops::cast(x32, narrow.tensor());
-    check(narrow, hr::test::to_double(v), "cast to dtype n=" + std::to_string(n));
+    check(narrow, hr::test::widen(v), "cast to dtype n=" + std::to_string(n));
     // Widening back is exact: fp32 holds every fp16 / bf16 value.
     Guarded wide(dev, {n}, DType::f32);
     hr::ops::cast(narrow.tensor(), wide.tensor());

@@ -113,7 +113,7 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
     gelu_in = st->n;
   }
   Tensor out = Tensor::empty(dev, {N, W}, dtype_, out_consumer);
-  st->drop_offset = rng.take(N * W);
+  st->drop_offset = rng.take(i, {N, W});
   if (cfg_.dropout > 0.f) {
     Tensor g = Tensor::empty(dev, {N, W}, dtype_, Consumer::workspace);
     ops::gelu_forward(gelu_in, g);

@@ -121,7 +121,7 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   {
     Tensor m = Tensor::empty(dev, {N, C}, dtype_, ws);
     ops::linear_forward(st->act, P(bp.proj_w).compute, P(bp.proj_b).compute, m);
-    st->drop_offset = rng.take(N * C);
+    st->drop_offset = rng.take(i, {N, C});
     if (cfg_.dropout > 0.f) {
       Tensor dropped = Tensor::empty(dev, {N, C}, dtype_, ws);
       ops::dropout_forward(m, cfg_.dropout, rng.seed, st->drop_offset, dropped);

@@ -21,14 +21,24 @@
 
 namespace hr {
 
+// One dropout draw: which block, the mask's shape and where it came from.
+struct DropoutRecord {
+  int64_t block = 0;
+  Shape shape;
+  uint64_t seed = 0, offset = 0;
+};
+
 // The dropout RNG state of a pass: Philox (seed, offset). Each dropout site
-// takes the next offset range.
+// takes the next offset range. With `log` set, every draw is recorded (dumps);
+// a checkpoint recompute draws from its own copy, so it is not logged twice.
 struct DropoutStream {
   uint64_t seed = 0;
   uint64_t offset = 0;
-  uint64_t take(int64_t numel) {
+  std::vector<DropoutRecord>* log = nullptr;
+  uint64_t take(int64_t block, const Shape& shape) {
     const uint64_t o = offset;
-    offset += philox_advance(static_cast<uint64_t>(numel));
+    offset += philox_advance(static_cast<uint64_t>(shape_numel(shape)));
+    if (log != nullptr) log->push_back({block, shape, seed, o});
     return o;
   }
 };

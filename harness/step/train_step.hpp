@@ -89,6 +89,9 @@ class TrainStep {
   const Tensor& grad(const std::string& param_name) const;
   std::vector<std::pair<std::string, Tensor>> gradients() const;  // trainable parameters, in order
 
+  // The normaliser of each micro-batch's loss under cfg.loss_norm (see above).
+  std::vector<double> loss_counts(const Batch& batch) const { return micro_counts(batch); }
+
   const std::vector<int64_t>& segment_forward_counts() const { return segment_counts_; }
   void reset_segment_forward_counts() { segment_counts_.clear(); }
   DropoutStream& dropout_stream() { return rng_; }

@@ -124,4 +124,14 @@ class Guarded {
   Tensor whole_, view_;
 };
 
+// The edge sizes of every op test (DESIGN.md: 1, 15, 16, 17, 127, 128, 129, 4097)
+// plus one large size: around vector widths, warp and block sizes.
+inline const std::vector<int64_t>& edge_sizes() {
+  static const std::vector<int64_t> v{1, 15, 16, 17, 127, 128, 129, 4097, int64_t{1} << 20};
+  return v;
+}
+
+// The values a tensor holds, as doubles for a float64 reference.
+inline std::vector<double> stored_values(const Tensor& t) { return widen(t.to_host_f32()); }
+
 }  // namespace hr::test

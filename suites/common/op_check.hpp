@@ -60,30 +60,6 @@ inline std::vector<double> stored_values(const std::vector<float>& v, DType t) {
 }
 inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Central finite differences of a scalar function of float64 inputs: the OPS-2
-// oracle. h = 1e-5 on values of order 1 keeps truncation (~h^2) and cancellation
-// (~1e-16 / h) errors near 1e-10, far below every gradient bound.
-template <typename F>
-std::vector<double> central_diff(F&& loss, std::vector<double> x, double h = 1e-5) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = loss(x);
-    x[i] = x0 - h;
-    const double lm = loss(x);
-    x[i] = x0;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
-}
-
-inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
 // An output tensor with `guard` elements of sentinel bytes before and after it in
 // the same allocation. The view itself starts as all-ones bytes (NaN in every
 // float dtype), so an element the op forgets to write fails the NMSE check.

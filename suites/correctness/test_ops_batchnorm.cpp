@@ -9,6 +9,7 @@
 #include "harness/check.hpp"
 #include "kernels/batchnorm/batchnorm.hpp"
 #include "kernels/batchnorm/batchnorm_ref.hpp"
+#include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
@@ -123,9 +124,9 @@ TEST_P(BatchNormOp, BackwardMatchesFiniteDifferences) {
     hr::ref::batchnorm_forward_train(x, g, b, k.N, k.C, kEps, kMomentum, rm, rv, y);
     return hr::test::dot(w, y);
   };
-  const vecd fdx = hr::test::central_diff([&](const vecd& v) { return loss(v, gs, bs); }, xs);
-  const vecd fdg = hr::test::central_diff([&](const vecd& v) { return loss(xs, v, bs); }, gs);
-  const vecd fdb = hr::test::central_diff([&](const vecd& v) { return loss(xs, gs, v); }, bs);
+  const vecd fdx = hr::test::finite_diff_grad([&](const vecd& v) { return loss(v, gs, bs); }, xs);
+  const vecd fdg = hr::test::finite_diff_grad([&](const vecd& v) { return loss(xs, v, bs); }, gs);
+  const vecd fdb = hr::test::finite_diff_grad([&](const vecd& v) { return loss(xs, gs, v); }, bs);
   Tensor x = Tensor::from_host(dev, k.x, {k.N, k.C}, dt, Consumer::activations);
   Tensor g = Tensor::from_host(dev, k.g, {k.C}, dt, Consumer::weights);
   Tensor b = Tensor::from_host(dev, k.b, {k.C}, dt, Consumer::weights);

@@ -13,6 +13,7 @@
 #include "harness/check.hpp"
 #include "kernels/crossentropy/crossentropy.hpp"
 #include "kernels/crossentropy/crossentropy_ref.hpp"
+#include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
@@ -101,7 +102,7 @@ TEST_P(CrossEntropyOp, GradientMatchesFiniteDifferencesForEveryReduction) {
   for (LossReduction r : {LossReduction::mean, LossReduction::sum, LossReduction::sum_div_count}) {
     CrossEntropyConfig cfg = config(r);
     cfg.loss_scale = 4.f;
-    const vecd fd = hr::test::central_diff(
+    const vecd fd = hr::test::finite_diff_grad(
         [&](const vecd& v) {
           vecd l;
           return cfg.loss_scale * hr::ref::cross_entropy_forward(v, t, V, cfg, l);

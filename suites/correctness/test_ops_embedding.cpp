@@ -10,6 +10,7 @@
 #include "harness/check.hpp"
 #include "kernels/embedding/embedding.hpp"
 #include "kernels/embedding/embedding_ref.hpp"
+#include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
@@ -89,8 +90,8 @@ TEST_P(EmbeddingOp, BackwardMatchesFiniteDifferences) {
     hr::ref::embedding_forward(k.ids, k.pos, a, b, k.C, out);
     return hr::test::dot(w, out);
   };
-  const vecd fte = hr::test::central_diff([&](const vecd& v) { return loss(v, pe); }, te);
-  const vecd fpe = hr::test::central_diff([&](const vecd& v) { return loss(te, v); }, pe);
+  const vecd fte = hr::test::finite_diff_grad([&](const vecd& v) { return loss(v, pe); }, te);
+  const vecd fpe = hr::test::finite_diff_grad([&](const vecd& v) { return loss(te, v); }, pe);
   Tensor ids = Tensor::from_host_i32(dev, k.ids, {k.B, k.T}, Consumer::workspace);
   Tensor pos = Tensor::from_host_i32(dev, k.pos, {k.B, k.T}, Consumer::workspace);
   Tensor dout = Tensor::from_host(dev, k.dout, {k.B, k.T, k.C}, dt, Consumer::activations);

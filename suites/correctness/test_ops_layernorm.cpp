@@ -10,6 +10,7 @@
 #include "harness/check.hpp"
 #include "kernels/layernorm/layernorm.hpp"
 #include "kernels/layernorm/layernorm_ref.hpp"
+#include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
@@ -89,9 +90,9 @@ TEST_P(LayerNormOp, BackwardMatchesFiniteDifferences) {
       hr::ref::layernorm_forward(x, g, b, k.N, C, kEps, y, m, r);
       return hr::test::dot(w, y);
     };
-    const vecd fdx = hr::test::central_diff([&](const vecd& v) { return loss(v, gs, bs); }, xs);
-    const vecd fdg = hr::test::central_diff([&](const vecd& v) { return loss(xs, v, bs); }, gs);
-    const vecd fdb = hr::test::central_diff([&](const vecd& v) { return loss(xs, gs, v); }, bs);
+    const vecd fdx = hr::test::finite_diff_grad([&](const vecd& v) { return loss(v, gs, bs); }, xs);
+    const vecd fdg = hr::test::finite_diff_grad([&](const vecd& v) { return loss(xs, v, bs); }, gs);
+    const vecd fdb = hr::test::finite_diff_grad([&](const vecd& v) { return loss(xs, gs, v); }, bs);
 
     Tensor x = Tensor::from_host(dev, k.x, {k.N, C}, dt, Consumer::activations);
     Tensor g = Tensor::from_host(dev, k.g, {C}, dt, Consumer::weights);

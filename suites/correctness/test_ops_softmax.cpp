@@ -14,6 +14,7 @@
 #include "harness/check.hpp"
 #include "kernels/softmax/softmax.hpp"
 #include "kernels/softmax/softmax_ref.hpp"
+#include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
 #include "suites/common/tolerances.hpp"
@@ -122,7 +123,7 @@ TEST_P(SoftmaxOp, BackwardMatchesFiniteDifferences) {
   const vecd xs = stored_values(hr::test::random_nonzero(static_cast<size_t>(n), 21, -3.f, 3.f), dt);
   const std::vector<float> w = hr::test::random_nonzero(static_cast<size_t>(n), 22);
   const vecd ws = stored_values(w, dt);
-  const vecd fd = hr::test::central_diff(
+  const vecd fd = hr::test::finite_diff_grad(
       [&](const vecd& x) {
         vecd p;
         hr::ref::softmax_forward(x, c.sh, c.causal, c.kvl, c.seg, kScale, p);

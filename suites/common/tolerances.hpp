@@ -1,0 +1,97 @@
+// Every numerical bound the test suites assert, in one place, each with its reason.
+// Op bounds are normalised mean squared errors, NMSE = sum (a - b)^2 / sum b^2,
+// of a result against its float64 reference (the anchor: ggml test-backend-ops,
+// 1e-7 for most ops, 5e-4 for matrix products).
+#pragma once
+
+#include "harness/dtype.hpp"
+
+namespace hr::tol {
+
+// A bound per storage dtype.
+struct PerDType {
+  double f32, f16, bf16;
+  constexpr double operator()(DType t) const {
+    return t == DType::f16 ? f16 : t == DType::bf16 ? bf16 : f32;
+  }
+};
+
+// Row-wise ops (layernorm, batchnorm, softmax, embedding, cross-entropy), forward
+// and backward. The reference is fed the same (already rounded) inputs, so what
+// remains is fp32 arithmetic plus one rounding of each stored output:
+// - fp32: anchor ggml's 1e-7; fp32 accumulation over rows of up to 50304 values
+//   measures ~1e-13, so the bound has wide headroom and still fails on any wrong
+//   term (a missing mask or a wrong normaliser moves NMSE to >= 1e-4).
+// - fp16: rounding a value to 11 significant bits has a mean squared relative
+//   error of u^2 / 3 with u = 2^-11, about 8e-8; 1e-6 leaves ~12x for the outputs
+//   that go through a second stored tensor (probabilities, then their gradient).
+// - bf16: the same with u = 2^-8 gives 5.1e-6; 5e-5 leaves ~10x.
+inline constexpr PerDType kRowwiseNmse{1e-7, 1e-6, 5e-5};
+
+// Backward passes against float64 central finite differences of the reference
+// forward (OPS-2). Finite differences with h = 1e-6 in double are accurate to
+// ~1e-9 relative, far below these; the bound is the dtype's storage error as above,
+// with 4x for the two stored tensors a gradient passes through (inputs and dy).
+inline constexpr PerDType kRowwiseGradNmse{1e-7, 4e-6, 2e-4};
+
+// Matrix products (matmul, matmul_batched, linear) against float64 (OPS-1). The
+// anchor, ggml's 5e-4, is a ceiling; ours are tighter because accumulation is
+// fp32 everywhere (no TF32, no reduced-precision reductions):
+// - fp32: rounding over K <= 1031 terms is ~sqrt(K) 2^-24 relative and measures
+//   ~1e-13 NMSE; 1e-9 leaves room for any summation order (cuBLAS splits K).
+// - fp16 / bf16: one rounding of the output dominates (u^2 / 3: 8e-8 resp. 5e-6,
+//   measured 7e-8 resp. 4e-6); 1e-6 resp. 5e-5 as for the row-wise ops.
+inline constexpr PerDType kMatmulNmse{1e-9, 1e-6, 5e-5};
+
+// Attention forward (naive and memory-efficient) against float64 (OPS-1). Naive
+// attention in fp16 / bf16 stores the scores and probabilities in the storage
+// dtype before the second product (as eager PyTorch does): three stored roundings
+// compound and exp() turns an absolute rounding of a score into a relative error
+// of the probability, so 10x the matmul bound; fp32 as for the matmul.
+inline constexpr PerDType kAttentionNmse{1e-9, 1e-5, 5e-4};
+
+// Backward of the matrix products and of attention against float64 central finite
+// differences (OPS-2), NMSE. fp32: the op's own rounding (~1e-12 measured) with
+// room for summation order. fp16 / bf16: inputs, incoming gradient, saved
+// activations and every stored intermediate (dscores, dprobs) are rounded, each
+// ~u^2 / 3; up to ~10 such roundings compound in attention's backward.
+inline constexpr PerDType kMatmulGradNmse{1e-9, 1e-5, 5e-4};
+inline constexpr PerDType kAttentionGradNmse{1e-9, 5e-5, 3e-3};
+
+// PK-4: memory-efficient attention against naive attention in fp32, outputs and
+// gradients, norm-wise relative L2. Anchor: PROPERTIES.md PK-4 (<= 1e-5): the two
+// differ only in summation order and in when the softmax normalises.
+inline constexpr double kAttentionImplsRelL2 = 1e-5;
+
+// PK-4 scaling exponents of peak activation bytes against T (log-log least
+// squares): naive keeps the T x T probabilities (exponent -> 2; > 1.8 once T is
+// well above the head dimension), memory-efficient keeps O(T) (exponent 1; < 1.2
+// leaves room for terms that do not grow with T).
+inline constexpr double kNaiveAttentionMinExponent = 1.8;
+inline constexpr double kMemEfficientAttentionMaxExponent = 1.2;
+
+// Element-wise ops (add, scale, axpy, cast, add_bias, GELU, dropout), forward and
+// backward: each output is one fp32 expression of its inputs, stored once.
+// - fp32: a few ulp per element (tanhf in GELU) gives NMSE ~1e-14; 1e-12 keeps
+//   100x headroom and is far inside ggml's 1e-7, so a wrong constant cannot hide.
+// - fp16 / bf16: one round-to-nearest store has relative error at most u = 2^-11
+//   (2^-8), so NMSE <= u^2 = 2.4e-7 (1.5e-5) from the store alone; 2 u^2 leaves
+//   room for the fp32 math before it. Measured: ~7e-8 and ~5e-6.
+inline constexpr PerDType kElementwiseNmse{1e-12, 2.0 / (2048.0 * 2048.0), 2.0 / (256.0 * 256.0)};
+
+// Sums stored once (bias gradient columns, reduce::sum / squared_norm): fp32
+// accumulation of up to ~1e6 terms, relative error ~sqrt(n) 2^-24, squared ~1e-11;
+// 16-bit results as for row-wise ops.
+inline constexpr PerDType kSumNmse{1e-10, 1e-6, 5e-5};
+
+// Optimizer steps against a float64 reference of several steps (SGD, AdamW):
+// fp32 parameters carry a few ulp per step (sqrt, division), ~1e-14 measured;
+// a 16-bit parameter is rounded once per step, so k steps allow up to k u^2
+// (u = 2^-11 or 2^-8); the tests run 5 steps and the bound allows 16 u^2.
+inline constexpr PerDType kOptimizerNmse{1e-11, 16.0 / (2048.0 * 2048.0), 16.0 / (256.0 * 256.0)};
+
+// Dropout keep fraction: |kept/n - (1-p)| within this many binomial standard
+// deviations sqrt(p (1-p) / n); 5 sigma fails a correct generator ~6e-7 of the time.
+inline constexpr double kBinomialSigmas = 5.0;
+
+}  // namespace hr::tol

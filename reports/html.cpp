@@ -49,6 +49,7 @@ std::string fmt_si(double v) {
   if (a >= 1e4) return fmt::format("{:.3g}k", v / 1e3);
   if (a == 0) return "0";
   if (a < 1e-2) return fmt::format("{:.2g}", v);
+  if (std::floor(v) == v) return fmt::format("{:.0f}", v);  // 1024, not 1.02e+03
   return fmt::format("{:.3g}", v);
 }
 

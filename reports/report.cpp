@@ -396,6 +396,9 @@ std::string series_label_of(const SweepPoint& p, const std::vector<std::string>&
   }
   for (const auto& k : varying_keys)
     if (p.config.contains(k)) add(k + "=" + (p.config[k].is_string() ? p.config[k].get<std::string>() : p.config[k].dump()));
+  if (s.empty()) {  // nothing varies: name the one series by what it is
+    for (const auto* part : {&p.model, &p.dtype, &p.backend}) add(*part);
+  }
   return s.empty() ? "all" : s;
 }
 
@@ -508,7 +511,9 @@ std::string memory_section(const Results& r) {
       for (const auto& [set, v] : {std::make_pair(&md, p->model), std::make_pair(&be, p->backend),
                                    std::make_pair(&dt, p->dtype)})
         if (set->size() > 1 && !v.empty()) label += (label.empty() ? "" : " ") + v;
-      const std::string cfg = config_label(p->config);
+      // A named step (TRADE) reads better by its name than by its config.
+      const std::string technique = str_of(p->config, "technique");
+      const std::string cfg = technique.empty() ? config_label(p->config) : technique;
       if (!cfg.empty()) label += (label.empty() ? "" : " ") + cfg;
       Bar b{label.empty() ? std::to_string(i + 1) : label, {}};
       for (Consumer c : kAllConsumers) b.values.push_back(static_cast<double>(p->memory.peak(c)));
@@ -518,8 +523,7 @@ std::string memory_section(const Results& r) {
     o.title = sw + (pts.size() > kMaxBars ? fmt::format(" (first {} of {})", kMaxBars, pts.size()) : "");
     o.y_label = "peak bytes";
     o.y_format = AxisFormat::bytes;
-    o.width = 580;
-    o.height = 330;
+    o.width = 550;
     s += stacked_bar_chart(names, consumer_colors(), bars, o);
   }
   s += "</div></section>";
@@ -673,8 +677,26 @@ std::string curve_q83(const Results& r) {
   o.title = "Loss over steps";
   o.x_label = x_label;
   o.y_label = y_label;
-  o.width = 760;
-  s += R"(<div class="charts">)" + line_chart(series, o) + "</div>";
+  std::string charts = line_chart(series, o);
+  // The drift: each other series relative to the first (the fp32 reference when
+  // the sweep lists it first), at the steps both have.
+  if (series.size() >= 2) {
+    std::map<double, double> ref(series[0].points.begin(), series[0].points.end());
+    std::vector<Series> drift;
+    for (size_t i = 1; i < series.size(); ++i) {
+      Series d{series[i].name + " vs " + series[0].name, {}, palette()[i % palette().size()], false};
+      for (const auto& [x, y] : series[i].points) {
+        auto it = ref.find(x);
+        if (it != ref.end() && it->second != 0) d.points.emplace_back(x, (y / it->second - 1.0) * 100.0);
+      }
+      drift.push_back(std::move(d));
+    }
+    ChartOptions dopt = o;
+    dopt.title = "Drift (relative difference of " + y_label + ", %)";
+    dopt.y_label = "% difference";
+    charts += line_chart(drift, dopt);
+  }
+  s += R"(<div class="charts">)" + charts + "</div>";
   for (const auto& m : r.measurements)
     if (m.id == "Q8-3" && m.metric != "exception")
       s += fmt::format(R"(<p>Final-loss difference: {} {} (tolerance {}) {}</p>)", esc(m.metric), esc(fmt_num(m.error)),
@@ -698,7 +720,14 @@ std::string trade_section(const Results& r) {
     if (is_ok(*p)) { first = p; break; }
   double max_peak = 0;
   for (const auto* p : pts) max_peak = std::max(max_peak, static_cast<double>(p->memory.total_peak_bytes));
-  s += R"(<table><thead><tr><th>#</th><th>Step</th><th>Config</th><th class="num">Peak bytes</th><th></th>)"
+  bool any_config = false;
+  for (const auto* p : pts) {
+    json rest = p->config;
+    if (rest.is_object()) rest.erase("technique"), rest.erase("step");
+    any_config = any_config || !config_label(rest).empty();
+  }
+  const std::string cfg_th = any_config ? "<th>Config</th>" : "";
+  s += R"(<table><thead><tr><th>#</th><th>Step</th>)" + cfg_th + R"(<th class="num">Peak bytes</th><th></th>)"
        R"(<th class="num">Saved vs previous</th><th class="num">Saved vs start</th><th class="num">Step time</th>)"
        R"(<th class="num">Time vs start</th><th class="num">Throughput</th><th>Status</th></tr></thead><tbody>)";
   const SweepPoint* prev = nullptr;
@@ -710,8 +739,9 @@ std::string trade_section(const Results& r) {
     json rest = p->config;
     if (rest.is_object()) rest.erase("technique"), rest.erase("step");
     if (!is_ok(*p)) {
-      s += fmt::format(R"(<tr><td>{}</td><td><b>{}</b></td><td class="mono">{}</td><td colspan="7"></td><td><span class="badge b-warn">{}</span> {}</td></tr>)",
-                       n, esc(label), esc(config_label(rest)), esc(p->status), esc(p->reason));
+      s += fmt::format(R"(<tr><td>{}</td><td><b>{}</b></td>{}<td colspan="7"></td><td><span class="badge b-warn">{}</span> {}</td></tr>)",
+                       n, esc(label), any_config ? "<td class=\"mono\">" + esc(config_label(rest)) + "</td>" : "",
+                       esc(p->status), esc(p->reason));
       continue;
     }
     const double peak = static_cast<double>(p->memory.total_peak_bytes);
@@ -727,9 +757,10 @@ std::string trade_section(const Results& r) {
     else if (auto t2 = num_of(p->metrics, {"samples_per_s"})) thr = fmt_si(*t2) + " samples/s";
     const double w = max_peak > 0 ? 120.0 * peak / max_peak : 0;
     s += fmt::format(
-        R"(<tr><td>{}</td><td><b>{}</b></td><td class="mono">{}</td><td class="num">{}</td><td><span class="bar" style="width:{:.0f}px"></span></td>)"
+        R"(<tr><td>{}</td><td><b>{}</b></td>{}<td class="num">{}</td><td><span class="bar" style="width:{:.0f}px"></span></td>)"
         R"(<td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td><span class="badge b-ok">ok</span></td></tr>)",
-        n, esc(label), esc(config_label(rest)), esc(fmt_bytes_short(peak)), w, esc(saved(prev)), esc(saved(first)),
+        n, esc(label), any_config ? "<td class=\"mono\">" + esc(config_label(rest)) + "</td>" : "",
+        esc(fmt_bytes_short(peak)), w, esc(saved(prev)), esc(saved(first)),
         esc(p->time ? fmt_seconds(p->time->median_s) : "-"), esc(tvs), esc(thr));
     prev = p;
   }

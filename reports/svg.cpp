@@ -94,6 +94,25 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
   return t;
 }
 
+std::vector<double> bytes_ticks(double lo, double hi) {
+  // Nice steps in the binary unit of the range (64 MiB, not 67.1 MB).
+  double unit = 1;
+  while (std::max(std::fabs(lo), std::fabs(hi)) / unit >= 1024 && unit < 1099511627776.0) unit *= 1024;
+  auto t = linear_ticks(lo / unit, hi / unit, 5);
+  for (auto& v : t) v *= unit;
+  return t;
+}
+
+std::vector<double> log2_ticks(double lo, double hi) {
+  std::vector<double> t;
+  if (!(lo > 0) || !(hi > lo) || !std::isfinite(hi)) return log_ticks(lo, hi);
+  const int k0 = static_cast<int>(std::ceil(std::log2(lo) - 1e-9)), k1 = static_cast<int>(std::floor(std::log2(hi) + 1e-9));
+  if (k1 < k0) return log_ticks(lo, hi);
+  const int step = std::max(1, (k1 - k0 + 5) / 6);  // at most ~6 ticks
+  for (int k = k1; k >= k0; k -= step) t.insert(t.begin(), std::ldexp(1.0, k));
+  return t;
+}
+
 std::vector<double> log_ticks(double lo, double hi) {
   std::vector<double> t;
   if (!(lo > 0) || !(hi > 0) || !std::isfinite(lo) || !std::isfinite(hi)) return t;
@@ -132,7 +151,7 @@ std::string line_chart(const std::vector<Series>& series_in, const ChartOptions&
     items.push_back({series[i].name, series[i].color, series[i].dashed, false});
   }
 
-  const double ml = 74, mr = 18, mt = 30;
+  const double ml = 74, mr = 30, mt = 30;  // mr: room for the last x tick label
   const double plot_w = opt.width - ml - mr;
   const auto [legend_svg_probe, legend_h] = legend(items, ml, 0, plot_w);
   (void)legend_svg_probe;
@@ -167,11 +186,15 @@ std::string line_chart(const std::vector<Series>& series_in, const ChartOptions&
   };
   widen(x_lo, x_hi, opt.log_x);
   widen(y_lo, y_hi, opt.log_y);
+  if (opt.log_y) y_lo /= 1.12, y_hi *= 1.12;  // markers clear of the frame
 
   std::vector<double> xt = opt.log_x ? (xs.size() <= 10 && xs.size() >= 2 ? std::vector<double>(xs.begin(), xs.end())
                                                                           : log_ticks(x_lo, x_hi))
                                      : linear_ticks(x_lo, x_hi, 6);
-  std::vector<double> yt = opt.log_y ? log_ticks(y_lo, y_hi) : linear_ticks(y_lo, y_hi, 5);
+  std::vector<double> yt = opt.log_y && opt.y_format == AxisFormat::bytes ? log2_ticks(y_lo, y_hi)
+                           : opt.log_y                         ? log_ticks(y_lo, y_hi)
+                           : opt.y_format == AxisFormat::bytes ? bytes_ticks(y_lo, y_hi)
+                                                               : linear_ticks(y_lo, y_hi, 5);
   // Let the axes cover their outer ticks.
   if (!opt.log_y && !yt.empty()) y_hi = std::max(y_hi, yt.back()), y_lo = std::min(y_lo, yt.front());
   if (!opt.log_x && !xt.empty()) x_hi = std::max(x_hi, xt.back()), x_lo = std::min(x_lo, xt.front());
@@ -205,7 +228,7 @@ std::string line_chart(const std::vector<Series>& series_in, const ChartOptions&
   out += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" class="axis"/>)", ml, mt, mt + plot_h);
   out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" class="ax">{}{}</text>)", ml + plot_w / 2,
                      mt + plot_h + 32, esc(opt.x_label), opt.log_x ? " (log scale)" : "");
-  out += fmt::format(R"(<text transform="translate(14 {:.1f}) rotate(-90)" text-anchor="middle" class="ax">{}{}</text>)",
+  out += fmt::format(R"~(<text transform="translate(14 {:.1f}) rotate(-90)" text-anchor="middle" class="ax">{}{}</text>)~",
                      mt + plot_h / 2, esc(opt.y_label), opt.log_y ? " (log)" : "");
 
   for (const auto& s : series) {
@@ -230,22 +253,22 @@ std::string line_chart(const std::vector<Series>& series_in, const ChartOptions&
 
 std::string stacked_bar_chart(const std::vector<std::string>& names, const std::vector<std::string>& colors,
                               const std::vector<Bar>& bars, const ChartOptions& opt) {
+  // Horizontal bars: configuration labels read left to right, however long.
   std::vector<LegendItem> items;
   for (size_t i = 0; i < names.size(); ++i)
     items.push_back({names[i], i < colors.size() ? colors[i] : palette()[i % palette().size()], false, true});
-  const double ml = 74, mr = 18;
+  size_t longest = 4;
+  for (const auto& b : bars) longest = std::max(longest, std::min<size_t>(b.label.size(), 34));
+  const double ml = std::min(250.0, 14 + kCharW * static_cast<double>(longest)), mr = 64;  // room for the total
   const double plot_w = opt.width - ml - mr;
-  const auto [lg, legend_h] = legend(items, ml, 24, plot_w);
-  const double mt = 30 + legend_h + 6;
-  size_t longest = 0;
-  for (const auto& b : bars) longest = std::max(longest, std::min<size_t>(b.label.size(), 26));
-  const bool rotate = bars.size() > 4 || longest > 10;
-  const double mb = rotate ? 24 + longest * kCharW * 0.72 : 34;
-  const double height = std::max<double>(opt.height, mt + mb + 160);
-  const double plot_h = height - mt - mb;
+  const auto [lg, legend_h] = legend(items, 16, 26, opt.width - 32.0);
+  const double mt = 30 + legend_h + 10;
+  const double row_h = 24;
+  const double plot_h = std::max<double>(1, static_cast<double>(bars.size())) * row_h;
+  const double height = mt + plot_h + 44;
 
   std::string out = svg_open(opt.width, height, opt.title);
-  out += fmt::format(R"(<text x="{:.1f}" y="18" class="tt">{}</text>)", ml, esc(opt.title));
+  out += fmt::format(R"(<text x="16" y="18" class="tt">{}</text>)", esc(opt.title));
   out += lg;
 
   double top = 0;
@@ -259,45 +282,40 @@ std::string stacked_bar_chart(const std::vector<std::string>& names, const std::
                        ml + plot_w / 2, mt + plot_h / 2);
     return out;
   }
-  const auto yt = linear_ticks(0, top, 5);
-  const double y_hi = std::max(top, yt.empty() ? top : yt.back());
-  auto ty = [&](double v) { return mt + plot_h - v / y_hi * plot_h; };
-  for (double v : yt) {
-    out += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" class="grid"/>)", ml, ty(v),
-                       ml + plot_w, ty(v));
-    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" class="ax">{}</text>)", ml - 6, ty(v) + 4,
-                       esc(axis_text(v, opt.y_format)));
+  const auto xt = opt.y_format == AxisFormat::bytes ? bytes_ticks(0, top) : linear_ticks(0, top, 5);
+  const double x_hi = std::max(top, xt.empty() ? top : xt.back());
+  auto tx = [&](double v) { return ml + v / x_hi * plot_w; };
+  for (double v : xt) {
+    out += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" class="grid"/>)", tx(v), mt,
+                       mt + plot_h);
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" class="ax">{}</text>)", tx(v),
+                       mt + plot_h + 15, esc(axis_text(v, opt.y_format)));
   }
-  out += fmt::format(R"(<text transform="translate(14 {:.1f}) rotate(-90)" text-anchor="middle" class="ax">{}</text>)",
-                     mt + plot_h / 2, esc(opt.y_label));
-  const double slot = plot_w / static_cast<double>(bars.size());
-  const double bw = std::min(56.0, slot * 0.7);
+  out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" class="ax">{}</text>)", ml + plot_w / 2,
+                     mt + plot_h + 34, esc(opt.y_label));
+  const double bh = 15;
   for (size_t i = 0; i < bars.size(); ++i) {
-    const double cx = ml + slot * (static_cast<double>(i) + 0.5);
+    const double cy = mt + row_h * (static_cast<double>(i) + 0.5);
     double acc = 0;
     std::string tip = bars[i].label;
     for (size_t k = 0; k < bars[i].values.size(); ++k) {
       const double v = std::isfinite(bars[i].values[k]) && bars[i].values[k] > 0 ? bars[i].values[k] : 0;
       if (k < names.size()) tip += fmt::format("\n{}: {}", names[k], axis_text(v, opt.y_format));
       if (v <= 0) continue;
-      const double y0 = ty(acc), y1 = ty(acc + v);
-      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}"/>)", cx - bw / 2, y1, bw,
-                         std::max(0.5, y0 - y1), esc(k < colors.size() ? colors[k] : palette()[k % palette().size()]));
+      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}"/>)", tx(acc),
+                         cy - bh / 2, std::max(0.5, tx(acc + v) - tx(acc)), bh,
+                         esc(k < colors.size() ? colors[k] : palette()[k % palette().size()]));
       acc += v;
     }
-    // One transparent rect over the whole bar carries the hover title.
+    // One transparent rect over the whole row carries the hover title.
     out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="transparent"><title>{}</title></rect>)",
-                       cx - bw / 2, ty(acc), bw, std::max(1.0, ty(0) - ty(acc)), esc(tip));
-    const std::string label = truncate(bars[i].label, 26);
-    if (rotate)
-      out += fmt::format(R"(<text transform="translate({:.1f} {:.1f}) rotate(-35)" text-anchor="end" class="ax">{}</text>)",
-                         cx + 3, mt + plot_h + 12, esc(label));
-    else
-      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" class="ax">{}</text>)", cx,
-                         mt + plot_h + 16, esc(label));
+                       ml, cy - row_h / 2, plot_w, row_h, esc(tip));
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" class="ax">{}</text>)", ml - 8, cy + 4,
+                       esc(truncate(bars[i].label, 34)));
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="ax">{}</text>)", tx(acc) + 5, cy + 4,
+                       esc(axis_text(acc, opt.y_format)));
   }
-  out += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{2:.1f}" y2="{1:.1f}" class="axis"/>)", ml, mt + plot_h,
-                     ml + plot_w);
+  out += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" class="axis"/>)", ml, mt, mt + plot_h);
   out += "</svg>";
   return out;
 }

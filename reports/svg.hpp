@@ -24,7 +24,7 @@ struct ChartOptions {
   std::string x_label, y_label;
   bool log_x = false, log_y = false;
   AxisFormat x_format = AxisFormat::number, y_format = AxisFormat::number;
-  int width = 580, height = 340;
+  int width = 550, height = 330;
 };
 
 // Colour-blind-safe palette (Okabe-Ito order), reused for series in order.
@@ -36,7 +36,8 @@ struct Bar {
   std::string label;           // under the bar
   std::vector<double> values;  // one per segment, stacked bottom-up
 };
-// Stacked bars; segment_names and colors give the legend (one per value).
+// Horizontal stacked bars, one row per Bar; segment_names and colors give the
+// legend (one per value). The value axis uses opt.y_format and opt.y_label.
 std::string stacked_bar_chart(const std::vector<std::string>& segment_names, const std::vector<std::string>& colors,
                               const std::vector<Bar>& bars, const ChartOptions& opt);
 
@@ -44,5 +45,9 @@ std::string stacked_bar_chart(const std::vector<std::string>& segment_names, con
 // or log ticks (powers of 2 or 10 and their multiples) for positive ranges.
 std::vector<double> linear_ticks(double lo, double hi, int target = 5);
 std::vector<double> log_ticks(double lo, double hi);
+// Linear ticks at nice steps of the range's binary unit (B, KiB, MiB, ...).
+std::vector<double> bytes_ticks(double lo, double hi);
+// Log ticks at powers of two (bytes on a log axis), at most about six.
+std::vector<double> log2_ticks(double lo, double hi);
 
 }  // namespace hr::report

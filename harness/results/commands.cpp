@@ -50,8 +50,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   opt.only = c.only;
   opt.seed = c.seed;
   select_specs(opt);  // a bad --only is bad input before anything runs
-  make_dir(c.out_dir);
   auto dev = open_device(c.backend);
+  make_dir(c.out_dir);
   fmt::print(err, "headroom: running the {} preset on {} ({}){}\n", c.preset, dev->record().name,
              backend_name(dev->kind()), c.only.empty() ? "" : fmt::format(", only '{}'", c.only));
   r = run_suite(*dev, opt, &err);

@@ -84,6 +84,7 @@ void compare_memory(const SweepPoint& b, const SweepPoint& c, const CompareOptio
     else r.verdict = "better", r.note = "less memory than the baseline";
     if (always || r.verdict != "same") rows.push_back(r);
   };
+  if (b.memory.total_peak_bytes == 0 && c.memory.total_peak_bytes == 0) return;  // neither recorded memory
   one("peak bytes", static_cast<double>(b.memory.total_peak_bytes), static_cast<double>(c.memory.total_peak_bytes),
       true);
   for (Consumer k : kAllConsumers) {
@@ -110,10 +111,10 @@ void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
     r.verdict = "same";
   } else if (r.change > 0) {
     r.verdict = "regression";
-    r.note = fmt::format("slower by {} (beyond the {:.1f}% noise threshold)", pct(r.change), r.threshold * 100);
+    r.note = fmt::format("slower by {:.1f}% (beyond the {:.1f}% noise threshold)", r.change * 100, r.threshold * 100);
   } else {
     r.verdict = "better";
-    r.note = fmt::format("faster by {}", pct(-r.change).substr(1));
+    r.note = fmt::format("faster by {:.1f}%", -r.change * 100);
   }
   rows.push_back(r);
 }
@@ -287,46 +288,48 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
                    dev_str(cur.device, "name"), dev_str(cur.build, "git_sha"), cur.preset, cur.backend);
 
   if (!c.rows.empty()) {
+    // One line per point: its step time and total peak, the worst verdict of its
+    // quantities, and a note for anything else that changed (a consumer's peak).
     struct Line {
-      std::string point, quantity, base, cur, change, thr, verdict;
+      std::string point, time, mem, verdict, note;
+    };
+    auto rank = [](const std::string& v) {
+      return v == "regression" ? 5 : v == "noisy" ? 4 : v == "missing" ? 3 : v == "better" ? 2 : v == "new" ? 1 : 0;
     };
     std::vector<Line> lines;
+    std::string last_key;
     for (const auto& r : c.rows) {
       SweepPoint p;
       p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
-      Line l{describe_point(p), r.quantity, "", "", "", "", r.verdict};
+      const std::string key = point_key(r.sweep, r.backend, r.dtype, r.model, r.config);
+      if (lines.empty() || key != last_key) lines.push_back(Line{describe_point(p), "", "", "same", ""});
+      last_key = key;
+      Line& l = lines.back();
+      if (rank(r.verdict) > rank(l.verdict)) l.verdict = r.verdict;
+      auto add_note = [&](const std::string& n) { l.note += (l.note.empty() ? "" : "; ") + n; };
       if (r.quantity == "step time") {
-        l.base = fmt::format("{:.4g} ms", r.baseline * 1e3);
-        l.cur = fmt::format("{:.4g} ms", r.current * 1e3);
-      } else if (r.quantity != "status") {
-        l.base = format_bytes(r.baseline);
-        l.cur = format_bytes(r.current);
-      } else {
-        l.cur = r.note;
-      }
-      if (std::isfinite(r.change) || std::isinf(r.change)) l.change = r.quantity == "status" ? "" : pct(r.change);
-      if (std::isfinite(r.threshold)) l.thr = fmt::format("±{:.1f}%", r.threshold * 100);
-      lines.push_back(l);
-    }
-    size_t w[7] = {5, 8, 8, 8, 6, 9, 7};
-    for (const auto& l : lines) {
-      w[0] = std::max(w[0], l.point.size());
-      w[1] = std::max(w[1], l.quantity.size());
-      w[2] = std::max(w[2], l.base.size());
-      if (l.quantity != "status") w[3] = std::max(w[3], l.cur.size());
-    }
-    w[0] = std::min<size_t>(w[0], 60);
-    o << fmt::format("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {}\n", "point", w[0], "quantity", w[1], "baseline",
-                     w[2], "this run", w[3], "change", w[4], "threshold", w[5], "verdict");
-    for (const auto& l : lines) {
-      if (l.quantity == "status") {
-        o << fmt::format("{:<{}}  {:<{}}  {:>{}}  {}  [{}]\n", l.point, w[0], l.quantity, w[1], "", w[2], l.cur,
-                         l.verdict);
-      } else {
-        o << fmt::format("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {}\n", l.point, w[0], l.quantity, w[1],
-                         l.base, w[2], l.cur, w[3], l.change, w[4], l.thr, w[5], l.verdict);
+        l.time = fmt::format("{:.4g} -> {:.4g} ms ({})", r.baseline * 1e3, r.current * 1e3, pct(r.change));
+        if (r.verdict != "same" && r.verdict != "better") add_note(r.note);
+      } else if (r.quantity == "peak bytes") {
+        if (r.baseline == 0 && r.current == 0) continue;
+        l.mem = fmt::format("{} -> {} ({})", format_bytes(r.baseline), format_bytes(r.current), pct(r.change));
+      } else if (r.quantity == "status") {
+        add_note(r.note);
+      } else if (r.verdict != "same") {
+        add_note(fmt::format("{} {}", r.quantity, pct(r.change)));
       }
     }
+    size_t w[3] = {5, 9, 10};
+    for (const auto& l : lines) {
+      w[0] = std::max(w[0], std::min<size_t>(l.point.size(), 64));
+      w[1] = std::max(w[1], l.time.size());
+      w[2] = std::max(w[2], l.mem.size());
+    }
+    o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}  {}\n", "point", w[0], "step time", w[1], "peak bytes", w[2],
+                     "verdict", "note");
+    for (const auto& l : lines)
+      o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}  {}\n", l.point, w[0], l.time.empty() ? "-" : l.time, w[1],
+                       l.mem.empty() ? "-" : l.mem, w[2], l.verdict, l.note);
     o << "\n";
   } else {
     o << "no sweep points to compare\n\n";

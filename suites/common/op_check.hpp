@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,9 @@ inline double nmse(const std::vector<float>& got, const std::vector<double>& wan
 inline testing::AssertionResult nmse_within(const std::vector<float>& got, const std::vector<double>& want,
                                             double bound, const std::string& what) {
   const double e = nmse(got, want);
+  // HEADROOM_PRINT_NMSE=1 prints every measurement, to see the headroom under each bound.
+  if (const char* p = std::getenv("HEADROOM_PRINT_NMSE"); p != nullptr && p[0] == '1')
+    std::printf("nmse %-48s %.3e (bound %.1e)\n", what.c_str(), e, bound);
   if (e <= bound) return testing::AssertionSuccess() << what << ": nmse " << e << " <= " << bound;
   return testing::AssertionFailure() << what << ": nmse " << e << " > bound " << bound << " (" << got.size()
                                      << " values)";

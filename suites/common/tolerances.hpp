@@ -72,12 +72,15 @@ inline constexpr double kMemEfficientAttentionMaxExponent = 1.2;
 
 // Element-wise ops (add, scale, axpy, cast, add_bias, GELU, dropout), forward and
 // backward: each output is one fp32 expression of its inputs, stored once.
-// - fp32: a few ulp per element (tanhf in GELU) gives NMSE ~1e-14; 1e-12 keeps
-//   100x headroom and is far inside ggml's 1e-7, so a wrong constant cannot hide.
+// - fp32: a few ulp per element gives NMSE ~1e-15 (add, scale, axpy); GELU's
+//   negative tail is ill-conditioned (relative condition number ~15 at x = -4, so
+//   ~1e-6 relative in fp32 whatever the formula; 6.7e-13 measured on a single
+//   tail element). 1e-11 leaves 15x over that and stays far inside ggml's 1e-7;
+//   the erf form of GELU in place of the tanh form (~1e-9) is still caught.
 // - fp16 / bf16: one round-to-nearest store has relative error at most u = 2^-11
 //   (2^-8), so NMSE <= u^2 = 2.4e-7 (1.5e-5) from the store alone; 2 u^2 leaves
 //   room for the fp32 math before it. Measured: ~7e-8 and ~5e-6.
-inline constexpr PerDType kElementwiseNmse{1e-12, 2.0 / (2048.0 * 2048.0), 2.0 / (256.0 * 256.0)};
+inline constexpr PerDType kElementwiseNmse{1e-11, 2.0 / (2048.0 * 2048.0), 2.0 / (256.0 * 256.0)};
 
 // Sums stored once (bias gradient columns, reduce::sum / squared_norm): fp32
 // accumulation of up to ~1e6 terms, relative error ~sqrt(n) 2^-24, squared ~1e-11;

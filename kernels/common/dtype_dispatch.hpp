@@ -20,4 +20,12 @@ decltype(auto) dispatch_float(DType t, const char* what, Fn&& fn) {
   throw Error(fmt::format("{}: dtype {} is not a float dtype", what, dtype_name(t)));
 }
 
+// Two dtypes at once (casts, mixed-precision accumulation): calls fn(A{}, B{}).
+template <typename Fn>
+decltype(auto) dispatch_float2(DType a, DType b, const char* what, Fn&& fn) {
+  return dispatch_float(a, what, [&](auto ta) -> decltype(auto) {
+    return dispatch_float(b, what, [&](auto tb) -> decltype(auto) { return fn(ta, tb); });
+  });
+}
+
 }  // namespace hr

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,9 @@ inline double nmse(const std::vector<float>& got, const std::vector<double>& wan
 inline testing::AssertionResult nmse_within(const std::vector<float>& got, const std::vector<double>& want,
                                             double bound, const std::string& what) {
   const double e = nmse(got, want);
+  // HEADROOM_PRINT_NMSE=1 prints every measurement, to see the headroom under each bound.
+  if (const char* p = std::getenv("HEADROOM_PRINT_NMSE"); p != nullptr && p[0] == '1')
+    std::printf("nmse %-48s %.3e (bound %.1e)\n", what.c_str(), e, bound);
   if (e <= bound) return testing::AssertionSuccess() << what << ": nmse " << e << " <= " << bound;
   return testing::AssertionFailure() << what << ": nmse " << e << " > bound " << bound << " (" << got.size()
                                      << " values)";
@@ -94,5 +99,15 @@ class Guarded {
   int64_t guard_;
   Tensor whole_, view_;
 };
+
+// The edge sizes of every op test (DESIGN.md: 1, 15, 16, 17, 127, 128, 129, 4097)
+// plus one large size: around vector widths, warp and block sizes.
+inline const std::vector<int64_t>& edge_sizes() {
+  static const std::vector<int64_t> v{1, 15, 16, 17, 127, 128, 129, 4097, int64_t{1} << 20};
+  return v;
+}
+
+// The values a tensor holds, as doubles for a float64 reference.
+inline std::vector<double> stored_values(const Tensor& t) { return widen(t.to_host_f32()); }
 
 }  // namespace hr::test

@@ -72,4 +72,31 @@ inline constexpr double kAttentionImplsRelL2 = 1e-5;
 inline constexpr double kNaiveAttentionMinExponent = 1.8;
 inline constexpr double kMemEfficientAttentionMaxExponent = 1.2;
 
+// Element-wise ops (add, scale, axpy, cast, add_bias, GELU, dropout), forward and
+// backward: each output is one fp32 expression of its inputs, stored once.
+// - fp32: a few ulp per element gives NMSE ~1e-15 (add, scale, axpy); GELU's
+//   negative tail is ill-conditioned (relative condition number ~15 at x = -4, so
+//   ~1e-6 relative in fp32 whatever the formula; 6.7e-13 measured on a single
+//   tail element). 1e-11 leaves 15x over that and stays far inside ggml's 1e-7;
+//   the erf form of GELU in place of the tanh form (~1e-9) is still caught.
+// - fp16 / bf16: one round-to-nearest store has relative error at most u = 2^-11
+//   (2^-8), so NMSE <= u^2 = 2.4e-7 (1.5e-5) from the store alone; 2 u^2 leaves
+//   room for the fp32 math before it. Measured: ~7e-8 and ~5e-6.
+inline constexpr PerDType kElementwiseNmse{1e-11, 2.0 / (2048.0 * 2048.0), 2.0 / (256.0 * 256.0)};
+
+// Sums stored once (bias gradient columns, reduce::sum / squared_norm): fp32
+// accumulation of up to ~1e6 terms, relative error ~sqrt(n) 2^-24, squared ~1e-11;
+// 16-bit results as for row-wise ops.
+inline constexpr PerDType kSumNmse{1e-10, 1e-6, 5e-5};
+
+// Optimizer steps against a float64 reference of several steps (SGD, AdamW):
+// fp32 parameters carry a few ulp per step (sqrt, division), ~1e-14 measured;
+// a 16-bit parameter is rounded once per step, so k steps allow up to k u^2
+// (u = 2^-11 or 2^-8); the tests run 5 steps and the bound allows 16 u^2.
+inline constexpr PerDType kOptimizerNmse{1e-11, 16.0 / (2048.0 * 2048.0), 16.0 / (256.0 * 256.0)};
+
+// Dropout keep fraction: |kept/n - (1-p)| within this many binomial standard
+// deviations sqrt(p (1-p) / n); 5 sigma fails a correct generator ~6e-7 of the time.
+inline constexpr double kBinomialSigmas = 5.0;
+
 }  // namespace hr::tol

@@ -1,0 +1,35 @@
+// Launch-shape helpers shared by the CUDA kernels (CUDA translation units only):
+// grid sizes for grid-stride loops, 16-byte packs for vectorised loads and
+// stores, and the alignment test that decides whether a pack path is legal
+// (tensor views made by slice() need not be 16-byte aligned).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "harness/tensor.hpp"
+
+namespace hr::gpu {
+
+inline constexpr int kThreads = 256;
+// Grid-stride loops cover any size; past this many blocks each thread loops.
+inline constexpr int64_t kMaxBlocks = 65536;
+
+inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
+  const int64_t blocks = (work_items + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
+}
+
+inline cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(t.device().cuda_stream()); }
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// N elements of T moved as one aligned load/store.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+}  // namespace hr::gpu

@@ -1,0 +1,162 @@
+// Fused softmax cross-entropy: argument checks (targets range-checked on the host),
+// the reductions, backend dispatch and the CPU loops. Per-token losses are reduced
+// on the host in double in token order, so the reduced loss is deterministic on
+// both backends.
+#include "kernels/crossentropy/crossentropy.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "harness/check.hpp"
+#include "kernels/common/dispatch.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/crossentropy/crossentropy_math.hpp"
+#if HEADROOM_HAVE_CUDA
+#include "kernels/crossentropy/crossentropy_cuda.hpp"
+#endif
+
+namespace hr::ops {
+namespace {
+
+// Checks shapes and targets; returns the number of real (not ignored) tokens.
+int64_t check_args(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg, const char* op) {
+  HR_CHECK(logits.defined() && logits.ndim() == 2 && is_float(logits.dtype()) && logits.dim(1) > 0,
+           "{}: logits must be float [N, V], got {}", op, logits.str());
+  HR_CHECK(targets.defined() && targets.dtype() == DType::i32 && targets.ndim() == 1 &&
+               targets.dim(0) == logits.dim(0),
+           "{}: targets must be int32 [{}], got {}", op, logits.dim(0), targets.str());
+  check_same_device(logits, targets, op);
+  if (cfg.reduction == LossReduction::sum_div_count)
+    HR_ARG_CHECK(cfg.count > 0 && std::isfinite(cfg.count), "{}: sum_div_count needs count > 0, got {}", op,
+                 cfg.count);
+  HR_ARG_CHECK(std::isfinite(cfg.loss_scale) && cfg.loss_scale > 0, "{}: loss_scale must be finite and > 0, got {}",
+               op, cfg.loss_scale);
+  const std::vector<int32_t> t = targets.to_host_i32();
+  const int64_t V = logits.dim(1);
+  int64_t real = 0;
+  for (size_t n = 0; n < t.size(); ++n) {
+    if (t[n] == cfg.ignore_index) continue;
+    HR_CHECK(t[n] >= 0 && t[n] < V, "{}: targets[{}] = {} outside [0, {}) and not the ignore index {}", op, n, t[n],
+             V, cfg.ignore_index);
+    ++real;
+  }
+  return real;
+}
+
+// 1 / the reduction's normaliser. A mean over zero real tokens is 0, not NaN (as
+// PyTorch gives): a fully padded micro-batch then contributes nothing to an
+// accumulated gradient instead of poisoning it.
+double reduction_weight(const CrossEntropyConfig& cfg, int64_t real) {
+  switch (cfg.reduction) {
+    case LossReduction::mean: return real > 0 ? 1.0 / static_cast<double>(real) : 0.0;
+    case LossReduction::sum: return 1.0;
+    case LossReduction::sum_div_count: return 1.0 / cfg.count;
+  }
+  return 0;
+}
+
+// Row log-sum-exp on the CPU: fp32 max, double sum of fp32 exponentials.
+template <typename T>
+float row_lse(const T* x, int64_t V) {
+  float mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::fmax(mx, to_float(x[v]));
+  double s = 0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(to_float(x[v]) - mx);
+  return ce::logsumexp(mx, static_cast<float>(s));
+}
+
+template <typename T>
+void losses_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t ignore, float* losses) {
+  const int64_t V = logits.dim(1);
+  const T* xp = logits.data_as<T>();
+  for (size_t n = 0; n < t.size(); ++n) {
+    if (t[n] == ignore) {
+      losses[n] = 0.f;
+      continue;
+    }
+    const T* x = xp + static_cast<int64_t>(n) * V;
+    losses[n] = ce::token_loss(row_lse(x, V), to_float(x[t[n]]));
+  }
+}
+
+template <typename T, typename D>
+void backward_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t ignore, float weight, Tensor& dlogits) {
+  const int64_t V = logits.dim(1);
+  const T* xp = logits.data_as<T>();
+  D* dp = dlogits.data_as<D>();
+  for (size_t n = 0; n < t.size(); ++n) {
+    const T* x = xp + static_cast<int64_t>(n) * V;
+    D* d = dp + static_cast<int64_t>(n) * V;
+    if (t[n] == ignore) {
+      for (int64_t v = 0; v < V; ++v) d[v] = from_float<D>(0.f);
+      continue;
+    }
+    const float lse = row_lse(x, V);
+    for (int64_t v = 0; v < V; ++v) d[v] = from_float<D>(ce::dlogit(to_float(x[v]), lse, v == t[n], weight));
+  }
+}
+
+}  // namespace
+
+double cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
+                             Tensor& losses) {
+  const char* op = "cross_entropy_forward";
+  const int64_t real = check_args(logits, targets, cfg, op);
+  const int64_t N = logits.dim(0);
+  if (losses.defined()) {
+    HR_CHECK(losses.dtype() == DType::f32 && losses.numel() == N, "{}: losses must be fp32 [{}], got {}", op, N,
+             losses.str());
+    check_same_device(logits, losses, op);
+  }
+  std::vector<float> host(static_cast<size_t>(N));
+  if (logits.is_cuda()) {
+#if HEADROOM_HAVE_CUDA
+    Tensor buf = losses.defined() ? losses : Tensor::empty(logits.device(), {N}, DType::f32, Consumer::workspace);
+    cuda::cross_entropy_losses(logits, targets, cfg.ignore_index, buf);
+    host = buf.to_host_f32();
+#else
+    HR_CHECK(false, "{}: this build of headroom has no CUDA backend", op);
+#endif
+  } else {
+    const std::vector<int32_t> t = targets.to_host_i32();
+    dispatch_float(logits.dtype(), op,
+                   [&](auto tag) { losses_cpu<decltype(tag)>(logits, t, cfg.ignore_index, host.data()); });
+    if (losses.defined()) losses.from_host_bytes(host.data(), host.size() * sizeof(float));
+  }
+  double total = 0;
+  for (float l : host) total += l;  // token order: deterministic
+  return total * reduction_weight(cfg, real);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
+                            Tensor& dlogits) {
+  const char* op = "cross_entropy_backward";
+  const int64_t real = check_args(logits, targets, cfg, op);
+  check_same_shape(logits, dlogits, op);
+  check_same_device(logits, dlogits, op);
+  HR_CHECK(dlogits.dtype() == logits.dtype() || dlogits.dtype() == DType::f32,
+           "{}: dlogits must be {} or fp32, got {}", op, dtype_name(logits.dtype()), dlogits.str());
+  // loss_scale * weight in double, then rounded once: a power-of-two loss_scale
+  // scales the rounded weight, hence every gradient, exactly.
+  const float weight = static_cast<float>(static_cast<double>(cfg.loss_scale) * reduction_weight(cfg, real));
+  if (logits.numel() == 0) return;
+  HR_IF_CUDA(logits, cuda::cross_entropy_backward(logits, targets, cfg.ignore_index, weight, dlogits));
+  const std::vector<int32_t> t = targets.to_host_i32();
+  dispatch_float(logits.dtype(), op, [&](auto xt) {
+    using T = decltype(xt);
+    if (dlogits.dtype() == DType::f32)
+      backward_cpu<T, float>(logits, t, cfg.ignore_index, weight, dlogits);
+    else
+      backward_cpu<T, T>(logits, t, cfg.ignore_index, weight, dlogits);
+  });
+}
+
+int64_t count_real_tokens(const Tensor& targets, int32_t ignore_index) {
+  HR_CHECK(targets.defined() && targets.dtype() == DType::i32, "count_real_tokens: targets must be int32, got {}",
+           targets.str());
+  int64_t real = 0;
+  for (int32_t t : targets.to_host_i32()) real += t != ignore_index;
+  return real;
+}
+
+}  // namespace hr::ops

@@ -1,0 +1,84 @@
+// Optimizer steps: checks, the per-step scalars (bias corrections in double on the
+// host, once per step), dispatch, and the CPU loops over optim_math.hpp.
+#include "kernels/optim/optim.hpp"
+
+#include <cmath>
+
+#include "kernels/common/dispatch.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/optim/optim_math.hpp"
+
+#if HEADROOM_HAVE_CUDA
+#include "kernels/optim/optim_cuda.hpp"
+#endif
+
+namespace hr::ops {
+namespace {
+
+void check_state(const Tensor& param, const Tensor& state, const char* op, const char* what) {
+  HR_CHECK(state.defined(), "{}: {} is undefined", op, what);
+  check_same_shape(param, state, op);
+  check_same_device(param, state, op);
+  HR_CHECK(state.dtype() == DType::f32, "{}: {} must be fp32, got {}", op, what, state.str());
+}
+
+void check_param_grad(const Tensor& param, const Tensor& grad, const char* op) {
+  HR_CHECK(param.defined() && grad.defined(), "{}: undefined tensor", op);
+  HR_CHECK(is_float(param.dtype()) && is_float(grad.dtype()), "{}: float tensors expected: {}, {}", op,
+           param.str(), grad.str());
+  check_same_shape(param, grad, op);
+  check_same_device(param, grad, op);
+}
+
+}  // namespace
+
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdConfig& cfg) {
+  check_param_grad(param, grad, "sgd_step");
+  HR_ARG_CHECK(cfg.lr >= 0.f && cfg.momentum >= 0.f && cfg.weight_decay >= 0.f,
+               "sgd_step: lr {}, momentum {} and weight decay {} must be >= 0", cfg.lr, cfg.momentum,
+               cfg.weight_decay);
+  const optim::SgdScalars s{cfg.lr, cfg.momentum, cfg.weight_decay, cfg.momentum != 0.f};
+  if (s.use_momentum) check_state(param, momentum_buf, "sgd_step", "momentum buffer");
+  HR_IF_CUDA(param, cuda::sgd_step(param, grad, momentum_buf, s));
+  dispatch_float2(param.dtype(), grad.dtype(), "sgd_step", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    TP* p = param.data_as<TP>();
+    const TG* g = grad.data_as<TG>();
+    float* buf = s.use_momentum ? momentum_buf.data_as<float>() : nullptr;
+    float unused = 0.f;
+    for (int64_t i = 0, n = param.numel(); i < n; ++i)
+      p[i] = from_float<TP>(optim::sgd(to_float(p[i]), to_float(g[i]), buf ? buf + i : &unused, s));
+  });
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, const AdamWConfig& cfg) {
+  check_param_grad(param, grad, "adamw_step");
+  check_state(param, m, "adamw_step", "first moment");
+  check_state(param, v, "adamw_step", "second moment");
+  HR_ARG_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
+  HR_ARG_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f && cfg.eps > 0.f,
+               "adamw_step: betas ({}, {}) must be in [0, 1) and eps {} > 0", cfg.beta1, cfg.beta2, cfg.eps);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(step));
+  const optim::AdamWScalars s{cfg.lr,
+                              cfg.beta1,
+                              cfg.beta2,
+                              cfg.eps,
+                              cfg.weight_decay,
+                              static_cast<float>(cfg.lr / bc1),
+                              static_cast<float>(std::sqrt(bc2))};
+  HR_IF_CUDA(param, cuda::adamw_step(param, grad, m, v, s));
+  dispatch_float2(param.dtype(), grad.dtype(), "adamw_step", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    TP* p = param.data_as<TP>();
+    const TG* g = grad.data_as<TG>();
+    float* pm = m.data_as<float>();
+    float* pv = v.data_as<float>();
+    for (int64_t i = 0, n = param.numel(); i < n; ++i)
+      p[i] = from_float<TP>(optim::adamw(to_float(p[i]), to_float(g[i]), pm + i, pv + i, s));
+  });
+}
+
+}  // namespace hr::ops

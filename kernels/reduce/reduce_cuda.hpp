@@ -1,0 +1,14 @@
+// CUDA entry points of the reductions (defined in reduce.cu, called from
+// reduce.cpp after its checks). Each synchronises and returns the host value.
+#pragma once
+
+#include "harness/tensor.hpp"
+
+namespace hr::ops::cuda {
+
+double sum(const Tensor& x);
+double squared_norm(const Tensor& x);
+bool any_nonfinite(const Tensor& x);
+bool unscale_and_check(Tensor& g, float inv_scale);
+
+}  // namespace hr::ops::cuda

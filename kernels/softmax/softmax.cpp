@@ -1,0 +1,110 @@
+// Masked row softmax: argument checks, backend dispatch and the CPU loops.
+// Row sums accumulate in double on the CPU; mask and element math are
+// softmax_math.hpp's, shared with the CUDA kernels.
+#include "kernels/softmax/softmax.hpp"
+
+#include <climits>
+#include <cmath>
+#include <initializer_list>
+
+#include "harness/check.hpp"
+#include "kernels/common/dispatch.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/softmax/softmax_math.hpp"
+#if HEADROOM_HAVE_CUDA
+#include "kernels/softmax/softmax_cuda.hpp"
+#endif
+
+namespace hr::ops {
+namespace {
+
+void check_mask(const Tensor& scores, const AttnMask& mask, const char* op) {
+  const int64_t B = scores.dim(0), T = scores.dim(2), S = scores.dim(3);
+  if (mask.causal) HR_CHECK(T == S, "{}: a causal mask needs T == S, got {}", op, scores.str());
+  if (mask.key_valid_len.defined()) {
+    HR_CHECK(mask.key_valid_len.dtype() == DType::i32 && mask.key_valid_len.numel() == B,
+             "{}: key_valid_len must be int32 [{}], got {}", op, B, mask.key_valid_len.str());
+    check_same_device(scores, mask.key_valid_len, op);
+  }
+  if (mask.segment_ids.defined()) {
+    HR_CHECK(T == S, "{}: segment_ids need T == S, got {}", op, scores.str());
+    HR_CHECK(mask.segment_ids.dtype() == DType::i32 && mask.segment_ids.numel() == B * T,
+             "{}: segment_ids must be int32 [{}, {}], got {}", op, B, T, mask.segment_ids.str());
+    check_same_device(scores, mask.segment_ids, op);
+  }
+}
+
+template <typename T>
+void forward_cpu(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
+  const int64_t B = scores.dim(0), H = scores.dim(1), Tq = scores.dim(2), S = scores.dim(3);
+  const T* xp = scores.data_as<T>();
+  T* pp = probs.data_as<T>();
+  const int32_t* kvl = mask.key_valid_len.defined() ? mask.key_valid_len.data_as<int32_t>() : nullptr;
+  const int32_t* seg = mask.segment_ids.defined() ? mask.segment_ids.data_as<int32_t>() : nullptr;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < Tq; ++t) {
+        const sm::RowMask m{mask.causal, static_cast<int32_t>(t), kvl ? kvl[b] : INT32_MAX,
+                            seg ? seg + b * Tq : nullptr};
+        const int64_t o = ((b * H + h) * Tq + t) * S;
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < S; ++s)
+          if (sm::allowed(m, static_cast<int32_t>(s))) mx = std::fmax(mx, scale * to_float(xp[o + s]));
+        double sum = 0;
+        if (mx != -INFINITY)
+          for (int64_t s = 0; s < S; ++s)
+            if (sm::allowed(m, static_cast<int32_t>(s))) sum += std::exp(scale * to_float(xp[o + s]) - mx);
+        const float inv = mx == -INFINITY ? 0.f : static_cast<float>(1.0 / sum);
+        for (int64_t s = 0; s < S; ++s)
+          pp[o + s] = from_float<T>(sm::allowed(m, static_cast<int32_t>(s))
+                                        ? sm::prob(scale * to_float(xp[o + s]), mx, inv)
+                                        : 0.f);
+      }
+}
+
+template <typename T>
+void backward_cpu(const Tensor& probs, const Tensor& dprobs, float scale, Tensor& dscores) {
+  const int64_t S = probs.dim(-1), rows = probs.numel() / S;
+  const T* pp = probs.data_as<T>();
+  const T* dp = dprobs.data_as<T>();
+  T* dsp = dscores.data_as<T>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = r * S;
+    double dot = 0;
+    for (int64_t s = 0; s < S; ++s) dot += static_cast<double>(to_float(dp[o + s]) * to_float(pp[o + s]));
+    const float d = static_cast<float>(dot);
+    for (int64_t s = 0; s < S; ++s)
+      dsp[o + s] = from_float<T>(sm::dscore(to_float(pp[o + s]), to_float(dp[o + s]), d, scale));
+  }
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
+  const char* op = "softmax_forward";
+  HR_CHECK(scores.defined() && scores.ndim() == 4 && is_float(scores.dtype()),
+           "{}: scores must be [B, H, T, S] float, got {}", op, scores.str());
+  check_same_shape(scores, probs, op);
+  check_same_device(scores, probs, op);
+  HR_CHECK(probs.dtype() == scores.dtype(), "{}: probs {} must have the dtype of scores {}", op, probs.str(),
+           scores.str());
+  check_mask(scores, mask, op);
+  if (scores.numel() == 0) return;
+  HR_IF_CUDA(scores, cuda::softmax_forward(scores, mask, scale, probs));
+  dispatch_float(scores.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(scores, mask, scale, probs); });
+}
+
+void softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale, Tensor& dscores) {
+  const char* op = "softmax_backward";
+  HR_CHECK(probs.defined() && probs.ndim() >= 1 && is_float(probs.dtype()), "{}: bad probs {}", op, probs.str());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dprobs, &dscores}) {
+    check_same_shape(probs, *t, op);
+    check_same_device(probs, *t, op);
+    HR_CHECK(t->dtype() == probs.dtype(), "{}: {} must have the dtype of probs {}", op, t->str(), probs.str());
+  }
+  if (probs.numel() == 0) return;
+  HR_IF_CUDA(probs, cuda::softmax_backward(probs, dprobs, scale, dscores));
+  dispatch_float(probs.dtype(), op, [&](auto tag) { backward_cpu<decltype(tag)>(probs, dprobs, scale, dscores); });
+}
+
+}  // namespace hr::ops

@@ -248,6 +248,7 @@ double headroom_ratio(const Measurement& m) {
 std::string ratio_text(double h) {
   if (std::isnan(h)) return "-";
   if (std::isinf(h)) return h > 0 ? "exact" : "-inf";
+  if (h >= 1e5) return fmt::format("{:.2g}x", h);
   if (h >= 100) return fmt::format("{:.0f}x", h);
   return fmt::format("{:.2g}x", h);
 }

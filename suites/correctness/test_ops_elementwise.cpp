@@ -260,4 +260,12 @@ TEST(OpsCompare, NmseNeverPassesNaNOrInf) {
   EXPECT_NEAR(nmse({1.1f}, {1.0}), 0.01, 1e-7);
 }
 
+TEST(OpsCompare, NmsePassesInfOnlyWhereTheReferenceHasTheSameInf) {
+  using hr::test::nmse;
+  EXPECT_NEAR(nmse({INFINITY, 1.1f}, {INFINITY, 1.0}), 0.01, 1e-7);
+  EXPECT_TRUE(std::isinf(nmse({1.f, 1.f}, {INFINITY, 1.0})));
+  EXPECT_TRUE(std::isinf(nmse({-INFINITY, 1.f}, {INFINITY, 1.0})));
+  EXPECT_FALSE(nmse({std::nanf(""), 1.f}, {INFINITY, 1.0}) <= 1e30);
+}
+
 }  // namespace

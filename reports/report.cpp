@@ -107,6 +107,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{padding:5px 9px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:#f1f5f9;color:#334155;font-weight:600;position:sticky;top:38px}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+th.mid{text-align:center}
 tbody tr:nth-child(even) td{background:#fbfdff}
 table.kv td:first-child{color:var(--muted);width:38%}
 .two{display:grid;grid-template-columns:1fr 1fr;gap:22px}
@@ -182,7 +183,7 @@ std::string version_text(const json& v) {
 }
 
 std::string device_value(const std::string& key, const json& v) {
-  if (key == "memory_bytes" && v.is_number()) return fmt::format("{} ({})", fmt_bytes_short(v.get<double>()), fmt_num(v.get<double>()));
+  if (key == "memory_bytes" && v.is_number()) return fmt_bytes_short(v.get<double>());
   if ((key == "sm_clock_khz" || key == "memory_clock_khz") && v.is_number())
     return fmt::format("{:.0f} MHz", v.get<double>() / 1000.0);
   if (key == "driver_version" || key == "runtime_version") return version_text(v);
@@ -247,6 +248,7 @@ double headroom_ratio(const Measurement& m) {
 std::string ratio_text(double h) {
   if (std::isnan(h)) return "-";
   if (std::isinf(h)) return h > 0 ? "exact" : "-inf";
+  if (h >= 1e5) return fmt::format("{:.2g}x", h);
   if (h >= 100) return fmt::format("{:.0f}x", h);
   return fmt::format("{:.2g}x", h);
 }
@@ -307,7 +309,7 @@ std::string conformance_section(const Results& r) {
 
   s += R"(<h3>Matrix</h3><table class="matrix"><thead><tr><th>Property</th>)";
   for (const auto& [b, d] : cols)
-    s += fmt::format(R"(<th class="num">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
+    s += fmt::format(R"(<th class="mid">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
   s += "</tr></thead><tbody>";
   for (const auto& id : ids) {
     s += fmt::format("<tr><td><b>{}</b> {}</td>", esc(id), esc(titles[id]));

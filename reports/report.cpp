@@ -107,6 +107,8 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{padding:5px 9px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:#f1f5f9;color:#334155;font-weight:600;position:sticky;top:38px}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+th.mid{text-align:center}
+.nw{white-space:nowrap}
 tbody tr:nth-child(even) td{background:#fbfdff}
 table.kv td:first-child{color:var(--muted);width:38%}
 .two{display:grid;grid-template-columns:1fr 1fr;gap:22px}
@@ -182,7 +184,7 @@ std::string version_text(const json& v) {
 }
 
 std::string device_value(const std::string& key, const json& v) {
-  if (key == "memory_bytes" && v.is_number()) return fmt::format("{} ({})", fmt_bytes_short(v.get<double>()), fmt_num(v.get<double>()));
+  if (key == "memory_bytes" && v.is_number()) return fmt_bytes_short(v.get<double>());
   if ((key == "sm_clock_khz" || key == "memory_clock_khz") && v.is_number())
     return fmt::format("{:.0f} MHz", v.get<double>() / 1000.0);
   if (key == "driver_version" || key == "runtime_version") return version_text(v);
@@ -247,6 +249,7 @@ double headroom_ratio(const Measurement& m) {
 std::string ratio_text(double h) {
   if (std::isnan(h)) return "-";
   if (std::isinf(h)) return h > 0 ? "exact" : "-inf";
+  if (h >= 1e5) return fmt::format("{:.2g}x", h);
   if (h >= 100) return fmt::format("{:.0f}x", h);
   return fmt::format("{:.2g}x", h);
 }
@@ -275,6 +278,10 @@ std::string conformance_section(const Results& r) {
     col_set.insert({m.backend, m.dtype});
     if (!titles.count(m.id) || titles[m.id].empty()) titles[m.id] = m.title;
   }
+  // A property's own title (from the run record) names the row better than the
+  // title of whichever of its measurements came first.
+  for (const auto& t : r.timings)
+    if (t.kind == "property" && titles.count(t.id) && !t.title.empty()) titles[t.id] = t.title;
   std::vector<std::pair<std::string, std::string>> cols(col_set.begin(), col_set.end());
   std::sort(cols.begin(), cols.end(), [](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first < b.first;
@@ -307,7 +314,7 @@ std::string conformance_section(const Results& r) {
 
   s += R"(<h3>Matrix</h3><table class="matrix"><thead><tr><th>Property</th>)";
   for (const auto& [b, d] : cols)
-    s += fmt::format(R"(<th class="num">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
+    s += fmt::format(R"(<th class="mid">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
   s += "</tr></thead><tbody>";
   for (const auto& id : ids) {
     s += fmt::format("<tr><td><b>{}</b> {}</td>", esc(id), esc(titles[id]));
@@ -330,14 +337,18 @@ std::string conformance_section(const Results& r) {
         const double h = headroom_ratio(*m);
         if (!m->passed) {
           if (worst_m->passed || is_error_measurement(*m)) worst_m = m;
-        } else if (worst_m->passed && !std::isnan(h) && h <= worst) {
-          worst = h, worst_m = m;
+        } else if (worst_m->passed && !std::isnan(h) && !m->negative_control && h <= worst) {
+          worst = h, worst_m = m;  // a check's headroom; negative controls are counted below
         }
         tip += fmt::format("{}{} {}: {} = {} (tolerance {}){}\n", m->negative_control ? "[negative control] " : "",
                            m->model, config_label(m->config), m->metric, fmt_num(m->error), fmt_num(m->tolerance),
                            m->passed ? "" : " FAILED");
       }
       const bool all_neg = negs == static_cast<int>(cell.size());
+      if (all_neg && !fails) {  // the least clearly caught control
+        worst = INFINITY;
+        for (const auto* m : cell) worst = std::min(worst, headroom_ratio(*m));
+      }
       const char* cls = fails ? "bad" : (all_neg ? "neg" : "ok");
       std::string main;
       if (fails) {
@@ -368,7 +379,7 @@ std::string conformance_section(const Results& r) {
        R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
   for (const auto* m : all) {
     s += fmt::format(
-        R"(<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td></tr>)",
+        R"(<tr><td class="nw"><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td></tr>)",
         esc(m->id), esc(m->backend), esc(m->dtype), esc(m->model), esc(config_label(m->config)), esc(m->metric),
         esc(fmt_num(m->error)), m->negative_control ? "&gt; " : "&le; ", esc(fmt_num(m->tolerance)),
         esc(ratio_text(headroom_ratio(*m))), status_badge(*m),

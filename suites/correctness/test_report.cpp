@@ -61,7 +61,7 @@ TEST_F(ReportFixture, HasEverySectionWithData) {
     EXPECT_NE(conf.find(std::string("<b>") + id + "</b>"), std::string::npos) << id;
   EXPECT_NE(conf.find("caught"), std::string::npos);
   EXPECT_NE(conf.find("exact"), std::string::npos);  // a zero error
-  EXPECT_GE(count(conf, "<th class=\"num\">cuda<br>"), 3u);
+  EXPECT_GE(count(conf, "<th class=\"mid\">cuda<br>"), 3u);
   // Memory by consumer: stacked bars, one chart per sweep with memory.
   const std::string mem = section(html, "memory");
   EXPECT_GE(count(mem, "<svg"), 4u);

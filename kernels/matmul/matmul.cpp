@@ -107,8 +107,8 @@ void gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool t
           float beta, bool batched) {
   const GemmDims d = check_gemm(op, a, trans_a, b, trans_b, c, batched);
   // BLAS takes int sizes and leading dimensions.
-  HR_CHECK(d.m < (int64_t{1} << 31) && d.n < (int64_t{1} << 31) && d.k < (int64_t{1} << 31),
-           "{}: dimensions beyond int range", op);
+  constexpr int64_t kIntRange = int64_t(1) << 31;
+  HR_CHECK(d.m < kIntRange && d.n < kIntRange && d.k < kIntRange, "{}: dimensions beyond int range", op);
   HR_IF_CUDA(a, cuda::matmul(a, trans_a, b, trans_b, c, d.batch, d.m, d.n, d.k, alpha, beta));
   gemm_cpu(a, trans_a, b, trans_b, c, d, alpha, beta);
 }

@@ -1,0 +1,403 @@
+// Attention: OPS-1 (naive and memory-efficient forward against float64, with
+// causal, padding and packed-segment masks), OPS-2 (both backwards against float64
+// central finite differences), PK-4 (memory-efficient equals naive in fp32; peak
+// activation bytes against T fit exponents ~2 naive, ~1 memory-efficient), DET-1,
+// and the [B, T, H*D] <-> [B, H, T, D] head moves.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/check.hpp"
+#include "harness/compare.hpp"
+#include "harness/fit.hpp"
+#include "harness/tensor.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/attention/attention_ref.hpp"
+#include "suites/common/finite_diff.hpp"
+#include "suites/common/op_check.hpp"
+#include "suites/common/test_support.hpp"
+#include "suites/common/tolerances.hpp"
+
+namespace hr {
+namespace {
+
+using ops::AttentionImpl;
+using test::BackendDType;
+
+enum class MaskKind { none, causal, causal_padding, causal_packed, padding_packed };
+const char* mask_name(MaskKind m) {
+  switch (m) {
+    case MaskKind::none: return "none";
+    case MaskKind::causal: return "causal";
+    case MaskKind::causal_padding: return "causal+padding";
+    case MaskKind::causal_packed: return "causal+packed";
+    default: return "padding+packed";
+  }
+}
+constexpr MaskKind kAllMasks[] = {MaskKind::none, MaskKind::causal, MaskKind::causal_padding, MaskKind::causal_packed,
+                                  MaskKind::padding_packed};
+
+// A mask on the device and the same mask as host vectors for the reference.
+struct Mask {
+  ops::AttnMask dev;
+  bool causal = false;
+  std::vector<int32_t> kv_len, seg;
+};
+
+// Padding: batch row b keeps T - 3b - 1 keys (at least 1, at most T). Packing:
+// sequences of lengths 5, 7, 1, 9, ... (a length-1 sequence sees only itself).
+Mask make_mask(Device& dev, MaskKind kind, int64_t B, int64_t T) {
+  Mask m;
+  m.causal = kind == MaskKind::causal || kind == MaskKind::causal_padding || kind == MaskKind::causal_packed;
+  m.dev.causal = m.causal;
+  if (kind == MaskKind::causal_padding || kind == MaskKind::padding_packed) {
+    for (int64_t b = 0; b < B; ++b) m.kv_len.push_back(static_cast<int32_t>(std::max<int64_t>(1, T - 3 * b - 1)));
+    m.dev.key_valid_len = Tensor::from_host_i32(dev, m.kv_len, {B}, Consumer::activations);
+  }
+  if (kind == MaskKind::causal_packed || kind == MaskKind::padding_packed) {
+    const int lens[] = {5, 7, 1, 9, 3};
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t id = 0;
+      int used = 0, li = static_cast<int>(b);
+      for (int64_t t = 0; t < T; ++t) {
+        if (used == lens[li % 5]) {
+          ++id;
+          ++li;
+          used = 0;
+        }
+        m.seg.push_back(id);
+        ++used;
+      }
+    }
+    m.dev.segment_ids = Tensor::from_host_i32(dev, m.seg, {B, T}, Consumer::activations);
+  }
+  return m;
+}
+
+struct Qkv {
+  Tensor q, k, v;
+  std::vector<double> qh, kh, vh;  // stored values
+};
+
+Qkv random_qkv(Device& dev, Shape shape, DType dt, uint64_t seed) {
+  Qkv x;
+  const size_t n = static_cast<size_t>(shape_numel(shape));
+  // Scores of order a few units: a softmax that is neither flat nor one-hot.
+  x.q = Tensor::from_host(dev, test::random_nonzero(n, seed, -2.f, 2.f), shape, dt, Consumer::activations);
+  x.k = Tensor::from_host(dev, test::random_nonzero(n, seed + 1, -2.f, 2.f), shape, dt, Consumer::activations);
+  x.v = Tensor::from_host(dev, test::random_nonzero(n, seed + 2), shape, dt, Consumer::activations);
+  x.qh = test::widen(x.q.to_host_f32());
+  x.kh = test::widen(x.k.to_host_f32());
+  x.vh = test::widen(x.v.to_host_f32());
+  return x;
+}
+
+constexpr AttentionImpl kImpls[] = {AttentionImpl::naive, AttentionImpl::memory_efficient};
+
+class AttentionOps : public testing::TestWithParam<BackendDType> {};
+
+TEST_P(AttentionOps, ForwardMatchesFloat64ReferenceUnderEveryMask) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  double worst = 0;
+  uint64_t seed = 1000;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{1, 16}, {17, 24}, {129, 16}, {70, 64}})
+    for (MaskKind mk : kAllMasks)
+      for (AttentionImpl impl : kImpls) {
+        const int64_t B = 2, H = 3;
+        const float scale = 1.f / std::sqrt(static_cast<float>(D));
+        Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+        Mask m = make_mask(dev, mk, B, T);
+        test::Guarded out(dev, {B, H, T, D}, dt);
+        ops::AttentionSaved saved;
+        ops::attention_forward(impl, x.q, x.k, x.v, m.dev, scale, out.tensor(), saved, Consumer::activations);
+        const auto want =
+            ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, m.causal, m.kv_len, m.seg, scale);
+        const std::string what = fmt::format("{} T {} D {} mask {}", ops::attention_impl_name(impl), T, D,
+                                             mask_name(mk));
+        EXPECT_TRUE(test::nmse_within(out.values(), want, tol::kAttentionNmse(dt), what));
+        EXPECT_TRUE(out.guards_intact()) << what;
+        worst = std::max(worst, test::nmse(out.values(), want));
+      }
+  RecordProperty("worst_nmse", fmt::format("{:.3g}", worst));
+}
+
+TEST_P(AttentionOps, RowsWithNoVisibleKeyGiveZeros) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  // key_valid_len 0 masks every key of batch row 1: zeros, not NaN, in both forms.
+  const int64_t B = 2, H = 2, T = 33, D = 16;
+  Qkv x = random_qkv(dev, {B, H, T, D}, dt, 77);
+  ops::AttnMask mask;
+  mask.causal = false;
+  mask.key_valid_len = Tensor::from_host_i32(dev, {static_cast<int32_t>(T), 0}, {B}, Consumer::activations);
+  for (AttentionImpl impl : kImpls) {
+    Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+    ops::AttentionSaved saved;
+    ops::attention_forward(impl, x.q, x.k, x.v, mask, 0.25f, out, saved, Consumer::activations);
+    const auto o = out.to_host_f32();
+    const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, false, {static_cast<int32_t>(T), 0},
+                                             {}, 0.25);
+    EXPECT_TRUE(test::nmse_within(o, want, tol::kAttentionNmse(dt), ops::attention_impl_name(impl)));
+    for (size_t i = o.size() / 2; i < o.size(); ++i) ASSERT_EQ(o[i], 0.f) << ops::attention_impl_name(impl);
+  }
+}
+
+// OPS-2: gradients of L = <attention(q, k, v), g> against central finite
+// differences of the float64 reference, for both forms.
+TEST_P(AttentionOps, BackwardMatchesFiniteDifferences) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  const int64_t B = 2, H = 2, T = 11, D = 4;
+  const float scale = 0.5f;
+  double worst = 0;
+  uint64_t seed = 2000;
+  for (MaskKind mk : {MaskKind::none, MaskKind::causal_padding, MaskKind::causal_packed, MaskKind::padding_packed})
+    for (AttentionImpl impl : kImpls) {
+      Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      Mask m = make_mask(dev, mk, B, T);
+      const auto gv = test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3);
+      Tensor g = Tensor::from_host(dev, gv, {B, H, T, D}, dt, Consumer::activations);
+      const auto gh = test::widen(g.to_host_f32());
+      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      ops::AttentionSaved saved;
+      ops::attention_forward(impl, x.q, x.k, x.v, m.dev, scale, out, saved, Consumer::activations);
+      test::Guarded dq(dev, {B, H, T, D}, dt), dk(dev, {B, H, T, D}, dt), dv(dev, {B, H, T, D}, dt);
+      ops::attention_backward(impl, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq.tensor(), dk.tensor(),
+                              dv.tensor());
+      const ref::AttentionShape sh{B, H, T, D};
+      auto loss = [&](const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v) {
+        return test::dot(ref::attention_forward(q, k, v, sh, m.causal, m.kv_len, m.seg, scale), gh);
+      };
+      const auto gq = test::finite_diff_grad([&](const std::vector<double>& q) { return loss(q, x.kh, x.vh); }, x.qh);
+      const auto gk = test::finite_diff_grad([&](const std::vector<double>& k) { return loss(x.qh, k, x.vh); }, x.kh);
+      const auto gvv = test::finite_diff_grad([&](const std::vector<double>& v) { return loss(x.qh, x.kh, v); }, x.vh);
+      const std::string what = fmt::format("{} mask {}", ops::attention_impl_name(impl), mask_name(mk));
+      const double tol = tol::kAttentionGradNmse(dt);
+      EXPECT_TRUE(test::nmse_within(dq.values(), gq, tol, "dq " + what));
+      EXPECT_TRUE(test::nmse_within(dk.values(), gk, tol, "dk " + what));
+      EXPECT_TRUE(test::nmse_within(dv.values(), gvv, tol, "dv " + what));
+      EXPECT_TRUE(dq.guards_intact() && dk.guards_intact() && dv.guards_intact()) << what;
+      worst = std::max({worst, test::nmse(dq.values(), gq), test::nmse(dk.values(), gk),
+                        test::nmse(dv.values(), gvv)});
+    }
+  RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", worst));
+}
+
+TEST_P(AttentionOps, ForwardAndBackwardAreBitwiseRepeatable) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  const int64_t B = 2, H = 2, T = 97, D = 32;
+  Qkv x = random_qkv(dev, {B, H, T, D}, dt, 3000);
+  Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 3001), {B, H, T, D}, dt,
+                               Consumer::activations);
+  for (AttentionImpl impl : kImpls) {
+    std::vector<std::vector<uint8_t>> first;
+    for (int run = 0; run < 2; ++run) {
+      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dk = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dv = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      ops::AttentionSaved saved;
+      ops::attention_forward(impl, x.q, x.k, x.v, m.dev, 0.2f, out, saved, Consumer::activations);
+      ops::attention_backward(impl, x.q, x.k, x.v, out, g, m.dev, 0.2f, saved, dq, dk, dv);
+      std::vector<std::vector<uint8_t>> now = {out.to_host_bytes(), dq.to_host_bytes(), dk.to_host_bytes(),
+                                               dv.to_host_bytes()};
+      if (run == 0)
+        first = now;
+      else
+        for (size_t i = 0; i < now.size(); ++i)
+          EXPECT_EQ(bitwise_mismatches(first[i], now[i]), 0u) << ops::attention_impl_name(impl) << " tensor " << i;
+    }
+  }
+}
+
+TEST_P(AttentionOps, SplitAndMergeHeadsMoveEveryElement) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  const int64_t B = 3, T = 17, H = 4, D = 5;
+  const auto xv = test::random_nonzero(static_cast<size_t>(B * T * H * D), 4000);
+  Tensor x = Tensor::from_host(dev, xv, {B, T, H * D}, dt, Consumer::activations);
+  const auto xs = x.to_host_f32();
+  test::Guarded y(dev, {B, H, T, D}, dt);
+  ops::split_heads(x, H, y.tensor());
+  const auto yv = y.values();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(yv[((b * H + h) * T + t) * D + d], xs[((b * T + t) * H + h) * D + d]) << b << h << t << d;
+  EXPECT_TRUE(y.guards_intact());
+  test::Guarded back(dev, {B, T, H * D}, dt);
+  ops::merge_heads(y.tensor(), back.tensor());
+  EXPECT_EQ(bitwise_mismatches(back.tensor().to_host_bytes(), x.to_host_bytes()), 0u);
+  EXPECT_TRUE(back.guards_intact());
+  Tensor wrong = Tensor::empty(dev, {B, H, T, D + 1}, dt, Consumer::activations);
+  EXPECT_THROW(ops::split_heads(x, H, wrong), Error);
+  EXPECT_THROW(ops::split_heads(x, 3, y.tensor()), Error);  // 3 does not divide H*D = 20
+}
+
+TEST_P(AttentionOps, BadArgumentsThrow) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  Qkv x = random_qkv(dev, {1, 2, 8, 4}, dt, 5000);
+  Tensor k_short = Tensor::zeros(dev, {1, 2, 7, 4}, dt, Consumer::activations);
+  Tensor out = Tensor::empty(dev, {1, 2, 8, 4}, dt, Consumer::activations);
+  ops::AttnMask mask;
+  ops::AttentionSaved saved;
+  EXPECT_THROW(ops::attention_forward(AttentionImpl::memory_efficient, x.q, k_short, x.v, mask, 1.f, out, saved,
+                                      Consumer::activations),
+               Error);
+  ops::AttnMask bad_len;
+  bad_len.key_valid_len = Tensor::from_host_i32(dev, {8, 8}, {2}, Consumer::activations);  // B is 1
+  EXPECT_THROW(ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, bad_len, 1.f, out, saved,
+                                      Consumer::activations),
+               Error);
+  // The backward pass of one form cannot run on what the other form saved.
+  ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, mask, 1.f, out, saved,
+                         Consumer::activations);
+  Tensor dq = Tensor::empty(dev, {1, 2, 8, 4}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+  EXPECT_THROW(ops::attention_backward(AttentionImpl::naive, x.q, x.k, x.v, out, out, mask, 1.f, saved, dq, dk, dv),
+               Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionOps, testing::ValuesIn(test::all_backend_dtypes()), test::param_name);
+
+// ---- PK-4: the two forms agree, and their memory scales differently --------------------
+
+class AttentionForms : public testing::TestWithParam<BackendKind> {};
+
+struct FormResult {
+  std::vector<float> out, dq, dk, dv;
+};
+
+FormResult run_form(Device& dev, AttentionImpl impl, const Qkv& x, const Tensor& g, const ops::AttnMask& mask,
+                    float scale) {
+  const Shape shape = x.q.shape();
+  Tensor out = Tensor::empty(dev, shape, DType::f32, Consumer::activations);
+  Tensor dq = Tensor::empty(dev, shape, DType::f32, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+  ops::AttentionSaved saved;
+  ops::attention_forward(impl, x.q, x.k, x.v, mask, scale, out, saved, Consumer::activations);
+  ops::attention_backward(impl, x.q, x.k, x.v, out, g, mask, scale, saved, dq, dk, dv);
+  return {out.to_host_f32(), dq.to_host_f32(), dk.to_host_f32(), dv.to_host_f32()};
+}
+
+TEST_P(AttentionForms, MemoryEfficientEqualsNaiveInFp32) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const int64_t B = 2, H = 2, T = 200, D = 32;  // T not a multiple of any chunk size
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  Qkv x = random_qkv(dev, {B, H, T, D}, DType::f32, 6000);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 6001), {B, H, T, D},
+                               DType::f32, Consumer::activations);
+  double worst = 0;
+  for (MaskKind mk : {MaskKind::causal, MaskKind::causal_padding, MaskKind::causal_packed, MaskKind::padding_packed}) {
+    Mask m = make_mask(dev, mk, B, T);
+    const FormResult naive = run_form(dev, AttentionImpl::naive, x, g, m.dev, scale);
+    const FormResult eff = run_form(dev, AttentionImpl::memory_efficient, x, g, m.dev, scale);
+    const std::pair<const char*, double> errs[] = {{"out", rel_l2(eff.out, naive.out)},
+                                                   {"dq", rel_l2(eff.dq, naive.dq)},
+                                                   {"dk", rel_l2(eff.dk, naive.dk)},
+                                                   {"dv", rel_l2(eff.dv, naive.dv)}};
+    for (auto [name, e] : errs) {
+      EXPECT_LE(e, tol::kAttentionImplsRelL2) << name << " mask " << mask_name(mk);
+      worst = std::max(worst, e);
+    }
+  }
+  RecordProperty("worst_rel_l2", fmt::format("{:.3g}", worst));
+  // Negative control: naive attention given packing without its boundary mask
+  // differs from the masked memory-efficient form far beyond the bound.
+  Mask packed = make_mask(dev, MaskKind::causal_packed, B, T);
+  ops::AttnMask no_boundary;
+  no_boundary.causal = true;
+  const FormResult leaky = run_form(dev, AttentionImpl::naive, x, g, no_boundary, scale);
+  const FormResult eff = run_form(dev, AttentionImpl::memory_efficient, x, g, packed.dev, scale);
+  EXPECT_GT(rel_l2(leaky.out, eff.out), 100 * tol::kAttentionImplsRelL2);
+}
+
+// Peak bytes above what existed before: activations kept by the forward pass (what
+// the backward pass needs), and every consumer over forward + backward.
+struct PeakBytes {
+  double activations, total;
+};
+
+PeakBytes measure_step(Device& dev, AttentionImpl impl, int64_t T) {
+  const int64_t B = 1, H = 2, D = 16;
+  Qkv x = random_qkv(dev, {B, H, T, D}, DType::f32, 7000 + T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 7001), {B, H, T, D},
+                               DType::f32, Consumer::activations);
+  ops::AttnMask mask;  // causal
+  dev.synchronize();
+  const MemorySnapshot before = dev.memory().snapshot();
+  dev.memory().reset_peak();
+  double activations = 0;
+  {
+    Tensor out = Tensor::empty(dev, {B, H, T, D}, DType::f32, Consumer::activations);
+    ops::AttentionSaved saved;
+    ops::attention_forward(impl, x.q, x.k, x.v, mask, 0.25f, out, saved, Consumer::activations);
+    dev.synchronize();
+    activations = static_cast<double>(dev.memory().snapshot().peak(Consumer::activations) -
+                                      before.current(Consumer::activations));
+    Tensor dq = Tensor::empty(dev, {B, H, T, D}, DType::f32, Consumer::activations), dk = dq.clone(),
+           dv = dq.clone();
+    ops::attention_backward(impl, x.q, x.k, x.v, out, g, mask, 0.25f, saved, dq, dk, dv);
+    dev.synchronize();
+  }
+  const MemorySnapshot after = dev.memory().snapshot();
+  return {activations, static_cast<double>(after.total_peak_bytes - before.total_current_bytes)};
+}
+
+TEST_P(AttentionForms, PeakBytesScaleQuadraticallyNaiveAndLinearlyMemoryEfficient) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const std::vector<double> ts = {256, 512, 1024, 2048};
+  for (AttentionImpl impl : kImpls) {
+    std::vector<double> act, total;
+    for (double t : ts) {
+      const PeakBytes p = measure_step(dev, impl, static_cast<int64_t>(t));
+      act.push_back(p.activations);
+      total.push_back(p.total);
+    }
+    const PowerFit fa = fit_power_law(ts, act), ft = fit_power_law(ts, total);
+    const std::string name = ops::attention_impl_name(impl);
+    RecordProperty(name + "_activation_exponent", fmt::format("{:.3f}", fa.exponent));
+    RecordProperty(name + "_total_exponent", fmt::format("{:.3f}", ft.exponent));
+    if (impl == AttentionImpl::naive) {
+      EXPECT_GT(fa.exponent, tol::kNaiveAttentionMinExponent) << "activation bytes";
+      EXPECT_GT(ft.exponent, tol::kNaiveAttentionMinExponent) << "all bytes of the step";
+    } else {
+      EXPECT_LT(fa.exponent, tol::kMemEfficientAttentionMaxExponent) << "activation bytes";
+      EXPECT_LT(ft.exponent, tol::kMemEfficientAttentionMaxExponent) << "all bytes of the step";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionForms, testing::Values(BackendKind::cpu, BackendKind::cuda),
+                         test::backend_param_name);
+
+// ---- the exponent fit itself -------------------------------------------------------------
+
+TEST(PowerLawFit, RecoversExponentAndPrefactor) {
+  const std::vector<double> x = {2, 4, 8, 16, 32};
+  std::vector<double> y;
+  for (double v : x) y.push_back(3.0 * std::pow(v, 1.5));
+  const PowerFit f = fit_power_law(x, y);
+  EXPECT_NEAR(f.exponent, 1.5, 1e-12);
+  EXPECT_NEAR(f.prefactor, 3.0, 1e-10);
+  EXPECT_NEAR(f.r2, 1.0, 1e-12);
+  // y = T^2 + 64 T (naive attention's shape): the exponent lies between 1 and 2.
+  std::vector<double> y2;
+  for (double v : x) y2.push_back(v * v + 64 * v);
+  const PowerFit f2 = fit_power_law(x, y2);
+  EXPECT_GT(f2.exponent, 1.0);
+  EXPECT_LT(f2.exponent, 1.5);
+  EXPECT_THROW(fit_power_law({1, 2}, {1, 0}), Error);
+  EXPECT_THROW(fit_power_law({2, 2}, {1, 3}), Error);
+  EXPECT_THROW(fit_power_law({2}, {1}), Error);
+}
+
+}  // namespace
+}  // namespace hr

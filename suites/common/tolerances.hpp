@@ -123,4 +123,22 @@ inline constexpr PerDType kOptimizerNmse{1e-11, 16.0 / (2048.0 * 2048.0), 16.0 /
 // deviations sqrt(p (1-p) / n); 5 sigma fails a correct generator ~6e-7 of the time.
 inline constexpr double kBinomialSigmas = 5.0;
 
+// ---- Controlled models and the training step ----
+// Full-model gradient (fp32 forward + backward) against float64 central finite
+// differences of the float64 reference model, relative L2 over sampled
+// elements. fp32 rounding through ~30 ops compounds to ~1e-6 relative per
+// element (measured on the tiny transformer below ~1e-5); FD error ~1e-9.
+// A wrong term in any backward (a missing residual, a transposed weight, a
+// wrong mask) moves the error above 1e-2.
+inline constexpr double kModelGradFdRelL2 = 2e-4;
+// The fp32 model's loss against the float64 reference's: fp32 rounding only.
+inline constexpr double kModelLossRel = 1e-5;
+// "The loss decreases" on the learnable synthetic tasks: after a few steps the
+// loss is below this fraction of the first step's (a stuck or diverging run
+// stays near or above 1).
+inline constexpr double kTrainingLossDropFactor = 0.9;
+// CK-2: gradients with a fresh dropout state on recompute differ from the
+// correct run by more than this (PROPERTIES.md CK-2's anchor, 1e-3 relative).
+inline constexpr double kCheckpointFreshRngMinRelL2 = 1e-3;
+
 }  // namespace hr::tol

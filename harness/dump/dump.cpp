@@ -1,0 +1,179 @@
+// Tensor dumps for framework developers (see dump.hpp).
+#include "harness/dump/dump.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "harness/check.hpp"
+#include "harness/data/synthetic.hpp"
+#include "harness/dump/safetensors.hpp"
+#include "harness/step/train_step.hpp"
+#include "kernels/dropout/dropout.hpp"
+
+namespace hr {
+namespace {
+
+void write_json_atomic(const std::string& path, const nlohmann::ordered_json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    HR_CHECK(out.good(), "cannot open '{}' for writing", tmp);
+    out << j.dump(2) << "\n";
+    out.flush();
+    HR_CHECK(out.good(), "writing '{}' failed", tmp);
+  }
+  HR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, path);
+}
+
+std::string dropout_site(const StepConfig& cfg, int64_t block) {
+  return cfg.model == ModelKind::transformer ? fmt::format("h.{}.mlp.dropout", block)
+                                             : fmt::format("layers.{}.dropout", block);
+}
+
+nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, double loss,
+                                   const std::vector<double>& counts) {
+  nlohmann::ordered_json j;
+  j["format"] = "headroom.dump/1";
+  j["model"] = model_kind_name(cfg.model);
+  j["config"] = nlohmann::json(cfg);
+  j["weight_layout"] = "[out, in]: y = x W^T + b, as torch.nn.Linear; embeddings [rows, d_model]";
+  j["gelu"] = "tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (torch approximate='tanh')";
+  if (cfg.model == ModelKind::transformer) {
+    const TransformerConfig& t = cfg.transformer;
+    j["architecture"] =
+        "pre-LN decoder: x = wte[ids] + wpe[pos]; per block: x = x + attn.proj(attention(ln1(x))); "
+        "x = x + dropout(mlp.proj(gelu(mlp.fc(ln2(x))))); then ln_f and lm_head (no bias, untied)";
+    j["layernorm"] = {{"eps", t.ln_eps}, {"variance", "biased (divide by C)"}, {"affine", true}};
+    j["attention"] = {
+        {"heads", t.heads},
+        {"head_dim", t.head_dim()},
+        {"projections", "separate q, k, v linears [d_model, d_model]; head h uses features [h*D, (h+1)*D)"},
+        {"scale", 1.0 / std::sqrt(static_cast<double>(t.head_dim()))},
+        {"scale_formula", "1/sqrt(head_dim)"},
+        {"mask",
+         "query t may attend key s iff s <= t (causal) and s < key_valid_len[b] (padding, when given) and "
+         "segment_ids[b, s] == segment_ids[b, t] (packing, when given); masked probabilities are exactly 0, a row "
+         "with every key masked is all zeros"},
+        {"impl", t.memory_efficient_attention ? "memory_efficient" : "naive"}};
+    j["loss"] = {{"kind", "cross_entropy"},
+                 {"ignore_index", t.ignore_index},
+                 {"reduction", "sum over targets != ignore_index, divided by count, times multiplier"}};
+  } else {
+    const MlpConfig& m = cfg.mlp;
+    j["architecture"] = "per block l < layers-1: x = dropout(gelu(norm(layers.l(x)))); prediction = layers.{L-1}(x)";
+    j["norm"] = {{"kind", norm_kind_name(m.norm)},
+                 {"eps", m.norm_eps},
+                 {"batchnorm_momentum", m.bn_momentum},
+                 {"batchnorm_virtual_batch", m.bn_virtual_batch},
+                 {"batchnorm_running_var", "unbiased (N/(N-1)); normalisation uses the biased batch variance"}};
+    j["loss"] = {{"kind", m.task == MlpTask::regression ? "mse" : "cross_entropy"},
+                 {"reduction",
+                  m.task == MlpTask::regression ? "sum of (pred - target)^2 over elements, divided by count, times multiplier"
+                                                : "sum over rows, divided by count, times multiplier"}};
+  }
+  j["loss"]["count_per_micro_batch"] = counts;
+  j["loss"]["multiplier"] = cfg.loss_multiplier;
+  j["loss"]["normalization"] = loss_normalization_name(cfg.loss_norm);
+  j["loss"]["value"] = loss;
+  j["accumulation"] = {{"batch", cfg.batch}, {"micro_batch", cfg.micro_batch}, {"accum_steps", cfg.accum_steps()},
+                       {"gradients", "fp32, summed over micro-batches, unscaled"}};
+  const float p = cfg.model == ModelKind::transformer ? cfg.transformer.dropout : cfg.mlp.dropout;
+  j["dropout"] = {{"p", p},
+                  {"seed", cfg.dropout_seed},
+                  {"rng",
+                   "Philox4x32-10 in cuRAND's order: element i of a draw at (seed, offset) keeps iff "
+                   "philox_draw(seed, offset + i) >= round(p * 2^32); kept values are scaled by 1/(1-p)"},
+                  {"masks", p > 0 ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, shape [rows, features]"
+                                  : "none (p = 0)"}};
+  nlohmann::ordered_json per_param = nlohmann::ordered_json::object();
+  for (const Param& prm : step.params().all()) per_param[prm.name] = prm.init;
+  j["init"] = {{"seed", cfg.init_seed},
+               {"rng", "Philox4x32-10; normal by Box-Muller over pairs of uniforms in (0, 1]; parameter k draws "
+                       "from offset k * 2^40"},
+               {"per_parameter", per_param}};
+  j["precision"] = {{"compute", dtype_name(cfg.precision.compute)},
+                    {"master_weights", cfg.precision.master_weights},
+                    {"weights_file", "fp32 masters (the compute copies are these rounded to the compute dtype)"},
+                    {"loss_scale", cfg.loss_scaling() ? step.scaler().scale() : 1.0}};
+  return j;
+}
+
+}  // namespace
+
+DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out_dir, uint64_t data_seed) {
+  validate(cfg);
+  HR_ARG_CHECK(!out_dir.empty(), "out_dir: an output directory is needed");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  HR_ARG_CHECK(!ec, "out_dir: cannot create '{}': {}", out_dir, ec.message());
+  const std::filesystem::path dir(out_dir);
+
+  TrainStep step(dev, cfg);
+  // The initial weights, before anything runs.
+  std::vector<SafetensorsEntry> weights;
+  for (const Param& p : step.params().all()) weights.push_back(safetensors_entry(p.name, p.master));
+  for (const auto& [name, t] : step.model().buffers()) weights.push_back(safetensors_entry(name, t));
+
+  Batch batch;
+  std::vector<SafetensorsEntry> batch_entries;
+  if (cfg.model == ModelKind::transformer) {
+    const std::vector<int64_t> lengths =
+        sample_lengths(LengthDistribution{}.scaled(cfg.seq_len), cfg.batch, data_seed);
+    batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, data_seed, lengths);
+    batch_entries = {safetensors_entry("ids", batch.ids), safetensors_entry("pos", batch.pos),
+                     safetensors_entry("targets", batch.targets),
+                     safetensors_entry("key_valid_len", batch.key_valid_len)};
+  } else {
+    batch = make_mlp_batch(dev, cfg.mlp, cfg.batch, data_seed);
+    batch_entries.push_back(safetensors_entry("x", batch.x));
+    batch_entries.push_back(cfg.mlp.task == MlpTask::regression ? safetensors_entry("targets", batch.targets_f32)
+                                                                : safetensors_entry("targets", batch.targets));
+  }
+
+  std::vector<DropoutRecord> draws;
+  step.dropout_stream().log = &draws;
+  const double loss = step.forward_backward(batch);
+  step.dropout_stream().log = nullptr;
+  const std::vector<double> counts = step.loss_counts(batch);
+
+  std::vector<SafetensorsEntry> grads;
+  for (const auto& [name, g] : step.gradients()) grads.push_back(safetensors_entry(name, g));
+
+  std::vector<SafetensorsEntry> masks;
+  const float p = cfg.model == ModelKind::transformer ? cfg.transformer.dropout : cfg.mlp.dropout;
+  if (p > 0.f) {
+    const int64_t per_micro = step.model().num_blocks();
+    for (size_t i = 0; i < draws.size(); ++i) {
+      const DropoutRecord& d = draws[i];
+      Tensor mask = Tensor::empty(dev, d.shape, DType::u8, Consumer::workspace);
+      ops::dropout_mask(shape_numel(d.shape), p, d.seed, d.offset, mask);
+      masks.push_back(safetensors_entry(
+          fmt::format("{}/micro_{}", dropout_site(cfg, d.block), static_cast<int64_t>(i) / per_micro), mask));
+    }
+  }
+
+  const std::map<std::string, std::string> meta{{"format", "pt"}, {"producer", "headroom dump"}};
+  DumpResult r;
+  r.loss = loss;
+  auto put = [&](const std::string& file, const std::vector<SafetensorsEntry>& entries) {
+    const std::string path = (dir / file).string();
+    write_safetensors(path, entries, meta);
+    r.files.push_back(path);
+    r.tensors += static_cast<int64_t>(entries.size());
+  };
+  put("weights.safetensors", weights);
+  put("batch.safetensors", batch_entries);
+  put("loss.safetensors", {safetensors_scalar_f64("loss", loss)});
+  put("gradients.safetensors", grads);
+  if (!masks.empty()) put("dropout_masks.safetensors", masks);
+  const std::string conv = (dir / "conventions.json").string();
+  write_json_atomic(conv, conventions(cfg, step, loss, counts));
+  r.files.push_back(conv);
+  return r;
+}
+
+}  // namespace hr

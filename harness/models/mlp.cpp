@@ -1,0 +1,236 @@
+// The controlled MLP's forward and backward passes (see mlp.hpp). Kept tensors
+// are Consumer::activations when a block keeps state, workspace otherwise;
+// activation gradients are workspace and released as soon as used.
+#include "harness/models/mlp.hpp"
+
+#include <cmath>
+
+#include "harness/check.hpp"
+#include "kernels/batchnorm/batchnorm.hpp"
+#include "kernels/crossentropy/crossentropy.hpp"
+#include "kernels/dropout/dropout.hpp"
+#include "kernels/elementwise/elementwise.hpp"
+#include "kernels/gelu/gelu.hpp"
+#include "kernels/layernorm/layernorm.hpp"
+#include "kernels/matmul/matmul.hpp"
+#include "kernels/mse/mse.hpp"
+
+namespace hr {
+
+struct MlpModel::State final : BlockState {
+  Tensor x;             // block input [N, in]
+  Tensor h;             // linear out [N, W]
+  Tensor n;             // norm out [N, W] (undefined without a norm)
+  Tensor mean, rstd;    // LayerNorm fp32 [N]; BatchNorm fp32 [chunks, W]
+  uint64_t drop_offset = 0;
+};
+
+MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed)
+    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute) {
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    const int64_t in = l == 0 ? cfg.in_dim : cfg.width;
+    const int64_t out = l + 1 == cfg.layers ? cfg.out_dim : cfg.width;
+    const float bound = 1.f / std::sqrt(static_cast<float>(in));
+    params_.add_uniform(fmt::format("layers.{}.weight", l), {out, in}, bound, true);
+    w_.push_back(static_cast<int>(params_.size() - 1));
+    params_.add_uniform(fmt::format("layers.{}.bias", l), {out}, bound, false);
+    b_.push_back(static_cast<int>(params_.size() - 1));
+  }
+  for (int64_t l = 0; l + 1 < cfg.layers; ++l) {
+    if (cfg.norm == NormKind::none) {
+      gamma_.push_back(-1);
+      beta_.push_back(-1);
+      continue;
+    }
+    params_.add_const(fmt::format("norms.{}.weight", l), {cfg.width}, 1.f);
+    gamma_.push_back(static_cast<int>(params_.size() - 1));
+    params_.add_const(fmt::format("norms.{}.bias", l), {cfg.width}, 0.f);
+    beta_.push_back(static_cast<int>(params_.size() - 1));
+    if (cfg.norm == NormKind::batchnorm) {
+      // Model state, not trained: charged to weights.
+      running_mean_.push_back(Tensor::zeros(dev, {cfg.width}, DType::f32, Consumer::weights));
+      running_var_.push_back(Tensor::from_host(dev, std::vector<float>(static_cast<size_t>(cfg.width), 1.f),
+                                               {cfg.width}, DType::f32, Consumer::weights));
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> MlpModel::buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t l = 0; l < running_mean_.size(); ++l) {
+    out.emplace_back(fmt::format("norms.{}.running_mean", l), running_mean_[l]);
+    out.emplace_back(fmt::format("norms.{}.running_var", l), running_var_[l]);
+  }
+  return out;
+}
+
+int64_t MlpModel::loss_items(const Batch& mb) const {
+  if (cfg_.task == MlpTask::regression) return mb.targets_f32.numel();
+  return ops::count_real_tokens(mb.targets, -100);
+}
+
+int64_t MlpModel::virtual_batch(int64_t rows) const {
+  if (cfg_.bn_virtual_batch <= 0 || cfg_.bn_virtual_batch >= rows) return rows;
+  HR_ARG_CHECK(rows % cfg_.bn_virtual_batch == 0, "bn_virtual_batch: {} does not divide the micro-batch of {} rows",
+               cfg_.bn_virtual_batch, rows);
+  return cfg_.bn_virtual_batch;
+}
+
+Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
+                               DropoutStream& rng, std::unique_ptr<BlockState>* state) {
+  Device& dev = x.device();
+  const size_t l = static_cast<size_t>(i);
+  const int64_t N = x.dim(0), W = cfg_.width;
+  const Consumer a = keep ? Consumer::activations : Consumer::workspace;
+  auto st = std::make_unique<State>();
+  st->x = x;
+  st->h = Tensor::empty(dev, {N, W}, dtype_, a);
+  ops::linear_forward(x, P(w_[l]).compute, P(b_[l]).compute, st->h);
+  Tensor gelu_in = st->h;
+  if (cfg_.norm == NormKind::layernorm) {
+    st->n = Tensor::empty(dev, {N, W}, dtype_, a);
+    st->mean = Tensor::empty(dev, {N}, DType::f32, a);
+    st->rstd = Tensor::empty(dev, {N}, DType::f32, a);
+    ops::layernorm_forward(st->h, P(gamma_[l]).compute, P(beta_[l]).compute, cfg_.norm_eps, st->n, st->mean,
+                           st->rstd);
+    gelu_in = st->n;
+  } else if (cfg_.norm == NormKind::batchnorm) {
+    const int64_t vb = virtual_batch(N), chunks = N / vb;
+    st->n = Tensor::empty(dev, {N, W}, dtype_, a);
+    st->mean = Tensor::empty(dev, {chunks, W}, DType::f32, a);
+    st->rstd = Tensor::empty(dev, {chunks, W}, DType::f32, a);
+    // A recompute (or a pass told not to) must leave the running statistics as
+    // they are: it normalises with the same batch statistics into scratch copies.
+    const bool update = update_stats_ && (!recompute || bn_update_on_recompute_);
+    Tensor rm = update ? running_mean_[l] : running_mean_[l].clone(Consumer::workspace);
+    Tensor rv = update ? running_var_[l] : running_var_[l].clone(Consumer::workspace);
+    for (int64_t c = 0; c < chunks; ++c) {
+      Tensor n_c = st->n.slice(c * vb, (c + 1) * vb), m_c = st->mean.slice(c, c + 1).reshape({W}),
+             r_c = st->rstd.slice(c, c + 1).reshape({W});
+      ops::batchnorm_forward_train(st->h.slice(c * vb, (c + 1) * vb), P(gamma_[l]).compute, P(beta_[l]).compute,
+                                   cfg_.norm_eps, cfg_.bn_momentum, rm, rv, n_c, m_c, r_c);
+    }
+    gelu_in = st->n;
+  }
+  Tensor out = Tensor::empty(dev, {N, W}, dtype_, out_consumer);
+  st->drop_offset = rng.take(i, {N, W});
+  if (cfg_.dropout > 0.f) {
+    Tensor g = Tensor::empty(dev, {N, W}, dtype_, Consumer::workspace);
+    ops::gelu_forward(gelu_in, g);
+    ops::dropout_forward(g, cfg_.dropout, rng.seed, st->drop_offset, out);
+  } else {
+    ops::gelu_forward(gelu_in, out);
+  }
+  if (keep) *state = std::move(st);
+  return out;
+}
+
+Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) {
+  auto& st = static_cast<State&>(state);
+  Device& dev = dy.device();
+  const size_t l = static_cast<size_t>(i);
+  const int64_t N = dy.dim(0), W = cfg_.width;
+  const Consumer ws = Consumer::workspace;
+  Tensor dg = dy;
+  if (cfg_.dropout > 0.f) {
+    dg = Tensor::empty(dev, {N, W}, dtype_, ws);
+    ops::dropout_backward(dy, cfg_.dropout, drop_seed_, st.drop_offset, dg);
+  }
+  Tensor dn = Tensor::empty(dev, {N, W}, dtype_, ws);
+  ops::gelu_backward(cfg_.norm == NormKind::none ? st.h : st.n, dg, dn);
+  dg = Tensor();
+  Tensor dh = dn;
+  if (cfg_.norm == NormKind::layernorm) {
+    dh = Tensor::empty(dev, {N, W}, dtype_, ws);
+    ops::layernorm_backward(dn, st.h, P(gamma_[l]).compute, st.mean, st.rstd, dh, P(gamma_[l]).grad,
+                            P(beta_[l]).grad);
+  } else if (cfg_.norm == NormKind::batchnorm) {
+    dh = Tensor::empty(dev, {N, W}, dtype_, ws);
+    const int64_t chunks = st.mean.dim(0), vb = N / chunks;
+    for (int64_t c = 0; c < chunks; ++c) {
+      Tensor dh_c = dh.slice(c * vb, (c + 1) * vb);
+      ops::batchnorm_backward(dn.slice(c * vb, (c + 1) * vb), st.h.slice(c * vb, (c + 1) * vb),
+                              P(gamma_[l]).compute, st.mean.slice(c, c + 1).reshape({W}),
+                              st.rstd.slice(c, c + 1).reshape({W}), dh_c, P(gamma_[l]).grad, P(beta_[l]).grad);
+    }
+  }
+  dn = Tensor();
+  st.n = st.mean = st.rstd = Tensor();
+  Tensor dx;
+  if (need_dx) dx = Tensor::empty(dev, {N, st.x.dim(1)}, dtype_, ws);
+  ops::linear_backward(st.x, P(w_[l]).compute, dh, dx, P(w_[l]).grad, P(b_[l]).grad);
+  st.x = st.h = Tensor();
+  return dx;
+}
+
+double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
+  HR_CHECK(opt.rng != nullptr, "mlp: PassOptions.rng is required");
+  HR_ARG_CHECK(mb.x.defined(), "mlp batch needs x");
+  HR_ARG_CHECK(mb.x.dim(1) == cfg_.in_dim, "mlp batch x has {} features, the model takes in_dim = {}", mb.x.dim(1),
+               cfg_.in_dim);
+  Device& dev = params_.device();
+  const int64_t N = mb.x.dim(0), L = cfg_.layers;
+  update_stats_ = opt.update_running_stats;
+  bn_update_on_recompute_ = opt.checkpoint.update_bn_stats_on_recompute;
+  drop_seed_ = opt.rng->seed;
+  const Consumer a = backward ? Consumer::activations : Consumer::workspace;
+
+  Tensor x0 = Tensor::empty(dev, {N, cfg_.in_dim}, dtype_, a);
+  ops::cast(mb.x, x0);
+  CheckpointPolicy policy = opt.checkpoint;
+  // Forward only: a single checkpointed segment that is never run backward keeps nothing.
+  if (!backward) policy.every_k_blocks = int64_t{1} << 40;
+  CheckpointedStack stack(*this, policy);
+  Tensor xL = stack.forward(x0, *opt.rng);
+
+  const size_t last = static_cast<size_t>(L - 1);
+  Tensor pred = Tensor::empty(dev, {N, cfg_.out_dim}, dtype_, a);
+  ops::linear_forward(xL, P(w_[last]).compute, P(b_[last]).compute, pred);
+  const double count = loss.count / loss.multiplier;
+  double value = 0;
+  Tensor dpred;
+  if (cfg_.task == MlpTask::regression) {
+    HR_ARG_CHECK(mb.targets_f32.defined(), "mlp regression batch needs targets_f32");
+    ops::MseConfig mc;
+    mc.reduction = ops::LossReduction::sum_div_count;
+    mc.count = count;
+    mc.loss_scale = loss.loss_scale;
+    value = ops::mse_forward(pred, mb.targets_f32, mc);
+    if (!backward) return value;
+    dpred = Tensor::empty(dev, pred.shape(), dtype_, Consumer::workspace);
+    ops::mse_backward(pred, mb.targets_f32, mc, dpred);
+  } else {
+    HR_ARG_CHECK(mb.targets.defined(), "mlp classification batch needs int32 targets");
+    ops::CrossEntropyConfig ce;
+    ce.reduction = ops::LossReduction::sum_div_count;
+    ce.count = count;
+    ce.loss_scale = loss.loss_scale;
+    Tensor no_losses;
+    value = ops::cross_entropy_forward(pred, mb.targets, ce, no_losses);
+    if (!backward) return value;
+    dpred = Tensor::empty(dev, pred.shape(), dtype_, Consumer::workspace);
+    ops::cross_entropy_backward(pred, mb.targets, ce, dpred);
+  }
+  pred = Tensor();
+  Tensor dxL = Tensor::empty(dev, xL.shape(), dtype_, Consumer::workspace);
+  ops::linear_backward(xL, P(w_[last]).compute, dpred, dxL, P(w_[last]).grad, P(b_[last]).grad);
+  dpred = xL = Tensor();
+  stack.backward(dxL, false);
+  if (opt.segment_forward_counts != nullptr) {
+    auto& counts = *opt.segment_forward_counts;
+    const auto& c = stack.forward_counts();
+    if (counts.size() < c.size()) counts.resize(c.size(), 0);
+    for (size_t s = 0; s < c.size(); ++s) counts[s] += c[s];
+  }
+  return value;
+}
+
+double MlpModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+  return run(mb, loss, opt, true);
+}
+
+double MlpModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+  return run(mb, loss, opt, false);
+}
+
+}  // namespace hr

@@ -1,0 +1,64 @@
+// The interface both controlled models implement for the training step: one
+// micro-batch forward + loss + backward (parameter gradients accumulate in fp32),
+// or forward + loss only. The step decides how the loss is normalised and scaled
+// (LossSpec) and owns the dropout stream and the checkpoint policy (PassOptions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/data/batch.hpp"
+#include "harness/models/params.hpp"
+#include "harness/step/checkpoint.hpp"
+#include "kernels/crossentropy/crossentropy.hpp"
+
+namespace hr {
+
+// The loss of one micro-batch is sum over its real items (tokens or output
+// elements) of the per-item loss, divided by `count`, times `multiplier`
+// (the controlled-gradient-magnitude knob); the backward pass additionally
+// multiplies by `loss_scale` (fp16 loss scaling).
+struct LossSpec {
+  double count = 1;         // normaliser (> 0)
+  double multiplier = 1;    // scales loss and gradients alike
+  float loss_scale = 1.f;   // scales the gradients only
+};
+
+struct PassOptions {
+  CheckpointPolicy checkpoint;
+  DropoutStream* rng = nullptr;             // required; advanced by every dropout draw
+  std::vector<int64_t>* segment_forward_counts = nullptr;  // if set, += per segment
+  bool update_running_stats = true;          // BatchNorm running statistics
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const char* name() const = 0;  // "mlp" | "transformer"
+  ParamSet& params() { return params_; }
+  const ParamSet& params() const { return params_; }
+
+  // Forward, loss and backward of one micro-batch. Gradients accumulate (+=) into
+  // each parameter's fp32 grad. Returns the micro-batch's loss (as LossSpec says,
+  // without loss_scale).
+  virtual double forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
+  // Forward and loss only: nothing is kept, no gradient touched. BatchNorm still
+  // normalises with batch statistics (training mode) and updates its running
+  // statistics only if opt.update_running_stats.
+  virtual double forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
+
+  // Number of items the loss of `mb` sums over (real tokens / output elements).
+  virtual int64_t loss_items(const Batch& mb) const = 0;
+  // Blocks the checkpoint policy cuts into segments.
+  virtual int64_t num_blocks() const = 0;
+
+  // Non-parameter state (BatchNorm running statistics), by name; empty otherwise.
+  virtual std::vector<std::pair<std::string, Tensor>> buffers() const { return {}; }
+
+ protected:
+  explicit Model(ParamSet params) : params_(std::move(params)) {}
+  ParamSet params_;
+};
+
+}  // namespace hr

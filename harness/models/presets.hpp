@@ -1,0 +1,73 @@
+// The two controlled models' configurations and their quick / full sizes, in one
+// place. quick runs a step in well under a second on a 2-core CPU; full is sized
+// for one H200 (bf16, tens of GiB of activations without checkpointing).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "harness/registry.hpp"
+
+namespace hr {
+
+enum class NormKind : uint8_t { none, layernorm, batchnorm };
+const char* norm_kind_name(NormKind k);  // "none" | "layernorm" | "batchnorm"
+NormKind parse_norm_kind(const std::string& s);
+
+enum class MlpTask : uint8_t { regression, classification };
+const char* mlp_task_name(MlpTask t);  // "regression" | "classification"
+
+// MLP: `layers` linear layers. Layer 0 maps in_dim -> width, layers 1..L-2 map
+// width -> width, layer L-1 maps width -> out_dim. Every layer but the last is
+// followed by [norm] -> GELU -> dropout; that group is one "block" for
+// checkpointing. Regression: MSE against out_dim targets; classification:
+// cross-entropy over out_dim classes.
+struct MlpConfig {
+  int64_t in_dim = 32;
+  int64_t width = 128;
+  int64_t out_dim = 16;
+  int64_t layers = 4;  // >= 2
+  NormKind norm = NormKind::none;
+  MlpTask task = MlpTask::regression;
+  float dropout = 0.f;
+  float norm_eps = 1e-5f;
+  float bn_momentum = 0.1f;
+  // Ghost batch norm: statistics over virtual batches of this many rows inside a
+  // micro-batch (0 = the whole micro-batch). BN-2's positive control.
+  int64_t bn_virtual_batch = 0;
+};
+
+// Decoder-only transformer (GPT-2 shape, pre-LayerNorm). Per block:
+//   x1 = x + Wo(attn(LN1(x)));  x2 = x1 + dropout(W2(gelu(W1(LN2(x1)))))
+// Attention is multi-head causal with an optional padding / packing mask.
+struct TransformerConfig {
+  int64_t vocab = 256;
+  int64_t max_positions = 128;
+  int64_t d_model = 64;
+  int64_t heads = 4;
+  int64_t layers = 2;
+  int64_t mlp_ratio = 4;  // hidden width = mlp_ratio * d_model
+  float dropout = 0.f;
+  float ln_eps = 1e-5f;
+  bool memory_efficient_attention = false;  // false: naive (scores materialised)
+  int32_t ignore_index = -100;
+  int64_t head_dim() const { return d_model / heads; }
+};
+
+// A model size together with the batch a step runs on.
+struct MlpPreset {
+  MlpConfig model;
+  int64_t batch = 0;
+  int64_t micro_batch = 0;
+};
+struct TransformerPreset {
+  TransformerConfig model;
+  int64_t batch = 0;
+  int64_t micro_batch = 0;
+  int64_t seq_len = 0;
+};
+
+MlpPreset mlp_preset(Preset p);
+TransformerPreset transformer_preset(Preset p);
+
+}  // namespace hr

@@ -1,0 +1,292 @@
+// The controlled transformer's forward and backward passes (see transformer.hpp).
+// Tensors a block keeps for its backward pass are Consumer::activations when the
+// block keeps state and workspace otherwise; gradients of activations are
+// workspace. Each temporary is released as soon as it has been used, so the
+// tracker's peaks are what this model needs, not what it happened to leave alive.
+#include "harness/models/transformer.hpp"
+
+#include <cmath>
+
+#include "harness/check.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/crossentropy/crossentropy.hpp"
+#include "kernels/dropout/dropout.hpp"
+#include "kernels/elementwise/elementwise.hpp"
+#include "kernels/embedding/embedding.hpp"
+#include "kernels/gelu/gelu.hpp"
+#include "kernels/layernorm/layernorm.hpp"
+#include "kernels/matmul/matmul.hpp"
+
+namespace hr {
+
+struct TransformerModel::State final : BlockState {
+  Tensor x;                  // block input [N, C]
+  Tensor ln1, mean1, rstd1;  // LN1 out [N, C], fp32 [N] x 2
+  Tensor q, k, v, att;       // [B, H, T, D]
+  ops::AttentionSaved saved; // probabilities or log-sum-exp
+  Tensor x1;                 // after the attention residual [N, C]
+  Tensor ln2, mean2, rstd2;
+  Tensor fc, act;            // [N, r C] before and after GELU
+  uint64_t drop_offset = 0;
+};
+
+TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed)
+    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute) {
+  const int64_t C = cfg.d_model, R = cfg.mlp_ratio * cfg.d_model;
+  const float std = 0.02f;
+  const float proj_std = std / std::sqrt(2.f * static_cast<float>(cfg.layers));
+  auto idx = [&](Param&) { return static_cast<int>(params_.size() - 1); };
+  wte_ = idx(params_.add_normal("wte", {cfg.vocab, C}, std));
+  wpe_ = idx(params_.add_normal("wpe", {cfg.max_positions, C}, std));
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    BlockParams b{};
+    b.ln1_w = idx(params_.add_const(h + "ln1.weight", {C}, 1.f));
+    b.ln1_b = idx(params_.add_const(h + "ln1.bias", {C}, 0.f));
+    b.q_w = idx(params_.add_normal(h + "attn.q.weight", {C, C}, std));
+    b.q_b = idx(params_.add_const(h + "attn.q.bias", {C}, 0.f));
+    b.k_w = idx(params_.add_normal(h + "attn.k.weight", {C, C}, std));
+    b.k_b = idx(params_.add_const(h + "attn.k.bias", {C}, 0.f));
+    b.v_w = idx(params_.add_normal(h + "attn.v.weight", {C, C}, std));
+    b.v_b = idx(params_.add_const(h + "attn.v.bias", {C}, 0.f));
+    b.o_w = idx(params_.add_normal(h + "attn.proj.weight", {C, C}, proj_std));
+    b.o_b = idx(params_.add_const(h + "attn.proj.bias", {C}, 0.f));
+    b.ln2_w = idx(params_.add_const(h + "ln2.weight", {C}, 1.f));
+    b.ln2_b = idx(params_.add_const(h + "ln2.bias", {C}, 0.f));
+    b.fc_w = idx(params_.add_normal(h + "mlp.fc.weight", {R, C}, std));
+    b.fc_b = idx(params_.add_const(h + "mlp.fc.bias", {R}, 0.f));
+    b.proj_w = idx(params_.add_normal(h + "mlp.proj.weight", {C, R}, proj_std));
+    b.proj_b = idx(params_.add_const(h + "mlp.proj.bias", {C}, 0.f));
+    blocks_.push_back(b);
+  }
+  lnf_w_ = idx(params_.add_const("ln_f.weight", {C}, 1.f));
+  lnf_b_ = idx(params_.add_const("ln_f.bias", {C}, 0.f));
+  head_w_ = idx(params_.add_normal("lm_head.weight", {cfg.vocab, C}, std));
+}
+
+int64_t TransformerModel::loss_items(const Batch& mb) const {
+  return ops::count_real_tokens(mb.targets, cfg_.ignore_index);
+}
+
+Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
+                                       DropoutStream& rng, std::unique_ptr<BlockState>* state) {
+  const BlockParams& bp = blocks_[static_cast<size_t>(i)];
+  Device& dev = x.device();
+  const int64_t C = cfg_.d_model, H = cfg_.heads, D = cfg_.head_dim(), N = B_ * T_, R = cfg_.mlp_ratio * C;
+  const Consumer a = keep ? Consumer::activations : Consumer::workspace;
+  const Consumer ws = Consumer::workspace;
+  auto st = std::make_unique<State>();
+  st->x = x;
+
+  // ---- attention branch ----
+  st->ln1 = Tensor::empty(dev, {N, C}, dtype_, a);
+  st->mean1 = Tensor::empty(dev, {N}, DType::f32, a);
+  st->rstd1 = Tensor::empty(dev, {N}, DType::f32, a);
+  ops::layernorm_forward(x, P(bp.ln1_w).compute, P(bp.ln1_b).compute, cfg_.ln_eps, st->ln1, st->mean1, st->rstd1);
+  auto project_heads = [&](int w, int b) {
+    Tensor lin = Tensor::empty(dev, {N, C}, dtype_, ws);
+    ops::linear_forward(st->ln1, P(w).compute, P(b).compute, lin);
+    Tensor heads = Tensor::empty(dev, {B_, H, T_, D}, dtype_, a);
+    ops::split_heads(lin.reshape({B_, T_, C}), H, heads);
+    return heads;
+  };
+  st->q = project_heads(bp.q_w, bp.q_b);
+  st->k = project_heads(bp.k_w, bp.k_b);
+  st->v = project_heads(bp.v_w, bp.v_b);
+  st->att = Tensor::empty(dev, {B_, H, T_, D}, dtype_, a);
+  const ops::AttentionImpl impl =
+      cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  ops::attention_forward(impl, st->q, st->k, st->v, mask_, scale, st->att, st->saved, a);
+  st->x1 = Tensor::empty(dev, {N, C}, dtype_, a);
+  {
+    Tensor merged = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
+    ops::merge_heads(st->att, merged);
+    Tensor proj = Tensor::empty(dev, {N, C}, dtype_, ws);
+    ops::linear_forward(merged.reshape({N, C}), P(bp.o_w).compute, P(bp.o_b).compute, proj);
+    ops::add(x, proj, st->x1);
+  }
+
+  // ---- MLP branch ----
+  st->ln2 = Tensor::empty(dev, {N, C}, dtype_, a);
+  st->mean2 = Tensor::empty(dev, {N}, DType::f32, a);
+  st->rstd2 = Tensor::empty(dev, {N}, DType::f32, a);
+  ops::layernorm_forward(st->x1, P(bp.ln2_w).compute, P(bp.ln2_b).compute, cfg_.ln_eps, st->ln2, st->mean2,
+                         st->rstd2);
+  st->fc = Tensor::empty(dev, {N, R}, dtype_, a);
+  ops::linear_forward(st->ln2, P(bp.fc_w).compute, P(bp.fc_b).compute, st->fc);
+  st->act = Tensor::empty(dev, {N, R}, dtype_, a);
+  ops::gelu_forward(st->fc, st->act);
+  Tensor out = Tensor::empty(dev, {N, C}, dtype_, out_consumer);
+  {
+    Tensor m = Tensor::empty(dev, {N, C}, dtype_, ws);
+    ops::linear_forward(st->act, P(bp.proj_w).compute, P(bp.proj_b).compute, m);
+    st->drop_offset = rng.take(i, {N, C});
+    if (cfg_.dropout > 0.f) {
+      Tensor dropped = Tensor::empty(dev, {N, C}, dtype_, ws);
+      ops::dropout_forward(m, cfg_.dropout, rng.seed, st->drop_offset, dropped);
+      m = dropped;
+    }
+    ops::add(st->x1, m, out);
+  }
+  (void)recompute;  // no state besides the parameters: nothing to guard on recompute
+  if (keep) *state = std::move(st);
+  return out;
+}
+
+Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) {
+  const BlockParams& bp = blocks_[static_cast<size_t>(i)];
+  auto& st = static_cast<State&>(state);
+  Device& dev = dy.device();
+  const int64_t C = cfg_.d_model, H = cfg_.heads, D = cfg_.head_dim(), N = B_ * T_, R = cfg_.mlp_ratio * C;
+  const Consumer ws = Consumer::workspace;
+
+  // ---- MLP branch: x2 = x1 + dropout(proj(gelu(fc(ln2(x1))))) ----
+  Tensor dx1 = Tensor::empty(dev, {N, C}, dtype_, ws);
+  {
+    Tensor dm = dy;
+    if (cfg_.dropout > 0.f) {
+      dm = Tensor::empty(dev, {N, C}, dtype_, ws);
+      ops::dropout_backward(dy, cfg_.dropout, drop_seed_, st.drop_offset, dm);
+    }
+    Tensor dact = Tensor::empty(dev, {N, R}, dtype_, ws);
+    ops::linear_backward(st.act, P(bp.proj_w).compute, dm, dact, P(bp.proj_w).grad, P(bp.proj_b).grad);
+    dm = Tensor();
+    st.act = Tensor();
+    Tensor dfc = Tensor::empty(dev, {N, R}, dtype_, ws);
+    ops::gelu_backward(st.fc, dact, dfc);
+    dact = Tensor();
+    st.fc = Tensor();
+    Tensor dln2 = Tensor::empty(dev, {N, C}, dtype_, ws);
+    ops::linear_backward(st.ln2, P(bp.fc_w).compute, dfc, dln2, P(bp.fc_w).grad, P(bp.fc_b).grad);
+    dfc = Tensor();
+    st.ln2 = Tensor();
+    ops::layernorm_backward(dln2, st.x1, P(bp.ln2_w).compute, st.mean2, st.rstd2, dx1, P(bp.ln2_w).grad,
+                            P(bp.ln2_b).grad);
+    ops::add(dx1, dy, dx1);  // the residual path
+    st.x1 = st.mean2 = st.rstd2 = Tensor();
+  }
+
+  // ---- attention branch: x1 = x + proj(merge(attn(q, k, v))) ----
+  Tensor dq = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
+  Tensor dk = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
+  Tensor dv = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
+  {
+    Tensor merged = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
+    ops::merge_heads(st.att, merged);
+    Tensor dmerged = Tensor::empty(dev, {N, C}, dtype_, ws);
+    ops::linear_backward(merged.reshape({N, C}), P(bp.o_w).compute, dx1, dmerged, P(bp.o_w).grad, P(bp.o_b).grad);
+    merged = Tensor();
+    Tensor datt = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
+    ops::split_heads(dmerged.reshape({B_, T_, C}), H, datt);
+    dmerged = Tensor();
+    const ops::AttentionImpl impl =
+        cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    ops::attention_backward(impl, st.q, st.k, st.v, st.att, datt, mask_, scale, st.saved, dq, dk, dv);
+    st.q = st.k = st.v = st.att = Tensor();
+    st.saved = ops::AttentionSaved{};
+  }
+  Tensor dln1 = Tensor::empty(dev, {N, C}, dtype_, ws);
+  {
+    Tensor tmp = Tensor::empty(dev, {N, C}, dtype_, ws);
+    Tensor lin = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
+    auto back = [&](Tensor& dh, int w, int b, Tensor& into) {
+      ops::merge_heads(dh, lin);
+      dh = Tensor();
+      ops::linear_backward(st.ln1, P(w).compute, lin.reshape({N, C}), into, P(w).grad, P(b).grad);
+    };
+    back(dq, bp.q_w, bp.q_b, dln1);
+    back(dk, bp.k_w, bp.k_b, tmp);
+    ops::add(dln1, tmp, dln1);
+    back(dv, bp.v_w, bp.v_b, tmp);
+    ops::add(dln1, tmp, dln1);
+    st.ln1 = Tensor();
+  }
+  Tensor dx = Tensor::empty(dev, {N, C}, dtype_, ws);
+  ops::layernorm_backward(dln1, st.x, P(bp.ln1_w).compute, st.mean1, st.rstd1, dx, P(bp.ln1_w).grad,
+                          P(bp.ln1_b).grad);
+  ops::add(dx, dx1, dx);
+  st.x = st.mean1 = st.rstd1 = Tensor();
+  (void)need_dx;  // block 0's dx feeds the embedding gradient: always needed
+  return dx;
+}
+
+double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
+  HR_CHECK(opt.rng != nullptr, "transformer: PassOptions.rng is required");
+  HR_ARG_CHECK(mb.ids.defined() && mb.pos.defined() && mb.targets.defined(),
+               "transformer batch needs ids, pos and targets");
+  Device& dev = params_.device();
+  B_ = mb.ids.dim(0);
+  T_ = mb.ids.dim(1);
+  HR_ARG_CHECK(T_ <= cfg_.max_positions, "seq_len: {} exceeds max_positions {}", T_, cfg_.max_positions);
+  const int64_t C = cfg_.d_model, N = B_ * T_, V = cfg_.vocab;
+  mask_ = ops::AttnMask{};
+  mask_.causal = true;
+  mask_.key_valid_len = mb.key_valid_len;
+  mask_.segment_ids = mb.segment_ids;
+  drop_seed_ = opt.rng->seed;
+
+  Tensor x0 = Tensor::empty(dev, {B_, T_, C}, dtype_, backward ? Consumer::activations : Consumer::workspace);
+  ops::embedding_forward(mb.ids, mb.pos, P(wte_).compute, P(wpe_).compute, x0);
+
+  CheckpointPolicy policy = opt.checkpoint;
+  if (!backward) policy.every_k_blocks = 0;
+  // Forward only: a stack that keeps nothing. Implemented by a checkpointed run
+  // (every block is then a temporary) that is never run backward.
+  CheckpointedStack stack(*this, backward ? policy : CheckpointPolicy{int64_t{1} << 40});
+  Tensor xL = stack.forward(x0.reshape({N, C}), *opt.rng);
+
+  const Consumer a = backward ? Consumer::activations : Consumer::workspace;
+  Tensor lnf = Tensor::empty(dev, {N, C}, dtype_, a);
+  Tensor meanf = Tensor::empty(dev, {N}, DType::f32, a);
+  Tensor rstdf = Tensor::empty(dev, {N}, DType::f32, a);
+  ops::layernorm_forward(xL, P(lnf_w_).compute, P(lnf_b_).compute, cfg_.ln_eps, lnf, meanf, rstdf);
+  Tensor logits = Tensor::empty(dev, {N, V}, dtype_, a);
+  ops::linear_forward(lnf, P(head_w_).compute, Tensor(), logits);
+
+  ops::CrossEntropyConfig ce;
+  ce.ignore_index = cfg_.ignore_index;
+  ce.reduction = ops::LossReduction::sum_div_count;
+  ce.count = loss.count / loss.multiplier;
+  ce.loss_scale = loss.loss_scale;
+  const Tensor targets = mb.targets.reshape({N});
+  Tensor no_losses;
+  const double value = ops::cross_entropy_forward(logits, targets, ce, no_losses);
+  if (!backward) return value;
+
+  Tensor dlnf = Tensor::empty(dev, {N, C}, dtype_, Consumer::workspace);
+  {
+    Tensor dlogits = Tensor::empty(dev, {N, V}, dtype_, Consumer::workspace);
+    ops::cross_entropy_backward(logits, targets, ce, dlogits);
+    logits = Tensor();
+    Tensor no_bias_grad;
+    ops::linear_backward(lnf, P(head_w_).compute, dlogits, dlnf, P(head_w_).grad, no_bias_grad);
+  }
+  lnf = Tensor();
+  Tensor dxL = Tensor::empty(dev, {N, C}, dtype_, Consumer::workspace);
+  ops::layernorm_backward(dlnf, xL, P(lnf_w_).compute, meanf, rstdf, dxL, P(lnf_w_).grad, P(lnf_b_).grad);
+  dlnf = meanf = rstdf = xL = Tensor();
+
+  Tensor dx0 = stack.backward(dxL, true);
+  dxL = Tensor();
+  x0 = Tensor();
+  ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad);
+  if (opt.segment_forward_counts != nullptr) {
+    auto& counts = *opt.segment_forward_counts;
+    const auto& c = stack.forward_counts();
+    if (counts.size() < c.size()) counts.resize(c.size(), 0);
+    for (size_t s = 0; s < c.size(); ++s) counts[s] += c[s];
+  }
+  return value;
+}
+
+double TransformerModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+  return run(mb, loss, opt, true);
+}
+
+double TransformerModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+  return run(mb, loss, opt, false);
+}
+
+}  // namespace hr

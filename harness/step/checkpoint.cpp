@@ -1,0 +1,74 @@
+// The segment driver of activation checkpointing (see checkpoint.hpp).
+#include "harness/step/checkpoint.hpp"
+
+#include <algorithm>
+
+#include "harness/check.hpp"
+
+namespace hr {
+
+Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
+  const int64_t n = stack_->num_blocks();
+  const int64_t k = policy_.enabled() ? std::min(policy_.every_k_blocks, n) : n;
+  segments_.clear();
+  forward_counts_.clear();
+  seed_ = rng.seed;
+  Tensor cur = x;
+  for (int64_t first = 0; first < n; first += k) {
+    Segment s;
+    s.first = first;
+    s.end = std::min(first + k, n);
+    s.rng_offset = rng.offset;
+    if (policy_.enabled()) s.input = cur;
+    for (int64_t i = s.first; i < s.end; ++i) {
+      const bool keep = !policy_.enabled();
+      // A segment's output is the next segment's input (or the stack's output):
+      // kept. Inside a checkpointed segment, outputs are temporaries.
+      const Consumer out_c = (keep || i + 1 == s.end) ? Consumer::activations : Consumer::workspace;
+      std::unique_ptr<BlockState> st;
+      cur = stack_->block_forward(i, cur, keep, false, out_c, rng, keep ? &st : nullptr);
+      if (keep) s.states.push_back(std::move(st));
+    }
+    segments_.push_back(std::move(s));
+    forward_counts_.push_back(1);
+  }
+  // The broken variant's "fresh" state: beyond everything this pass drew.
+  fresh_offset_ = rng.offset + (uint64_t{1} << 32);
+  return cur;
+}
+
+void CheckpointedStack::recompute(Segment& s) {
+  DropoutStream rng{seed_, policy_.fresh_rng_on_recompute ? fresh_offset_ : s.rng_offset};
+  Tensor cur = s.input;
+  s.states.clear();
+  for (int64_t i = s.first; i < s.end; ++i) {
+    // Outputs inside the segment are the next block's saved input; the last one
+    // exists already (the next segment's input) and is dropped.
+    const Consumer out_c = i + 1 == s.end ? Consumer::workspace : Consumer::activations;
+    std::unique_ptr<BlockState> st;
+    cur = stack_->block_forward(i, cur, true, true, out_c, rng, &st);
+    s.states.push_back(std::move(st));
+  }
+  if (policy_.fresh_rng_on_recompute) fresh_offset_ = rng.offset;
+  ++forward_counts_[static_cast<size_t>(&s - segments_.data())];
+}
+
+Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
+  Tensor d = dy;
+  for (int64_t si = num_segments() - 1; si >= 0; --si) {
+    Segment& s = segments_[static_cast<size_t>(si)];
+    if (policy_.enabled()) recompute(s);
+    HR_CHECK(static_cast<int64_t>(s.states.size()) == s.end - s.first, "segment {} has {} states for {} blocks", si,
+             s.states.size(), s.end - s.first);
+    for (int64_t i = s.end - 1; i >= s.first; --i) {
+      const bool dx_needed = need_dx || i > 0;
+      d = stack_->block_backward(i, *s.states[static_cast<size_t>(i - s.first)], d, dx_needed);
+      s.states[static_cast<size_t>(i - s.first)].reset();  // its activations go as soon as they are used
+    }
+    s.states.clear();
+    s.input = Tensor();
+  }
+  return d;
+}
+
+}  // namespace hr

@@ -1,0 +1,108 @@
+// Activation checkpointing over a stack of blocks, shared by both models.
+//
+// Without checkpointing every block keeps what its backward pass needs
+// (Consumer::activations). With checkpointing every k blocks, the stack is cut
+// into segments of k blocks: the forward pass keeps only each segment's input
+// (its intermediates are Consumer::workspace and freed as it goes); the backward
+// pass re-runs the segment's forward, keeping its intermediates this time, then
+// runs the segment's backward. Dropout replays: the recompute restarts the
+// Philox stream at the (seed, offset) the segment's first forward started from,
+// so the masks, and therefore the gradients, are bit-identical to the run without
+// checkpointing (CK-1). The broken variant draws from a fresh offset instead
+// (CK-2's negative control). Forward executions are counted per segment (CK-4).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "harness/tensor.hpp"
+#include "kernels/common/philox.hpp"
+
+namespace hr {
+
+// One dropout draw: which block, the mask's shape and where it came from.
+struct DropoutRecord {
+  int64_t block = 0;
+  Shape shape;
+  uint64_t seed = 0, offset = 0;
+};
+
+// The dropout RNG state of a pass: Philox (seed, offset). Each dropout site
+// takes the next offset range. With `log` set, every draw is recorded (dumps);
+// a checkpoint recompute draws from its own copy, so it is not logged twice.
+struct DropoutStream {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  std::vector<DropoutRecord>* log = nullptr;
+  uint64_t take(int64_t block, const Shape& shape) {
+    const uint64_t o = offset;
+    offset += philox_advance(static_cast<uint64_t>(shape_numel(shape)));
+    if (log != nullptr) log->push_back({block, shape, seed, o});
+    return o;
+  }
+};
+
+struct CheckpointPolicy {
+  int64_t every_k_blocks = 0;  // 0: no checkpointing; >= number of blocks: one segment
+  // Negative controls (both wrong on purpose):
+  bool fresh_rng_on_recompute = false;    // CK-2: the recompute draws new dropout masks
+  bool update_bn_stats_on_recompute = false;  // BN-3: running statistics updated twice
+  bool enabled() const { return every_k_blocks > 0; }
+};
+
+// What a block keeps for its backward pass (model-specific).
+struct BlockState {
+  virtual ~BlockState() = default;
+};
+
+// What a model exposes to the checkpoint driver.
+class BlockStack {
+ public:
+  virtual ~BlockStack() = default;
+  virtual int64_t num_blocks() const = 0;
+  // Runs block i on x and returns its output (allocated with `out_consumer`).
+  // keep: the block's saved tensors are Consumer::activations and returned in
+  // *state; otherwise they are workspace and dropped. recompute: this is a
+  // checkpoint recompute (state such as BatchNorm running statistics must not be
+  // updated again).
+  virtual Tensor block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
+                               DropoutStream& rng, std::unique_ptr<BlockState>* state) = 0;
+  // Backward of block i: parameter gradients accumulate (+=); returns dx
+  // (workspace). need_dx false: the input needs no gradient (may return undefined).
+  virtual Tensor block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) = 0;
+};
+
+// One forward + backward of a block stack under a policy.
+class CheckpointedStack {
+ public:
+  CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy) : stack_(&stack), policy_(policy) {}
+
+  // x is kept (by reference) as the first segment's input. Returns the last
+  // block's output (Consumer::activations).
+  Tensor forward(const Tensor& x, DropoutStream& rng);
+  // Returns d(input) (workspace), or undefined when need_dx is false.
+  Tensor backward(const Tensor& dy, bool need_dx);
+
+  int64_t num_segments() const { return static_cast<int64_t>(segments_.size()); }
+  // Forward executions of each segment in this pass (1 without recompute, 2 with).
+  const std::vector<int64_t>& forward_counts() const { return forward_counts_; }
+
+ private:
+  struct Segment {
+    int64_t first = 0, end = 0;  // blocks [first, end)
+    Tensor input;                // kept when checkpointing
+    uint64_t rng_offset = 0;     // dropout offset at the segment's first forward
+    std::vector<std::unique_ptr<BlockState>> states;  // per block (no checkpointing, or recomputed)
+  };
+  void recompute(Segment& s);
+
+  BlockStack* stack_;
+  CheckpointPolicy policy_;
+  uint64_t seed_ = 0;
+  uint64_t fresh_offset_ = 0;  // where the broken variant draws from
+  std::vector<Segment> segments_;
+  std::vector<int64_t> forward_counts_;
+};
+
+}  // namespace hr

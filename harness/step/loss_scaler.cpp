@@ -1,0 +1,19 @@
+// The dynamic loss scaler's update rule (see loss_scaler.hpp).
+#include "harness/step/loss_scaler.hpp"
+
+namespace hr {
+
+void DynamicLossScaler::update(bool found_nonfinite) {
+  if (!cfg_.dynamic) return;
+  if (found_nonfinite) {
+    scale_ *= cfg_.backoff;
+    tracker_ = 0;
+    return;
+  }
+  if (++tracker_ >= cfg_.growth_interval) {
+    scale_ *= cfg_.growth;
+    tracker_ = 0;
+  }
+}
+
+}  // namespace hr

@@ -1,0 +1,37 @@
+// Dynamic loss scaling for fp16 (PyTorch GradScaler's policy): the loss is
+// multiplied by `scale` before the backward pass; after all micro-batches of a
+// step the fp32 gradients are unscaled once and checked. An inf/NaN anywhere
+// (from any micro-batch) skips the whole step, leaves parameters and optimizer
+// state untouched and multiplies the scale by `backoff`; after `growth_interval`
+// consecutive clean steps the scale is multiplied by `growth`.
+#pragma once
+
+#include <cstdint>
+
+namespace hr {
+
+struct LossScalerConfig {
+  bool enabled = true;         // used only with fp16 compute; false: scale fixed at `init_scale`
+  bool dynamic = true;         // false: a static scale
+  double init_scale = 65536.0; // 2^16
+  double growth = 2.0;
+  double backoff = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class DynamicLossScaler {
+ public:
+  explicit DynamicLossScaler(const LossScalerConfig& cfg = {}) : cfg_(cfg), scale_(cfg.init_scale) {}
+  double scale() const { return scale_; }
+  int64_t growth_tracker() const { return tracker_; }  // clean steps since the last change
+  // Called once per step with whether the unscaled gradients held an inf/NaN.
+  void update(bool found_nonfinite);
+  const LossScalerConfig& config() const { return cfg_; }
+
+ private:
+  LossScalerConfig cfg_;
+  double scale_;
+  int64_t tracker_ = 0;
+};
+
+}  // namespace hr

@@ -1,0 +1,320 @@
+// Step configuration: validation naming the field, presets, JSON round trip.
+#include "harness/step/step_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "harness/check.hpp"
+
+namespace hr {
+
+const char* model_kind_name(ModelKind k) { return k == ModelKind::mlp ? "mlp" : "transformer"; }
+
+ModelKind parse_model_kind(const std::string& s) {
+  if (s == "mlp") return ModelKind::mlp;
+  if (s == "transformer") return ModelKind::transformer;
+  throw InvalidArgument(fmt::format("model: unknown model '{}' (expected mlp or transformer)", s));
+}
+
+const char* loss_normalization_name(LossNormalization n) {
+  switch (n) {
+    case LossNormalization::mean_div_k: return "mean_div_k";
+    case LossNormalization::sum_div_window_items: return "sum_div_window_items";
+    case LossNormalization::no_division: return "no_division";
+  }
+  return "?";
+}
+
+LossNormalization parse_loss_normalization(const std::string& s) {
+  if (s == "mean_div_k") return LossNormalization::mean_div_k;
+  if (s == "sum_div_window_items") return LossNormalization::sum_div_window_items;
+  if (s == "no_division") return LossNormalization::no_division;
+  throw InvalidArgument(fmt::format(
+      "loss_norm: unknown loss normalisation '{}' (expected mean_div_k, sum_div_window_items or no_division)", s));
+}
+
+namespace {
+
+void check_positive(int64_t v, const char* field) {
+  HR_ARG_CHECK(v > 0, "{}: must be positive, got {}", field, v);
+}
+
+void check_prob(float p, const char* field) {
+  HR_ARG_CHECK(p >= 0.f && p < 1.f, "{}: dropout probability must be in [0, 1), got {}", field, p);
+}
+
+}  // namespace
+
+void validate(const StepConfig& c) {
+  check_positive(c.batch, "batch");
+  check_positive(c.micro_batch, "micro_batch");
+  HR_ARG_CHECK(c.batch % c.micro_batch == 0, "micro_batch: {} does not divide batch {}", c.micro_batch, c.batch);
+  HR_ARG_CHECK(is_float(c.precision.compute), "precision.compute: unknown compute dtype '{}' (expected fp32, fp16 or bf16)",
+               dtype_name(c.precision.compute));
+  HR_ARG_CHECK(c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier),
+               "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
+  HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
+               c.checkpoint.every_k_blocks);
+  const LossScalerConfig& s = c.precision.scaler;
+  if (c.loss_scaling()) {
+    HR_ARG_CHECK(s.init_scale > 0 && std::isfinite(s.init_scale), "precision.scaler.init_scale: must be positive, got {}",
+                 s.init_scale);
+    HR_ARG_CHECK(s.growth >= 1.0, "precision.scaler.growth: must be >= 1, got {}", s.growth);
+    HR_ARG_CHECK(s.backoff > 0 && s.backoff < 1.0, "precision.scaler.backoff: must be in (0, 1), got {}", s.backoff);
+    HR_ARG_CHECK(s.growth_interval > 0, "precision.scaler.growth_interval: must be positive, got {}",
+                 s.growth_interval);
+  }
+  switch (c.optimizer.kind) {
+    case OptimizerKind::sgd:
+      HR_ARG_CHECK(c.optimizer.sgd.lr >= 0.f, "optimizer.sgd.lr: must be >= 0, got {}", c.optimizer.sgd.lr);
+      break;
+    case OptimizerKind::adamw:
+      HR_ARG_CHECK(c.optimizer.adamw.lr >= 0.f, "optimizer.adamw.lr: must be >= 0, got {}", c.optimizer.adamw.lr);
+      HR_ARG_CHECK(c.optimizer.adamw.beta1 >= 0.f && c.optimizer.adamw.beta1 < 1.f &&
+                       c.optimizer.adamw.beta2 >= 0.f && c.optimizer.adamw.beta2 < 1.f,
+                   "optimizer.adamw.beta1/beta2: must be in [0, 1), got {} / {}", c.optimizer.adamw.beta1,
+                   c.optimizer.adamw.beta2);
+      break;
+    case OptimizerKind::custom:
+      HR_ARG_CHECK(static_cast<bool>(c.optimizer.factory), "optimizer.factory: kind 'custom' needs a factory");
+      break;
+  }
+  HR_ARG_CHECK(c.adapters.kind == AdapterKind::none,
+               "adapters.kind: lora is not available in this build of the step (adapters: none only)");
+
+  if (c.model == ModelKind::mlp) {
+    const MlpConfig& m = c.mlp;
+    check_positive(m.in_dim, "mlp.in_dim");
+    check_positive(m.width, "mlp.width");
+    check_positive(m.out_dim, "mlp.out_dim");
+    HR_ARG_CHECK(m.layers >= 2, "mlp.layers: at least 2 linear layers are needed, got {}", m.layers);
+    check_prob(m.dropout, "mlp.dropout");
+    HR_ARG_CHECK(m.norm_eps > 0.f, "mlp.norm_eps: must be positive, got {}", m.norm_eps);
+    HR_ARG_CHECK(m.bn_virtual_batch >= 0, "mlp.bn_virtual_batch: must be >= 0 (0 = the micro-batch), got {}",
+                 m.bn_virtual_batch);
+    if (m.norm == NormKind::batchnorm) {
+      const int64_t vb = m.bn_virtual_batch > 0 ? m.bn_virtual_batch : c.micro_batch;
+      HR_ARG_CHECK(c.micro_batch % vb == 0, "mlp.bn_virtual_batch: {} does not divide micro_batch {}", vb,
+                   c.micro_batch);
+      HR_ARG_CHECK(vb >= 2, "mlp.bn_virtual_batch: BatchNorm needs at least 2 rows per (virtual) batch, got {}", vb);
+    }
+  } else {
+    const TransformerConfig& t = c.transformer;
+    check_positive(t.vocab, "transformer.vocab");
+    check_positive(t.max_positions, "transformer.max_positions");
+    check_positive(t.d_model, "transformer.d_model");
+    check_positive(t.heads, "transformer.heads");
+    check_positive(t.layers, "transformer.layers");
+    check_positive(t.mlp_ratio, "transformer.mlp_ratio");
+    check_positive(c.seq_len, "seq_len");
+    HR_ARG_CHECK(t.d_model % t.heads == 0, "transformer.heads: {} does not divide d_model {}", t.heads, t.d_model);
+    HR_ARG_CHECK(c.seq_len <= t.max_positions, "seq_len: {} is longer than transformer.max_positions {}",
+                 c.seq_len, t.max_positions);
+    check_prob(t.dropout, "transformer.dropout");
+    HR_ARG_CHECK(t.ln_eps > 0.f, "transformer.ln_eps: must be positive, got {}", t.ln_eps);
+    HR_ARG_CHECK(t.ignore_index < 0 || t.ignore_index >= t.vocab,
+                 "transformer.ignore_index: {} is a valid token id (vocab {})", t.ignore_index, t.vocab);
+  }
+}
+
+StepConfig step_config_for(ModelKind model, Preset preset) {
+  StepConfig c;
+  c.model = model;
+  if (model == ModelKind::mlp) {
+    const MlpPreset p = mlp_preset(preset);
+    c.mlp = p.model;
+    c.batch = p.batch;
+    c.micro_batch = p.micro_batch;
+    c.seq_len = 0;
+  } else {
+    const TransformerPreset p = transformer_preset(preset);
+    c.transformer = p.model;
+    c.batch = p.batch;
+    c.micro_batch = p.micro_batch;
+    c.seq_len = p.seq_len;
+  }
+  if (preset == Preset::full) c.precision.compute = DType::bf16;
+  return c;
+}
+
+void to_json(nlohmann::json& j, const StepConfig& c) {
+  j = nlohmann::json::object();
+  j["model"] = model_kind_name(c.model);
+  if (c.model == ModelKind::mlp) {
+    const MlpConfig& m = c.mlp;
+    j["mlp"] = {{"in_dim", m.in_dim},       {"width", m.width},
+                {"out_dim", m.out_dim},     {"layers", m.layers},
+                {"norm", norm_kind_name(m.norm)}, {"task", mlp_task_name(m.task)},
+                {"dropout", m.dropout},     {"norm_eps", m.norm_eps},
+                {"bn_momentum", m.bn_momentum}, {"bn_virtual_batch", m.bn_virtual_batch}};
+  } else {
+    const TransformerConfig& t = c.transformer;
+    j["transformer"] = {{"vocab", t.vocab},
+                        {"max_positions", t.max_positions},
+                        {"d_model", t.d_model},
+                        {"heads", t.heads},
+                        {"layers", t.layers},
+                        {"mlp_ratio", t.mlp_ratio},
+                        {"dropout", t.dropout},
+                        {"ln_eps", t.ln_eps},
+                        {"attention", t.memory_efficient_attention ? "memory_efficient" : "naive"},
+                        {"ignore_index", t.ignore_index}};
+    j["seq_len"] = c.seq_len;
+  }
+  j["batch"] = c.batch;
+  j["micro_batch"] = c.micro_batch;
+  j["accum_steps"] = c.accum_steps();
+  j["precision"] = {{"compute", dtype_name(c.precision.compute)},
+                    {"master_weights", c.precision.master_weights},
+                    {"scaler",
+                     {{"enabled", c.precision.scaler.enabled},
+                      {"dynamic", c.precision.scaler.dynamic},
+                      {"init_scale", c.precision.scaler.init_scale},
+                      {"growth", c.precision.scaler.growth},
+                      {"backoff", c.precision.scaler.backoff},
+                      {"growth_interval", c.precision.scaler.growth_interval}}}};
+  j["loss_norm"] = loss_normalization_name(c.loss_norm);
+  j["loss_multiplier"] = c.loss_multiplier;
+  j["checkpoint"] = {{"every_k_blocks", c.checkpoint.every_k_blocks},
+                     {"fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute},
+                     {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute}};
+  nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
+  if (c.optimizer.kind == OptimizerKind::sgd)
+    o["sgd"] = {{"lr", c.optimizer.sgd.lr},
+                {"momentum", c.optimizer.sgd.momentum},
+                {"weight_decay", c.optimizer.sgd.weight_decay}};
+  if (c.optimizer.kind == OptimizerKind::adamw)
+    o["adamw"] = {{"lr", c.optimizer.adamw.lr},     {"beta1", c.optimizer.adamw.beta1},
+                  {"beta2", c.optimizer.adamw.beta2}, {"eps", c.optimizer.adamw.eps},
+                  {"weight_decay", c.optimizer.adamw.weight_decay}};
+  j["optimizer"] = o;
+  j["adapters"] = {{"kind", c.adapters.kind == AdapterKind::none ? "none" : "lora"},
+                   {"rank", c.adapters.rank},
+                   {"alpha", c.adapters.alpha}};
+  j["init_seed"] = c.init_seed;
+  j["dropout_seed"] = c.dropout_seed;
+}
+
+namespace {
+template <typename T>
+void get(const nlohmann::json& j, const char* key, T& out, const std::string& path) {
+  if (!j.contains(key)) return;
+  try {
+    out = j.at(key).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("{}{}: {}", path, key, e.what()));
+  }
+}
+std::string get_str(const nlohmann::json& j, const char* key, const std::string& dflt, const std::string& path) {
+  std::string s = dflt;
+  get(j, key, s, path);
+  return s;
+}
+}  // namespace
+
+StepConfig step_config_from_json(const nlohmann::json& j) {
+  HR_ARG_CHECK(j.is_object(), "step configuration: a JSON object expected");
+  StepConfig c;
+  c.model = parse_model_kind(get_str(j, "model", "transformer", ""));
+  if (j.contains("mlp")) {
+    const auto& m = j["mlp"];
+    get(m, "in_dim", c.mlp.in_dim, "mlp.");
+    get(m, "width", c.mlp.width, "mlp.");
+    get(m, "out_dim", c.mlp.out_dim, "mlp.");
+    get(m, "layers", c.mlp.layers, "mlp.");
+    if (m.contains("norm")) {
+      try {
+        c.mlp.norm = parse_norm_kind(m["norm"].get<std::string>());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("mlp.norm: ") + e.what());
+      }
+    }
+    const std::string task = get_str(m, "task", "regression", "mlp.");
+    HR_ARG_CHECK(task == "regression" || task == "classification",
+                 "mlp.task: unknown task '{}' (expected regression or classification)", task);
+    c.mlp.task = task == "regression" ? MlpTask::regression : MlpTask::classification;
+    get(m, "dropout", c.mlp.dropout, "mlp.");
+    get(m, "norm_eps", c.mlp.norm_eps, "mlp.");
+    get(m, "bn_momentum", c.mlp.bn_momentum, "mlp.");
+    get(m, "bn_virtual_batch", c.mlp.bn_virtual_batch, "mlp.");
+  }
+  if (j.contains("transformer")) {
+    const auto& t = j["transformer"];
+    get(t, "vocab", c.transformer.vocab, "transformer.");
+    get(t, "max_positions", c.transformer.max_positions, "transformer.");
+    get(t, "d_model", c.transformer.d_model, "transformer.");
+    get(t, "heads", c.transformer.heads, "transformer.");
+    get(t, "layers", c.transformer.layers, "transformer.");
+    get(t, "mlp_ratio", c.transformer.mlp_ratio, "transformer.");
+    get(t, "dropout", c.transformer.dropout, "transformer.");
+    get(t, "ln_eps", c.transformer.ln_eps, "transformer.");
+    get(t, "ignore_index", c.transformer.ignore_index, "transformer.");
+    const std::string att = get_str(t, "attention", "naive", "transformer.");
+    HR_ARG_CHECK(att == "naive" || att == "memory_efficient",
+                 "transformer.attention: unknown attention '{}' (expected naive or memory_efficient)", att);
+    c.transformer.memory_efficient_attention = att == "memory_efficient";
+  }
+  get(j, "batch", c.batch, "");
+  get(j, "micro_batch", c.micro_batch, "");
+  get(j, "seq_len", c.seq_len, "");
+  if (j.contains("precision")) {
+    const auto& p = j["precision"];
+    if (p.contains("compute")) {
+      try {
+        c.precision.compute = parse_dtype(p["compute"].get<std::string>());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("precision.compute: ") + e.what());
+      }
+    }
+    get(p, "master_weights", c.precision.master_weights, "precision.");
+    if (p.contains("scaler")) {
+      const auto& s = p["scaler"];
+      get(s, "enabled", c.precision.scaler.enabled, "precision.scaler.");
+      get(s, "dynamic", c.precision.scaler.dynamic, "precision.scaler.");
+      get(s, "init_scale", c.precision.scaler.init_scale, "precision.scaler.");
+      get(s, "growth", c.precision.scaler.growth, "precision.scaler.");
+      get(s, "backoff", c.precision.scaler.backoff, "precision.scaler.");
+      get(s, "growth_interval", c.precision.scaler.growth_interval, "precision.scaler.");
+    }
+  }
+  if (j.contains("loss_norm")) c.loss_norm = parse_loss_normalization(j["loss_norm"].get<std::string>());
+  get(j, "loss_multiplier", c.loss_multiplier, "");
+  if (j.contains("checkpoint")) {
+    const auto& k = j["checkpoint"];
+    get(k, "every_k_blocks", c.checkpoint.every_k_blocks, "checkpoint.");
+    get(k, "fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute, "checkpoint.");
+    get(k, "update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute, "checkpoint.");
+  }
+  if (j.contains("optimizer")) {
+    const auto& o = j["optimizer"];
+    const std::string kind = get_str(o, "kind", "adamw", "optimizer.");
+    HR_ARG_CHECK(kind == "sgd" || kind == "adamw", "optimizer.kind: unknown optimizer '{}' (expected sgd or adamw)",
+                 kind);
+    c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
+    if (o.contains("sgd")) {
+      get(o["sgd"], "lr", c.optimizer.sgd.lr, "optimizer.sgd.");
+      get(o["sgd"], "momentum", c.optimizer.sgd.momentum, "optimizer.sgd.");
+      get(o["sgd"], "weight_decay", c.optimizer.sgd.weight_decay, "optimizer.sgd.");
+    }
+    if (o.contains("adamw")) {
+      get(o["adamw"], "lr", c.optimizer.adamw.lr, "optimizer.adamw.");
+      get(o["adamw"], "beta1", c.optimizer.adamw.beta1, "optimizer.adamw.");
+      get(o["adamw"], "beta2", c.optimizer.adamw.beta2, "optimizer.adamw.");
+      get(o["adamw"], "eps", c.optimizer.adamw.eps, "optimizer.adamw.");
+      get(o["adamw"], "weight_decay", c.optimizer.adamw.weight_decay, "optimizer.adamw.");
+    }
+  }
+  if (j.contains("adapters")) {
+    const std::string kind = get_str(j["adapters"], "kind", "none", "adapters.");
+    HR_ARG_CHECK(kind == "none" || kind == "lora", "adapters.kind: unknown adapter '{}' (expected none or lora)", kind);
+    c.adapters.kind = kind == "none" ? AdapterKind::none : AdapterKind::lora;
+    get(j["adapters"], "rank", c.adapters.rank, "adapters.");
+    get(j["adapters"], "alpha", c.adapters.alpha, "adapters.");
+  }
+  get(j, "init_seed", c.init_seed, "");
+  get(j, "dropout_seed", c.dropout_seed, "");
+  return c;
+}
+
+}  // namespace hr

@@ -1,0 +1,177 @@
+// The composable training step (see train_step.hpp).
+#include "harness/step/train_step.hpp"
+
+#include "harness/check.hpp"
+#include "harness/models/mlp.hpp"
+#include "harness/models/transformer.hpp"
+#include "kernels/reduce/reduce.hpp"
+
+namespace hr {
+
+std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
+  validate(cfg);
+  const ParamStorage storage{cfg.precision.compute, cfg.precision.master_weights};
+  if (cfg.model == ModelKind::mlp) return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed);
+  return std::make_unique<TransformerModel>(dev, cfg.transformer, storage, cfg.init_seed);
+}
+
+TrainStep::TrainStep(Device& dev, const StepConfig& cfg)
+    : dev_(&dev), cfg_(cfg), scaler_(cfg.precision.scaler) {
+  model_ = make_model(dev, cfg_);
+  optimizer_ = make_optimizer(cfg_.optimizer, model_->params());
+  rng_.seed = cfg_.dropout_seed;
+  rng_.offset = 0;
+}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::check_batch(const Batch& batch) const {
+  HR_ARG_CHECK(batch.rows() == cfg_.batch, "batch: {} rows given, the configuration says batch = {}", batch.rows(),
+               cfg_.batch);
+  if (cfg_.model == ModelKind::transformer)
+    HR_ARG_CHECK(batch.seq_len() <= cfg_.transformer.max_positions,
+                 "seq_len: the batch has {} tokens per row, longer than transformer.max_positions {}",
+                 batch.seq_len(), cfg_.transformer.max_positions);
+}
+
+std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
+  const int64_t K = cfg_.accum_steps(), mb = cfg_.micro_batch;
+  std::vector<double> items(static_cast<size_t>(K));
+  double window = 0;
+  for (int64_t m = 0; m < K; ++m) {
+    items[static_cast<size_t>(m)] = static_cast<double>(model_->loss_items(batch.slice(m * mb, (m + 1) * mb)));
+    window += items[static_cast<size_t>(m)];
+  }
+  std::vector<double> counts(static_cast<size_t>(K));
+  for (size_t m = 0; m < counts.size(); ++m) {
+    double c = 0;
+    switch (cfg_.loss_norm) {
+      case LossNormalization::mean_div_k: c = items[m] * static_cast<double>(K); break;
+      case LossNormalization::sum_div_window_items: c = window; break;
+      case LossNormalization::no_division: c = items[m]; break;
+    }
+    // A micro-batch without a real item contributes a zero sum: any positive count does.
+    counts[m] = c > 0 ? c : 1.0;
+  }
+  return counts;
+}
+
+void TrainStep::zero_grad() {
+  model_->params().zero_grad();
+  micro_batches_ = 0;
+  nonfinite_ = false;
+  unscaled_ = false;
+}
+
+double TrainStep::accumulate(const Batch& batch) {
+  check_batch(batch);
+  HR_CHECK(!unscaled_, "accumulate: the gradients were already unscaled for this step; call zero_grad() first");
+  const std::vector<double> counts = micro_counts(batch);
+  const int64_t mb = cfg_.micro_batch;
+  const double scale = cfg_.loss_scaling() ? scaler_.scale() : 1.0;
+  HR_CHECK(micro_batches_ == 0 || scale == accumulated_scale_,
+           "accumulate: the loss scale changed ({} -> {}) within one step", accumulated_scale_, scale);
+  accumulated_scale_ = scale;
+  double total = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    const Batch micro = batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb);
+    LossSpec ls;
+    ls.count = counts[m];
+    ls.multiplier = cfg_.loss_multiplier;
+    ls.loss_scale = static_cast<float>(scale);
+    PassOptions opt;
+    opt.checkpoint = cfg_.checkpoint;
+    opt.rng = &rng_;
+    opt.segment_forward_counts = &segment_counts_;
+    total += model_->forward_backward(micro, ls, opt);
+    ++micro_batches_;
+  }
+  last_loss_ += total;
+  return total;
+}
+
+void TrainStep::unscale() {
+  if (unscaled_) return;
+  unscaled_ = true;
+  // Once per step, after every micro-batch: one pass over each gradient both
+  // divides by the scale and looks for inf / NaN.
+  const float inv = static_cast<float>(1.0 / accumulated_scale_);
+  bool found = false;
+  for (Param& p : model_->params().all()) {
+    if (!p.grad.defined()) continue;
+    if (cfg_.loss_scaling()) {
+      found = ops::unscale_and_check(p.grad, inv) || found;
+    }
+  }
+  nonfinite_ = found;
+}
+
+double TrainStep::forward_backward(const Batch& batch) {
+  zero_grad();
+  last_loss_ = 0;
+  const double l = accumulate(batch);
+  unscale();
+  return l;
+}
+
+StepResult TrainStep::apply() {
+  StepResult r;
+  r.loss = last_loss_;
+  r.loss_scale = accumulated_scale_;
+  r.micro_batches = micro_batches_;
+  unscale();
+  r.found_nonfinite = nonfinite_;
+  if (cfg_.loss_scaling()) scaler_.update(nonfinite_);
+  if (nonfinite_) {
+    r.skipped = true;
+    ++skipped_;
+  } else {
+    optimizer_->step(model_->params(), applied_ + 1);
+    model_->params().sync_compute();
+    ++applied_;
+  }
+  last_loss_ = 0;
+  micro_batches_ = 0;
+  unscaled_ = false;
+  return r;
+}
+
+StepResult TrainStep::step(const Batch& batch) {
+  zero_grad();
+  last_loss_ = 0;
+  accumulate(batch);
+  return apply();
+}
+
+double TrainStep::loss(const Batch& batch) {
+  check_batch(batch);
+  const std::vector<double> counts = micro_counts(batch);
+  const int64_t mb = cfg_.micro_batch;
+  double total = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    LossSpec ls;
+    ls.count = counts[m];
+    ls.multiplier = cfg_.loss_multiplier;
+    PassOptions opt;
+    opt.rng = &rng_;
+    opt.update_running_stats = false;
+    total += model_->forward_loss(batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb), ls,
+                                  opt);
+  }
+  return total;
+}
+
+const Tensor& TrainStep::grad(const std::string& name) const {
+  const Param& p = model_->params().at(name);
+  HR_ARG_CHECK(p.grad.defined(), "parameter '{}' is frozen: it has no gradient", name);
+  return p.grad;
+}
+
+std::vector<std::pair<std::string, Tensor>> TrainStep::gradients() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Param& p : model_->params().all())
+    if (p.grad.defined()) out.emplace_back(p.name, p.grad);
+  return out;
+}
+
+}  // namespace hr

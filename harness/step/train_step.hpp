@@ -1,0 +1,124 @@
+// One training step of a controlled model, composed from a StepConfig:
+//
+//   TrainStep step(device, cfg);              // validates cfg; allocates weights,
+//                                             // gradients, optimizer state
+//   StepResult r = step.step(batch);          // zero grads, K micro-batches of
+//                                             // forward + backward, unscale once,
+//                                             // overflow check, optimizer or skip
+//
+// The pieces, for properties that need to look in between:
+//   step.forward_backward(batch)   gradients of the whole batch in fp32, real units
+//                                  (unscaled), no optimizer step, no scaler update
+//   step.zero_grad(); step.accumulate(batch); step.apply();   what step() does
+//   step.loss(batch)               forward only, same normalisation, no gradients
+//   step.grad("h.0.attn.q.weight") the accumulated fp32 gradient of a parameter
+//   step.params(), step.model(), step.optimizer(), step.scaler()
+//   step.segment_forward_counts()  forward executions per checkpoint segment
+//   step.dropout_stream()          the Philox (seed, offset) the next pass draws from
+//
+// Memory: parameters (fp32 masters and 16-bit compute copies) are
+// Consumer::weights, fp32 gradients Consumer::gradients, optimizer moments
+// Consumer::optimizer_state, what forward keeps for backward
+// Consumer::activations, temporaries Consumer::workspace (batches too).
+//
+// Precision: fp32 | fp16 with a dynamic loss scaler (the scale multiplies every
+// micro-batch's loss; gradients accumulate scaled in fp32 and are unscaled once
+// per step; a non-finite value from any micro-batch skips the whole step) | bf16.
+// 16-bit modes keep fp32 master weights unless precision.master_weights is false.
+//
+// Loss under accumulation (K = batch / micro_batch): each micro-batch's loss is a
+// sum over its real items (tokens not equal to ignore_index; regression output
+// elements) divided by: items(micro) * K (mean_div_k), items(window)
+// (sum_div_window_items) or items(micro) (no_division, the broken variant). The
+// reported loss is the sum over micro-batches, i.e. the batch loss when correct.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/data/batch.hpp"
+#include "harness/device.hpp"
+#include "harness/models/model.hpp"
+#include "harness/step/loss_scaler.hpp"
+#include "harness/step/optimizer.hpp"
+#include "harness/step/step_config.hpp"
+
+namespace hr {
+
+struct StepResult {
+  double loss = 0;             // sum of the micro-batch losses (without the loss scale)
+  bool skipped = false;        // the optimizer step was skipped (non-finite gradients)
+  bool found_nonfinite = false;
+  double loss_scale = 1;       // the scale this step's backward passes used
+  int64_t micro_batches = 0;
+};
+
+class TrainStep {
+ public:
+  TrainStep(Device& dev, const StepConfig& cfg);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  const StepConfig& config() const { return cfg_; }
+  Device& device() const { return *dev_; }
+  Model& model() { return *model_; }
+  ParamSet& params() { return model_->params(); }
+  Optimizer& optimizer() { return *optimizer_; }
+  DynamicLossScaler& scaler() { return scaler_; }
+
+  StepResult step(const Batch& batch);
+
+  // Zero gradients, then every micro-batch's forward + backward; gradients are
+  // then unscaled (real units). The loss scaler and the optimizer are not touched.
+  double forward_backward(const Batch& batch);
+  // Whether the last forward_backward / apply found an inf or NaN in a gradient.
+  bool gradients_nonfinite() const { return nonfinite_; }
+
+  void zero_grad();
+  // Adds the gradients of every micro-batch of `batch` (scaled by the current
+  // loss scale) to the fp32 gradients. Returns the summed loss.
+  double accumulate(const Batch& batch);
+  // Unscales once, checks, updates the scaler, steps the optimizer or skips.
+  StepResult apply();
+
+  // Forward only over every micro-batch, with the step's normalisation.
+  double loss(const Batch& batch);
+
+  const Tensor& grad(const std::string& param_name) const;
+  std::vector<std::pair<std::string, Tensor>> gradients() const;  // trainable parameters, in order
+
+  // The normaliser of each micro-batch's loss under cfg.loss_norm (see above).
+  std::vector<double> loss_counts(const Batch& batch) const { return micro_counts(batch); }
+
+  const std::vector<int64_t>& segment_forward_counts() const { return segment_counts_; }
+  void reset_segment_forward_counts() { segment_counts_.clear(); }
+  DropoutStream& dropout_stream() { return rng_; }
+  int64_t steps_applied() const { return applied_; }
+  int64_t steps_skipped() const { return skipped_; }
+
+ private:
+  void check_batch(const Batch& batch) const;
+  std::vector<double> micro_counts(const Batch& batch) const;
+  void unscale();
+
+  Device* dev_;
+  StepConfig cfg_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  DynamicLossScaler scaler_;
+  DropoutStream rng_;
+  std::vector<int64_t> segment_counts_;
+  double last_loss_ = 0;
+  double accumulated_scale_ = 1;
+  int64_t micro_batches_ = 0;
+  bool nonfinite_ = false;
+  bool unscaled_ = false;
+  int64_t applied_ = 0, skipped_ = 0;
+};
+
+// Builds the model a configuration names (validates the configuration first).
+std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg);
+
+}  // namespace hr

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "harness/dtype.hpp"
 #include "harness/registry.hpp"
 
 namespace hr::props {

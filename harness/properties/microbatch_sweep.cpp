@@ -125,7 +125,7 @@ std::vector<SweepPoint> run_microbatch_sweep(Device& dev, const MicroBatchSweep&
 namespace {
 
 HR_REGISTER_SWEEP(SweepSpec{"BM-MB", "micro-batch sweep at a fixed effective batch: throughput and bytes per consumer",
-                            6.0, [](RunContext& ctx) {
+                            3.0, [](RunContext& ctx) {
                               return run_microbatch_sweep(ctx.device,
                                                           microbatch_sweep_config(ctx.preset, ctx.device.kind()),
                                                           ctx.seed);

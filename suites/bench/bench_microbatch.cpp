@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/device.hpp"
 #include "harness/properties/microbatch_sweep.hpp"

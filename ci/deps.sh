@@ -4,7 +4,7 @@
 # package of the version headroom targets); without nvcc the build is CPU-only.
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev)
-HEADROOM_DEBS_TEST=(chromium)
+HEADROOM_DEBS_TEST=(chromium python3)
 
 headroom_install_deps() {
   local want=("$@") missing=() p

@@ -35,10 +35,11 @@ class InvalidArgument : public Error {
 
 // HR_CHECK(cond, "format {}", args...): throws hr::Error naming the condition,
 // the message, the file and the line.
-#define HR_CHECK(cond, ...)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) ::hr::throw_at(__FILE__, __LINE__, fmt::format("check failed: " #cond ": " \
-                                                               __VA_ARGS__));              \
+#define HR_CHECK(cond, ...)                                                              \
+  do {                                                                                   \
+    if (!(cond))                                                                         \
+      ::hr::throw_at(__FILE__, __LINE__,                                                 \
+                     fmt::format("check failed: {}: {}", #cond, fmt::format(__VA_ARGS__))); \
   } while (0)
 
 // HR_ARG_CHECK: as HR_CHECK for user input; throws hr::InvalidArgument.

@@ -1,4 +1,10 @@
-// The headroom command line.
+// The headroom command line: argument parsing only; each subcommand is a function
+// in harness/results/commands.hpp (so the tests drive the same code).
+//   headroom run       run every property and sweep, write results.json + index.html
+//   headroom validate  judge a run (new or from a file) against a trusted baseline
+//   headroom compare   the same comparison between two results files
+//   headroom report    the HTML report of a results file
+//   headroom info      the device record
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,19 +13,80 @@
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/results/commands.hpp"
+
+namespace {
+
+void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
+  cmd->add_option("--preset", r.preset, "quick (minutes on a CPU) | full")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", r.backend, "auto | cpu | cuda (auto: cuda when a GPU answers)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--only", r.only, "regular expression over property/sweep id and title (e.g. 'GA-|CK-3')");
+  cmd->add_option("--out", r.out_dir, "directory for results.json and index.html")->capture_default_str();
+  cmd->add_option("--seed", r.seed, "seed of every random draw")->capture_default_str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"headroom: benchmark and conformance suite for memory-saving training techniques"};
   app.require_subcommand(1);
 
-  std::string backend = "auto";
+  std::string info_backend = "auto";
   auto* info = app.add_subcommand("info", "print the device record as JSON");
-  info->add_option("--backend", backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  info->add_option("--backend", info_backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
-  CLI11_PARSE(app, argc, argv);
+  hr::RunCommand run;
+  auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
+  add_run_options(run_cmd, run);
+
+  hr::ValidateCommand val;
+  auto* val_cmd = app.add_subcommand(
+      "validate", "judge a run against a trusted baseline: exit 0 fit, 1 not fit, 2 bad input");
+  val_cmd->add_option("--baseline", val.baseline, "results.json of a trusted device")->required();
+  auto* val_results = val_cmd->add_option("--results", val.results, "judge this results.json instead of running now");
+  val_cmd->add_option("--html", val.html, "with --results: write the report with the verdict here");
+  val_cmd->add_option("--time-floor", val.compare.time_floor, "a step-time change within this fraction is the same")
+      ->capture_default_str();
+  add_run_options(val_cmd, val.run);
+
+  std::string cmp_a, cmp_b, cmp_html;
+  auto* cmp_cmd = app.add_subcommand("compare", "compare B against A (the baseline): table on stdout, optional HTML");
+  cmp_cmd->add_option("A", cmp_a, "baseline results.json")->required();
+  cmp_cmd->add_option("B", cmp_b, "results.json to judge")->required();
+  cmp_cmd->add_option("--html", cmp_html, "write the report of B with the comparison here");
+
+  std::string rep_results, rep_baseline, rep_html;
+  auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");
+  rep_cmd->add_option("RESULTS", rep_results, "results.json")->required();
+  rep_cmd->add_option("--baseline", rep_baseline, "compare against this results.json in the report");
+  rep_cmd->add_option("--html", rep_html, "output HTML file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help is success; anything else is bad input (exit 2, not CLI11's own codes).
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (run_cmd->parsed()) return hr::command_run(run, std::cout, std::cerr);
+  if (val_cmd->parsed()) {
+    if (val_results->count() == 0 && !val.html.empty()) {
+      fmt::print(stderr, "headroom: --html goes with --results; a run writes its report into --out\n");
+      return 2;
+    }
+    return hr::command_validate(val, std::cout, std::cerr);
+  }
+  if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr);
+  if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
+
   try {
     if (info->parsed()) {
-      auto dev = hr::make_device(backend);
+      auto dev = hr::make_device(info_backend);
       nlohmann::json j = dev->record();
       std::string why;
       if (!hr::cuda_device_available(&why)) j["cuda_unavailable_reason"] = why;

@@ -9,6 +9,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/elementwise/elementwise.hpp"
 
 #if HEADROOM_HAVE_CUDA
 #include "kernels/matmul/matmul_cuda.hpp"
@@ -113,25 +114,6 @@ void gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool t
   gemm_cpu(a, trans_a, b, trans_b, c, d, alpha, beta);
 }
 
-// A column of ones [n, 1] in `dtype`, for bias terms written as products.
-Tensor ones_column(Device& dev, int64_t n, DType dtype) {
-  return Tensor::from_host(dev, std::vector<float>(static_cast<size_t>(n), 1.f), {n, 1}, dtype,
-                           Consumer::workspace);
-}
-
-// y [N, C] += bias [C], as the rank-1 product ones [N, 1] bias [1, C] with beta = 1.
-void add_bias_gemm(Tensor& y, const Tensor& bias) {
-  const Tensor ones = ones_column(y.device(), y.dim(0), bias.dtype());
-  matmul(ones, false, bias.reshape({1, bias.dim(0)}), false, y, 1.f, 1.f);
-}
-
-// dbias [C] += dy^T ones: the column sums of dy [N, C].
-void bias_grad_gemm(const Tensor& dy, Tensor& dbias) {
-  const Tensor ones = ones_column(dy.device(), dy.dim(0), dy.dtype());
-  Tensor col = dbias.reshape({dbias.dim(0), 1});
-  matmul(dy, true, ones, false, col, 1.f, 1.f);
-}
-
 }  // namespace
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
@@ -153,7 +135,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y
     HR_CHECK(b.ndim() == 1 && b.dim(0) == w.dim(0), "linear_forward: bias {} for w {}", shape_str(b.shape()),
              shape_str(w.shape()));
   matmul(x, false, w, true, y);
-  if (b.defined()) add_bias_gemm(y, b);
+  if (b.defined()) add_bias(y, b);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db) {
@@ -171,7 +153,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor&
   if (db.defined()) {
     HR_CHECK(db.ndim() == 1 && db.dim(0) == w.dim(0), "linear_backward: db {} for w {}", shape_str(db.shape()),
              shape_str(w.shape()));
-    bias_grad_gemm(dy, db);
+    bias_grad(dy, db);
   }
 }
 

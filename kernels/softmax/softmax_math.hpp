@@ -43,6 +43,18 @@ HR_HD void online_merge(float& m, float& s, float m2, float s2) {
   m = nm;
 }
 
+// Adds one value to a partial (max, sum of exp(x - max)) with one exponential.
+// A -inf value contributes nothing (exp(-inf) = 0; it must not make NaN).
+HR_HD void online_add(float& m, float& s, float v) {
+  if (v == -INFINITY) return;
+  if (v > m) {
+    s = s * expf(m - v) + 1.f;
+    m = v;
+  } else {
+    s += expf(v - m);
+  }
+}
+
 // dscore = scale * p * (dp - sum_s dp * p).
 HR_HD float dscore(float p, float dp, float dot, float scale) { return scale * p * (dp - dot); }
 

@@ -169,6 +169,25 @@ TEST_P(OpsElementwise, BiasGradAccumulatesColumnSums) {
   }
 }
 
+TEST_P(OpsElementwise, UnalignedViewsMatchTheReference) {
+  // Views that start one element into their storage cannot use 16-byte packs: the
+  // kernels must notice and take the scalar path, touching nothing outside.
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const int64_t n = 4097;
+  const Tensor a = input(dev, n + 1, 23).slice(1, n + 1), b = input(dev, n + 2, 24).slice(2, n + 2);
+  Guarded out(dev, {n + 1}, dtype());
+  Tensor view = out.tensor().slice(1, n + 1);
+  hr::ops::add(a, b, view);
+  hr::ops::axpy(0.5f, a, view);
+  const std::vector<double> want = hr::ref::axpy(0.5, stored_values(a), hr::ref::add(stored_values(a), stored_values(b)));
+  std::vector<float> got = out.values();
+  EXPECT_TRUE(std::isnan(got[0])) << "the element before the view was written";
+  got.erase(got.begin());
+  // Two stored results (add, then axpy): twice the one-store bound.
+  EXPECT_TRUE(hr::test::nmse_within(got, want, 2 * bound(), "add then axpy on unaligned views"));
+  EXPECT_TRUE(out.guards_intact());
+}
+
 TEST_P(OpsElementwise, SameInputsGiveBitwiseIdenticalOutputs) {
   // DET-1 for every op of the family, including the two-pass bias gradient.
   HR_TEST_DEVICE(dev, GetParam().backend);
@@ -239,6 +258,14 @@ TEST(OpsCompare, NmseNeverPassesNaNOrInf) {
   EXPECT_TRUE(std::isinf(nmse({1.f}, {0.0})));
   EXPECT_EQ(nmse({0.f}, {0.0}), 0.0);
   EXPECT_NEAR(nmse({1.1f}, {1.0}), 0.01, 1e-7);
+}
+
+TEST(OpsCompare, NmsePassesInfOnlyWhereTheReferenceHasTheSameInf) {
+  using hr::test::nmse;
+  EXPECT_NEAR(nmse({INFINITY, 1.1f}, {INFINITY, 1.0}), 0.01, 1e-7);
+  EXPECT_TRUE(std::isinf(nmse({1.f, 1.f}, {INFINITY, 1.0})));
+  EXPECT_TRUE(std::isinf(nmse({-INFINITY, 1.f}, {INFINITY, 1.0})));
+  EXPECT_FALSE(nmse({std::nanf(""), 1.f}, {INFINITY, 1.0}) <= 1e30);
 }
 
 }  // namespace

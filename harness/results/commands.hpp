@@ -1,0 +1,43 @@
+// The subcommands of `headroom` as functions returning the exit code, so the
+// tests can drive them without a process: run, validate, compare, report.
+// Exit codes: 0 = every property passed / fit; 1 = something failed / not fit;
+// 2 = bad input (arguments, unreadable or other-schema files, an unavailable
+// backend, an output that cannot be written). Progress and errors go to err,
+// tables and the paths written to out.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "harness/registry.hpp"
+#include "harness/results/compare.hpp"
+
+namespace hr {
+
+struct RunCommand {
+  std::string preset = "quick";  // "quick" | "full"
+  std::string backend = "auto";  // "auto" | "cpu" | "cuda"
+  std::string only;              // regex over property/sweep id and title
+  std::string out_dir = "results";
+  uint64_t seed = 1234;
+};
+
+struct ValidateCommand {
+  std::string baseline;  // trusted results.json
+  std::string results;   // a results.json to judge; empty = run the suite now with `run`
+  RunCommand run;
+  std::string html;      // with `results`: where to write the report with the verdict (optional)
+  CompareOptions compare;
+};
+
+int command_run(const RunCommand& c, std::ostream& out, std::ostream& err);
+int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& err);
+// Compares B (the run judged) against A (the baseline); exit code as validate.
+int command_compare(const std::string& a, const std::string& b, const std::string& html, std::ostream& out,
+                    std::ostream& err, const CompareOptions& opt = {});
+// Renders the report of a results file (with a baseline comparison when given).
+int command_report(const std::string& results, const std::string& baseline, const std::string& html,
+                   std::ostream& out, std::ostream& err);
+
+}  // namespace hr

@@ -1,0 +1,363 @@
+// results.json: writing (atomic, non-finite numbers explicit) and loading (schema
+// checked, every field read validated) for the run, the report and comparisons.
+#include "harness/results/results.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness/build_info.hpp"
+#include "harness/check.hpp"
+
+namespace hr {
+
+void compute_totals(Results& r) {
+  RunTotals t;
+  for (const auto& m : r.measurements) {
+    ++t.measurements;
+    (m.passed ? t.passed : t.failed) += 1;
+    if (is_error_measurement(m)) ++t.errors;
+    if (m.negative_control) {
+      ++t.negative_controls;
+      if (m.passed) ++t.negative_controls_caught;
+    }
+  }
+  for (const auto& p : r.sweep_points) {
+    ++t.sweep_points;
+    if (p.status == "ok") ++t.sweep_points_ok;
+    else if (p.status == "out_of_memory") ++t.sweep_points_out_of_memory;
+    else if (p.status == "skipped") ++t.sweep_points_skipped;
+    else ++t.sweep_points_error;
+  }
+  r.totals = t;
+}
+
+nlohmann::json build_record() {
+  return nlohmann::json{{"git_sha", build::kGitSha},
+                        {"version", build::kVersion},
+                        {"cxx_compiler", build::kCxxCompiler},
+                        {"cuda_compiler", build::kCudaCompiler},
+                        {"cuda_archs", build::kCudaArchs},
+                        {"build_type", build::kBuildType},
+                        {"cuda_backend", HEADROOM_HAVE_CUDA != 0}};
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool is_error_measurement(const Measurement& m) {
+  return m.metric == "exception" && m.details.is_object() && m.details.contains("error");
+}
+
+Measurement make_error_measurement(const std::string& id, const std::string& title,
+                                   const std::string& backend, const std::string& reason) {
+  Measurement m;
+  m.id = id;
+  m.title = title;
+  m.backend = backend;
+  m.metric = "exception";
+  m.error = std::nan("");
+  m.tolerance = 0;
+  m.passed = false;
+  m.tolerance_reason = "the property threw before it could measure anything";
+  m.details = nlohmann::json{{"error", reason}};
+  return m;
+}
+
+void make_non_finite_explicit(nlohmann::json& j) {
+  if (j.is_number_float()) {
+    const double v = j.get<double>();
+    if (!std::isfinite(v)) j = json_number(v);
+  } else if (j.is_structured()) {
+    for (auto& e : j) make_non_finite_explicit(e);
+  }
+}
+
+namespace {
+
+nlohmann::json totals_to_json(const RunTotals& t) {
+  return nlohmann::json{{"measurements", t.measurements},
+                        {"passed", t.passed},
+                        {"failed", t.failed},
+                        {"errors", t.errors},
+                        {"negative_controls", t.negative_controls},
+                        {"negative_controls_caught", t.negative_controls_caught},
+                        {"sweep_points", t.sweep_points},
+                        {"sweep_points_ok", t.sweep_points_ok},
+                        {"sweep_points_out_of_memory", t.sweep_points_out_of_memory},
+                        {"sweep_points_skipped", t.sweep_points_skipped},
+                        {"sweep_points_error", t.sweep_points_error}};
+}
+
+// Field readers that name the field and the source when it is missing or mistyped.
+const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& where) {
+  HR_ARG_CHECK(j.is_object(), "{}: expected an object", where);
+  auto it = j.find(key);
+  HR_ARG_CHECK(it != j.end(), "{}: missing field \"{}\"", where, key);
+  return *it;
+}
+
+std::string str_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto& v = field(j, key, where);
+  HR_ARG_CHECK(v.is_string(), "{}: field \"{}\" must be a string, got {}", where, key, v.dump());
+  return v.get<std::string>();
+}
+
+std::string opt_str(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+double num_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto& v = field(j, key, where);
+  try {
+    return json_to_double(v);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: field \"{}\": {}", where, key, e.what()));
+  }
+}
+
+double opt_num(const nlohmann::json& j, const char* key, double dflt = 0) {
+  auto it = j.find(key);
+  if (it == j.end()) return dflt;
+  return json_to_double(*it);
+}
+
+bool bool_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto& v = field(j, key, where);
+  HR_ARG_CHECK(v.is_boolean(), "{}: field \"{}\" must be true or false, got {}", where, key, v.dump());
+  return v.get<bool>();
+}
+
+nlohmann::json obj_or_empty(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : nlohmann::json::object();
+}
+
+TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
+  TimeStats t;
+  t.reps = static_cast<int>(opt_num(j, "reps"));
+  t.median_s = num_field(j, "median_s", where);
+  t.mean_s = opt_num(j, "mean_s");
+  t.min_s = opt_num(j, "min_s");
+  t.max_s = opt_num(j, "max_s");
+  t.stddev_s = opt_num(j, "stddev_s");
+  t.mad_s = opt_num(j, "mad_s");
+  t.rel_spread = opt_num(j, "rel_spread");
+  auto it = j.find("noisy");
+  t.noisy = it != j.end() && it->is_boolean() ? it->get<bool>() : t.rel_spread > kNoisyRelSpread;
+  return t;
+}
+
+MemorySnapshot memory_from_json(const nlohmann::json& j, const std::string& where) {
+  MemorySnapshot m;
+  if (!j.is_object()) return m;
+  const auto cur = obj_or_empty(j, "current_bytes"), peak = obj_or_empty(j, "peak_bytes");
+  for (Consumer c : kAllConsumers) {
+    const int i = static_cast<int>(c);
+    if (cur.contains(consumer_name(c))) m.current_bytes[i] = static_cast<size_t>(json_to_double(cur[consumer_name(c)]));
+    if (peak.contains(consumer_name(c))) m.peak_bytes[i] = static_cast<size_t>(json_to_double(peak[consumer_name(c)]));
+  }
+  m.total_current_bytes = static_cast<size_t>(opt_num(j, "total_current_bytes"));
+  m.total_peak_bytes = static_cast<size_t>(opt_num(j, "total_peak_bytes"));
+  return m;
+}
+
+}  // namespace
+
+Measurement measurement_from_json(const nlohmann::json& j) {
+  const std::string where = fmt::format("measurement {}", j.is_object() ? opt_str(j, "id") : j.dump());
+  Measurement m;
+  m.id = str_field(j, "id", where);
+  m.title = opt_str(j, "title");
+  m.backend = opt_str(j, "backend");
+  m.dtype = opt_str(j, "dtype");
+  m.model = opt_str(j, "model");
+  m.config = obj_or_empty(j, "config");
+  m.metric = opt_str(j, "metric");
+  m.error = num_field(j, "error", where);
+  m.tolerance = num_field(j, "tolerance", where);
+  m.negative_control = bool_field(j, "negative_control", where);
+  m.passed = bool_field(j, "passed", where);
+  m.tolerance_reason = opt_str(j, "tolerance_reason");
+  m.details = obj_or_empty(j, "details");
+  return m;
+}
+
+SweepPoint sweep_point_from_json(const nlohmann::json& j) {
+  const std::string where = fmt::format("sweep point {}", j.is_object() ? opt_str(j, "sweep") : j.dump());
+  SweepPoint p;
+  p.sweep = str_field(j, "sweep", where);
+  p.backend = opt_str(j, "backend");
+  p.dtype = opt_str(j, "dtype");
+  p.model = opt_str(j, "model");
+  p.config = obj_or_empty(j, "config");
+  p.status = str_field(j, "status", where);
+  p.reason = opt_str(j, "reason");
+  if (j.contains("time") && j["time"].is_object()) p.time = time_from_json(j["time"], where + " time");
+  if (j.contains("memory")) p.memory = memory_from_json(j["memory"], where);
+  p.metrics = obj_or_empty(j, "metrics");
+  return p;
+}
+
+nlohmann::json results_to_json(const Results& r) {
+  nlohmann::json j;
+  j["schema"] = r.schema;
+  j["run_time_utc"] = r.run_time_utc;
+  j["duration_s"] = json_number(r.duration_s);
+  j["preset"] = r.preset;
+  j["backend"] = r.backend;
+  j["seed"] = r.seed;
+  j["only"] = r.only;
+  j["device"] = r.device;
+  j["build"] = r.build;
+  j["totals"] = totals_to_json(r.totals);
+  j["measurements"] = nlohmann::json::array();
+  for (const auto& m : r.measurements) j["measurements"].push_back(m);
+  j["sweep_points"] = nlohmann::json::array();
+  for (const auto& p : r.sweep_points) j["sweep_points"].push_back(p);
+  j["timings"] = nlohmann::json::array();
+  for (const auto& t : r.timings) {
+    nlohmann::json tj{{"kind", t.kind},       {"id", t.id},
+                      {"title", t.title},     {"seconds", json_number(t.seconds)},
+                      {"expected_seconds_quick", json_number(t.expected_seconds_quick)},
+                      {"items", t.items}};
+    if (!t.error.empty()) tj["error"] = t.error;
+    j["timings"].push_back(std::move(tj));
+  }
+  make_non_finite_explicit(j);
+  return j;
+}
+
+Results results_from_json(const nlohmann::json& j, const std::string& what) {
+  HR_ARG_CHECK(j.is_object(), "{}: not a headroom results file (expected a JSON object)", what);
+  auto sit = j.find("schema");
+  HR_ARG_CHECK(sit != j.end() && sit->is_string(),
+               "{}: not a headroom results file (no \"schema\" field; expected \"{}\")", what, kResultsSchema);
+  const std::string schema = sit->get<std::string>();
+  if (schema != kResultsSchema) {
+    if (schema.rfind("headroom.results/", 0) == 0)
+      throw InvalidArgument(fmt::format(
+          "{}: results schema \"{}\" is not supported: this headroom reads \"{}\" only. "
+          "Produce the file again with this version of headroom (or compare with the "
+          "version that wrote it).",
+          what, schema, kResultsSchema));
+    throw InvalidArgument(fmt::format("{}: not a headroom results file (schema \"{}\", expected \"{}\")", what,
+                                      schema, kResultsSchema));
+  }
+  Results r;
+  r.schema = schema;
+  r.run_time_utc = str_field(j, "run_time_utc", what);
+  r.duration_s = opt_num(j, "duration_s");
+  r.preset = str_field(j, "preset", what);
+  r.backend = str_field(j, "backend", what);
+  const auto& seed = field(j, "seed", what);
+  HR_ARG_CHECK(seed.is_number_unsigned() || seed.is_number_integer(), "{}: field \"seed\" must be an integer", what);
+  r.seed = seed.get<uint64_t>();
+  r.only = opt_str(j, "only");
+  r.device = field(j, "device", what);
+  HR_ARG_CHECK(r.device.is_object(), "{}: field \"device\" must be an object", what);
+  r.build = obj_or_empty(j, "build");
+  const auto& ms = field(j, "measurements", what);
+  HR_ARG_CHECK(ms.is_array(), "{}: field \"measurements\" must be an array", what);
+  for (const auto& m : ms) r.measurements.push_back(measurement_from_json(m));
+  const auto& ps = field(j, "sweep_points", what);
+  HR_ARG_CHECK(ps.is_array(), "{}: field \"sweep_points\" must be an array", what);
+  for (const auto& p : ps) r.sweep_points.push_back(sweep_point_from_json(p));
+  if (j.contains("timings") && j["timings"].is_array()) {
+    for (const auto& t : j["timings"]) {
+      if (!t.is_object()) continue;
+      SpecTiming s;
+      s.kind = opt_str(t, "kind");
+      s.id = opt_str(t, "id");
+      s.title = opt_str(t, "title");
+      s.seconds = opt_num(t, "seconds");
+      s.expected_seconds_quick = opt_num(t, "expected_seconds_quick");
+      s.items = static_cast<int>(opt_num(t, "items"));
+      s.error = opt_str(t, "error");
+      r.timings.push_back(std::move(s));
+    }
+  }
+  // Totals are recounted rather than trusted, so a hand-edited file cannot disagree.
+  compute_totals(r);
+  return r;
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0)
+    throw Error(fmt::format("cannot create a temporary file in {} to write {}: {}", dir.string(), path,
+                            std::strerror(errno)));
+  const std::string tmp(name.data());
+  auto fail = [&](const char* step) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {} ({} of {} failed: {})", path, step, tmp, why));
+  };
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  // mkstemp creates 0600; a results file is for sharing.
+  if (::fchmod(fd, 0644) != 0) fail("chmod");
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {} (close of {} failed: {})", path, tmp, why));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write {} (rename from {} failed: {})", path, tmp, why));
+  }
+}
+
+void save_results(const Results& r, const std::string& path) {
+  write_file_atomic(path, results_to_json(r).dump(2) + "\n");
+}
+
+Results load_results(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HR_ARG_CHECK(in.good(), "cannot open results file {}: {}", path, std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgument(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  return results_from_json(j, path);
+}
+
+}  // namespace hr

@@ -1,0 +1,101 @@
+// The results of one `headroom run`, as kept in memory and in results.json
+// (schema "headroom.results/1"). One file per run: the device and build records,
+// every property measurement, every sweep point, totals. Written atomically so a
+// reader never sees half a file; loaded with a schema check so a file of another
+// version is refused with a message that says so, rather than misread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/registry.hpp"
+
+namespace hr {
+
+inline constexpr const char* kResultsSchema = "headroom.results/1";
+
+// What the totals of a run count. A negative control counts as passed when caught.
+struct RunTotals {
+  int measurements = 0;
+  int passed = 0;
+  int failed = 0;
+  int errors = 0;  // measurements standing for a property that threw (also failed)
+  int negative_controls = 0;
+  int negative_controls_caught = 0;
+  int sweep_points = 0;
+  int sweep_points_ok = 0;
+  int sweep_points_out_of_memory = 0;
+  int sweep_points_skipped = 0;
+  int sweep_points_error = 0;
+};
+
+// How long one registered property or sweep took, for progress estimates and
+// for the report's record of the run.
+struct SpecTiming {
+  std::string kind;  // "property" | "sweep"
+  std::string id, title;
+  double seconds = 0;
+  double expected_seconds_quick = 0;
+  int items = 0;      // measurements or sweep points it produced
+  std::string error;  // what it threw, if it threw
+};
+
+struct Results {
+  std::string schema = kResultsSchema;
+  std::string run_time_utc;  // ISO 8601, "2025-01-31T12:00:00Z": when the run started
+  double duration_s = 0;
+  std::string preset;   // "quick" | "full"
+  std::string backend;  // "cpu" | "cuda": the backend the run used
+  uint64_t seed = 0;
+  std::string only;     // the --only filter, empty when none
+  nlohmann::json device = nlohmann::json::object();  // DeviceRecord (kept as JSON: a
+                                                     // loaded file may come from another build)
+  nlohmann::json build = nlohmann::json::object();   // build_record()
+  std::vector<Measurement> measurements;
+  std::vector<SweepPoint> sweep_points;
+  std::vector<SpecTiming> timings;
+  RunTotals totals;
+};
+
+// Recounts r.totals from the measurements and sweep points.
+void compute_totals(Results& r);
+
+// The build record of this binary: git SHA, version, compilers, CUDA archs, build type.
+nlohmann::json build_record();
+
+// "YYYY-MM-DDTHH:MM:SSZ" for the current time.
+std::string utc_now_iso8601();
+
+// Whether a measurement stands for a property that threw (see make_error_measurement).
+bool is_error_measurement(const Measurement& m);
+// The measurement recorded when a property throws: passed = false, error NaN,
+// metric "exception", the reason in details.error.
+Measurement make_error_measurement(const std::string& id, const std::string& title,
+                                   const std::string& backend, const std::string& reason);
+
+nlohmann::json results_to_json(const Results& r);
+// Validates the schema and the fields it reads; throws InvalidArgument naming the
+// problem (`what` names the source in messages, e.g. the file path).
+Results results_from_json(const nlohmann::json& j, const std::string& what = "results");
+
+Measurement measurement_from_json(const nlohmann::json& j);
+SweepPoint sweep_point_from_json(const nlohmann::json& j);
+
+// Replaces every non-finite floating value in j, at any depth, by the strings
+// "nan" / "inf" / "-inf" (json_number), so nothing is written as null.
+void make_non_finite_explicit(nlohmann::json& j);
+
+// Writes content to path atomically: a temporary file in the same directory,
+// flushed to disk, then renamed over path. Throws Error on failure and leaves no
+// temporary behind.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+void save_results(const Results& r, const std::string& path);
+// Reads and validates a results file; throws InvalidArgument for a missing or
+// unreadable file, bad JSON or another schema.
+Results load_results(const std::string& path);
+
+}  // namespace hr

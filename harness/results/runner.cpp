@@ -1,0 +1,166 @@
+// The suite runner behind `headroom run` and `headroom validate`.
+#include "harness/results/runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <regex>
+
+#include "harness/check.hpp"
+
+namespace hr {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Expected time left: the remaining specs' expected_seconds_quick, scaled by how
+// fast the run has been against its own expectations so far (a full preset or a
+// faster machine changes the scale; the first spec alone is a poor guide, so the
+// observed ratio is blended with 1 until a few seconds have been observed).
+double expected_left(double observed_s, double expected_done_s, double expected_left_s) {
+  if (expected_done_s <= 0) return expected_left_s;
+  const double ratio = observed_s / expected_done_s;
+  const double weight = std::min(1.0, expected_done_s / 5.0);
+  return expected_left_s * (weight * ratio + (1 - weight) * 1.0);
+}
+
+}  // namespace
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  const long t = std::lround(s);
+  if (t < 3600) return fmt::format("{}:{:02d}", t / 60, t % 60);
+  return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
+}
+
+Selection select_specs(const RunOptions& opt) {
+  std::optional<std::regex> re;
+  if (!opt.only.empty()) {
+    try {
+      re.emplace(opt.only, std::regex::ECMAScript | std::regex::icase);
+    } catch (const std::regex_error& e) {
+      throw InvalidArgument(fmt::format("--only '{}' is not a valid regular expression: {}", opt.only, e.what()));
+    }
+  }
+  auto keep = [&](const std::string& id, const std::string& title) {
+    return !re || std::regex_search(id, *re) || std::regex_search(title, *re);
+  };
+  Selection s;
+  for (const auto& p : property_registry())
+    if (keep(p.id, p.title)) s.properties.push_back(&p);
+  for (const auto& w : sweep_registry())
+    if (keep(w.id, w.title)) s.sweeps.push_back(&w);
+  return s;
+}
+
+Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
+  const Selection sel = select_specs(opt);
+  Results r;
+  r.run_time_utc = utc_now_iso8601();
+  r.preset = preset_name(opt.preset);
+  r.backend = backend_name(dev.kind());
+  r.seed = opt.seed;
+  r.only = opt.only;
+  r.device = dev.record();
+  r.build = build_record();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t total = sel.size();
+  double expected_all = 0, expected_done = 0;
+  for (auto* p : sel.properties) expected_all += p->expected_seconds_quick;
+  for (auto* w : sel.sweeps) expected_all += w->expected_seconds_quick;
+  size_t index = 0;
+  std::string current;
+
+  auto say = [&](const std::string& line) {
+    if (progress) (*progress) << line << std::endl;
+  };
+  auto announce = [&](const char* kind, const std::string& id, const std::string& title) {
+    ++index;
+    current = id;
+    const double elapsed = seconds_since(t0);
+    const double left = expected_left(elapsed, expected_done, expected_all - expected_done);
+    say(fmt::format("headroom: [{:>{}}/{}] {} {} - {} (elapsed {}, ~{} left)", index,
+                    std::to_string(total).size(), total, kind, id, title, format_duration(elapsed),
+                    format_duration(left)));
+  };
+
+  RunContext ctx{dev, opt.preset, opt.seed, [&](const std::string& note) {
+                   say(fmt::format("headroom:        {}: {}", current, note));
+                 }};
+
+  for (const PropertySpec* spec : sel.properties) {
+    announce("property", spec->id, spec->title);
+    SpecTiming timing{"property", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
+    const auto s0 = std::chrono::steady_clock::now();
+    std::vector<Measurement> got;
+    try {
+      // Each property starts from a clean peak so its own bytes are what it sees.
+      dev.memory().reset_peak();
+      got = spec->run(ctx);
+    } catch (const std::exception& e) {
+      timing.error = e.what();
+      got = {make_error_measurement(spec->id, spec->title, backend_name(dev.kind()), e.what())};
+      say(fmt::format("headroom:        {} threw: {}", spec->id, e.what()));
+    }
+    for (auto& m : got) {
+      if (m.backend.empty()) m.backend = backend_name(dev.kind());
+      if (m.id.empty()) m.id = spec->id;
+      if (m.title.empty()) m.title = spec->title;
+      if (!m.passed) say(fmt::format("headroom:        {} {} {} {}: {}", m.id, m.backend, m.dtype, m.model,
+                                     m.negative_control ? "negative control NOT caught" : "FAILED"));
+    }
+    timing.items = static_cast<int>(got.size());
+    timing.seconds = seconds_since(s0);
+    expected_done += spec->expected_seconds_quick;
+    r.timings.push_back(timing);
+    for (auto& m : got) r.measurements.push_back(std::move(m));
+  }
+
+  for (const SweepSpec* spec : sel.sweeps) {
+    announce("sweep", spec->id, spec->title);
+    SpecTiming timing{"sweep", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
+    const auto s0 = std::chrono::steady_clock::now();
+    std::vector<SweepPoint> got;
+    try {
+      dev.memory().reset_peak();
+      got = spec->run(ctx);
+    } catch (const std::exception& e) {
+      timing.error = e.what();
+      SweepPoint p;
+      p.sweep = spec->id;
+      p.backend = backend_name(dev.kind());
+      p.status = "error";
+      p.reason = e.what();
+      got = {p};
+      say(fmt::format("headroom:        {} threw: {}", spec->id, e.what()));
+    }
+    for (auto& p : got) {
+      if (p.backend.empty()) p.backend = backend_name(dev.kind());
+      if (p.sweep.empty()) p.sweep = spec->id;
+    }
+    timing.items = static_cast<int>(got.size());
+    timing.seconds = seconds_since(s0);
+    expected_done += spec->expected_seconds_quick;
+    r.timings.push_back(timing);
+    for (auto& p : got) r.sweep_points.push_back(std::move(p));
+  }
+
+  r.duration_s = seconds_since(t0);
+  compute_totals(r);
+  say(fmt::format("headroom: done in {}: {} of {} measurements passed ({} negative controls caught of {}), "
+                  "{} sweep points ({} ok)",
+                  format_duration(r.duration_s), r.totals.passed, r.totals.measurements,
+                  r.totals.negative_controls_caught, r.totals.negative_controls, r.totals.sweep_points,
+                  r.totals.sweep_points_ok));
+  return r;
+}
+
+}  // namespace hr

@@ -1,0 +1,38 @@
+// Runs the registered properties and sweeps of a preset on one Device and collects
+// what they return into Results. A property or sweep that throws becomes an error
+// record and the run goes on. Progress (what runs, n of N, elapsed, expected time
+// left) goes to a stream, normally stderr.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "harness/device.hpp"
+#include "harness/registry.hpp"
+#include "harness/results/results.hpp"
+
+namespace hr {
+
+struct RunOptions {
+  Preset preset = Preset::quick;
+  std::string only;  // ECMAScript regex searched in each spec's id and title; empty = all
+  uint64_t seed = 1234;
+};
+
+// The registered specs the options select, in registration order (properties
+// first, then sweeps). Throws InvalidArgument for a bad regex.
+struct Selection {
+  std::vector<const PropertySpec*> properties;
+  std::vector<const SweepSpec*> sweeps;
+  size_t size() const { return properties.size() + sweeps.size(); }
+};
+Selection select_specs(const RunOptions& opt);
+
+// Runs the selection on dev. progress may be null.
+Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress);
+
+// "1:05" / "12s": short durations for progress lines.
+std::string format_duration(double seconds);
+
+}  // namespace hr

@@ -1,0 +1,21 @@
+# Runs a command and checks its exit code (and optionally a string in its output):
+#   cmake -DEXPECT=<code> [-DMATCH=<text>] -P expect_exit.cmake -- <command> <args>...
+# ctest's WILL_FAIL cannot tell exit 1 (not fit) from exit 2 (bad input); this can.
+set(cmd)
+set(after_dashes OFF)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE 1 ${last})
+  if(after_dashes)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(after_dashes ON)
+  endif()
+endforeach()
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT "${rc}" STREQUAL "${EXPECT}")
+  message(FATAL_ERROR "expected exit code ${EXPECT}, got ${rc}: ${cmd}")
+endif()
+if(DEFINED MATCH AND NOT "${out}${err}" MATCHES "${MATCH}")
+  message(FATAL_ERROR "the output does not contain '${MATCH}'")
+endif()

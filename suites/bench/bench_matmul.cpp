@@ -1,0 +1,189 @@
+// Matrix products and attention: throughput of our wrappers, and of cuBLAS alone
+// (the same cublasGemmEx call without the wrapper's checks and dispatch) so the
+// wrapper's overhead is visible; naive against memory-efficient attention over T.
+// GPU cases are timed with device events (UseManualTime) and registered only when
+// a CUDA device answers; CPU cases are small and named "cpu" for the smoke run.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/device.hpp"
+#include "harness/tensor.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/matmul/matmul.hpp"
+
+#if HEADROOM_HAVE_CUDA
+#include "harness/cuda_check.cuh"
+#endif
+
+namespace hr {
+namespace {
+
+Device& device(BackendKind kind) {
+  static std::unique_ptr<Device> cpu, cuda;
+  auto& slot = kind == BackendKind::cpu ? cpu : cuda;
+  if (!slot) slot = make_device(kind);
+  return *slot;
+}
+
+Tensor random_tensor(Device& dev, Shape shape, DType dt, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  uint32_t x = seed * 2654435761u + 1u;
+  for (auto& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8) / 16777216.f - 0.5f;
+  }
+  return Tensor::from_host(dev, v, std::move(shape), dt, Consumer::activations);
+}
+
+// Times `fn` per iteration: device events on the GPU (manual time), wall clock on the CPU.
+template <typename Fn>
+void run_timed(benchmark::State& state, Device& dev, Fn&& fn) {
+  fn();  // warm-up: cuBLAS heuristics, first-touch of pages
+  dev.synchronize();
+  if (dev.is_cuda()) {
+    auto timer = dev.make_timer();
+    for (auto _ : state) {
+      timer->start();
+      fn();
+      state.SetIterationTime(timer->stop_seconds());
+    }
+  } else {
+    for (auto _ : state) {
+      fn();
+      benchmark::ClobberMemory();
+    }
+  }
+}
+
+void set_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["FLOP/s"] =
+      benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// Square GEMM n x n x n through ops::matmul.
+void bm_matmul(benchmark::State& state, BackendKind kind, DType dt) {
+  Device& dev = device(kind);
+  const int64_t n = state.range(0);
+  Tensor a = random_tensor(dev, {n, n}, dt, 1), b = random_tensor(dev, {n, n}, dt, 2);
+  Tensor c = Tensor::empty(dev, {n, n}, dt, Consumer::activations);
+  run_timed(state, dev, [&] { ops::matmul(a, false, b, false, c); });
+  set_flops(state, 2.0 * n * n * n);
+}
+
+#if HEADROOM_HAVE_CUDA
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::f16 ? CUDA_R_16F : t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// The same product as bm_matmul on CUDA, as one bare cublasGemmEx call.
+void bm_cublas_alone(benchmark::State& state, DType dt) {
+  Device& dev = device(BackendKind::cuda);
+  const int64_t n = state.range(0);
+  Tensor a = random_tensor(dev, {n, n}, dt, 1), b = random_tensor(dev, {n, n}, dt, 2);
+  Tensor c = Tensor::empty(dev, {n, n}, dt, Consumer::activations);
+  auto handle = static_cast<cublasHandle_t>(dev.cublas_handle());
+  const float alpha = 1.f, beta = 0.f;
+  const int ni = static_cast<int>(n);
+  const cudaDataType_t t = cuda_type(dt);
+  run_timed(state, dev, [&] {
+    HR_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data(), t, ni, a.data(), t,
+                                 ni, &beta, c.data(), t, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+  set_flops(state, 2.0 * n * n * n);
+}
+#endif
+
+// Attention forward + backward at sequence length T; counters: peak bytes kept for
+// the backward pass (activations) and of the whole step, above the inputs.
+void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl impl, int64_t B, int64_t H,
+                  int64_t D) {
+  Device& dev = device(kind);
+  const int64_t T = state.range(0);
+  const DType dt = kind == BackendKind::cuda ? DType::bf16 : DType::f32;
+  Tensor q = random_tensor(dev, {B, H, T, D}, dt, 3), k = random_tensor(dev, {B, H, T, D}, dt, 4),
+         v = random_tensor(dev, {B, H, T, D}, dt, 5), g = random_tensor(dev, {B, H, T, D}, dt, 6);
+  Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+  Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+  ops::AttnMask mask;  // causal
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  dev.synchronize();
+  const MemorySnapshot before = dev.memory().snapshot();
+  dev.memory().reset_peak();
+  size_t saved_bytes = 0;
+  run_timed(state, dev, [&] {
+    ops::AttentionSaved saved;
+    ops::attention_forward(impl, q, k, v, mask, scale, out, saved, Consumer::activations);
+    saved_bytes = (saved.probs.defined() ? saved.probs.nbytes() : 0) + (saved.lse.defined() ? saved.lse.nbytes() : 0);
+    ops::attention_backward(impl, q, k, v, out, g, mask, scale, saved, dq, dk, dv);
+  });
+  const MemorySnapshot after = dev.memory().snapshot();
+  state.counters["saved_bytes"] = benchmark::Counter(static_cast<double>(saved_bytes), {}, benchmark::Counter::kIs1024);
+  state.counters["step_peak_bytes"] = benchmark::Counter(
+      static_cast<double>(after.total_peak_bytes - before.total_current_bytes), {}, benchmark::Counter::kIs1024);
+  // Model FLOPs: 2 products forward (4 B H T^2 D) and 4 backward (8 B H T^2 D),
+  // halved for the causal mask; recomputation is not counted.
+  set_flops(state, 6.0 * B * H * T * T * D);
+}
+
+void register_all() {
+  for (DType dt : kFloatDTypes) {
+    const std::string d = dtype_name(dt);
+    benchmark::RegisterBenchmark(("matmul_cpu/" + d).c_str(), bm_matmul, BackendKind::cpu, dt)
+        ->Arg(64)
+        ->Arg(256)
+        ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
+    benchmark::RegisterBenchmark((std::string("attention_cpu/") + ops::attention_impl_name(impl)).c_str(),
+                                 bm_attention, BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32})
+        ->Arg(64)
+        ->Arg(256)
+        ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
+        ->Unit(benchmark::kMicrosecond);
+
+  std::string why_not;
+  if (!cuda_device_available(&why_not)) {
+    std::fprintf(stderr, "bench_matmul: CUDA cases not registered: %s\n", why_not.c_str());
+    return;
+  }
+#if HEADROOM_HAVE_CUDA
+  for (DType dt : kFloatDTypes) {
+    const std::string d = dtype_name(dt);
+    benchmark::RegisterBenchmark(("matmul_cuda/" + d).c_str(), bm_matmul, BackendKind::cuda, dt)
+        ->RangeMultiplier(2)
+        ->Range(256, 8192)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("cublas_alone_cuda/" + d).c_str(), bm_cublas_alone, dt)
+        ->RangeMultiplier(2)
+        ->Range(256, 8192)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
+    benchmark::RegisterBenchmark((std::string("attention_cuda/") + ops::attention_impl_name(impl)).c_str(),
+                                 bm_attention, BackendKind::cuda, impl, int64_t{4}, int64_t{8}, int64_t{64})
+        ->RangeMultiplier(2)
+        ->Range(512, 8192)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+#endif
+}
+
+}  // namespace
+}  // namespace hr
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  hr::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,60 @@
+// The foundation properties as `headroom run` collects them: OPS-3 (Philox against
+// the Random123 vector, cuRAND's host generator, and on a GPU the device draws)
+// and MEM-3 (tracker peak against the GPU pool's high-water mark, CUDA only).
+#include <gtest/gtest.h>
+
+#include "harness/registry.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace {
+
+std::vector<hr::Measurement> run_property(const std::string& id, hr::Device& dev) {
+  for (const auto& spec : hr::property_registry()) {
+    if (spec.id != id) continue;
+    hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
+    return spec.run(ctx);
+  }
+  ADD_FAILURE() << id << " is not registered";
+  return {};
+}
+
+void expect_all_pass(const std::vector<hr::Measurement>& ms) {
+  for (const auto& m : ms)
+    EXPECT_TRUE(m.passed) << m.id << " " << m.title << ": " << m.metric << " " << m.error << " vs " << m.tolerance
+                          << (m.negative_control ? " (negative control)" : "");
+}
+
+TEST(FoundationProperties, Ops3PhiloxOnTheCpu) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  const auto ms = run_property("OPS-3", dev);
+  // The known-answer vector always; with CUDA also cuRAND (u32, uniform) and the negative control.
+  ASSERT_EQ(ms.size(), HEADROOM_HAVE_CUDA ? 4u : 1u);
+  expect_all_pass(ms);
+  int negative = 0;
+  for (const auto& m : ms) negative += m.negative_control;
+  EXPECT_EQ(negative, HEADROOM_HAVE_CUDA ? 1 : 0);
+}
+
+TEST(FoundationProperties, cuda_Ops3DeviceDrawsEqualTheHost) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
+  const auto ms = run_property("OPS-3", dev);
+  bool device_check = false;
+  for (const auto& m : ms) device_check = device_check || (m.backend == "cuda" && m.config.value("check", "") == "device_vs_host");
+  EXPECT_TRUE(device_check);
+  expect_all_pass(ms);
+}
+
+TEST(FoundationProperties, Mem3EmitsNothingOnTheCpu) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  EXPECT_TRUE(run_property("MEM-3", dev).empty());
+}
+
+TEST(FoundationProperties, cuda_Mem3TrackerPeakMatchesThePool) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
+  const auto ms = run_property("MEM-3", dev);
+  ASSERT_EQ(ms.size(), 1u);
+  expect_all_pass(ms);
+  EXPECT_GT(ms[0].details["pool_used_high_bytes"].get<double>(), 1e9);
+}
+
+}  // namespace

@@ -1,0 +1,210 @@
+// The HTML report rendered from the committed fixture (reports/testdata): every
+// section present and filled, hostile strings escaped, nothing fetched or run,
+// and sections without data saying "not measured in this run".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "harness/results/compare.hpp"
+#include "harness/results/results.hpp"
+#include "reports/html.hpp"
+#include "reports/report.hpp"
+#include "reports/svg.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path testdata() { return fs::path(__FILE__).parent_path() / ".." / ".." / "reports" / "testdata"; }
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = hay.find(needle); pos != std::string::npos; pos = hay.find(needle, pos + 1)) ++n;
+  return n;
+}
+
+// The text of one <section id="...">...</section>.
+std::string section(const std::string& html, const std::string& id) {
+  const auto start = html.find("<section id=\"" + id + "\"");
+  if (start == std::string::npos) return "";
+  return html.substr(start, html.find("</section>", start) - start);
+}
+
+class ReportFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    results = hr::load_results((testdata() / "results.json").string());
+    baseline = hr::load_results((testdata() / "baseline_faster.json").string());
+    cmp = hr::compare_results(baseline, results);
+    html = hr::report::render_report(results, hr::report::ReportOptions{&baseline, &cmp, "baseline_faster.json"});
+  }
+  hr::Results results, baseline;
+  hr::Comparison cmp;
+  std::string html;
+};
+
+TEST_F(ReportFixture, HasEverySectionWithData) {
+  for (const char* id : hr::report::kSectionIds) {
+    const std::string s = section(html, id);
+    ASSERT_FALSE(s.empty()) << "missing section " << id;
+    EXPECT_EQ(s.find("Not measured in this run"), std::string::npos) << "section " << id << " has no data";
+  }
+  // Device and build.
+  EXPECT_NE(section(html, "device").find("9.0"), std::string::npos);
+  EXPECT_NE(section(html, "device").find("0123456789ab"), std::string::npos);
+  // The conformance matrix: properties by backend and dtype, headroom and caught controls.
+  const std::string conf = section(html, "conformance");
+  EXPECT_NE(conf.find("class=\"matrix\""), std::string::npos);
+  for (const char* id : {"OPS-1", "OPS-3", "GA-1", "GA-2", "CK-1", "CK-2", "MP-1", "MEM-3", "Q8-3"})
+    EXPECT_NE(conf.find(std::string("<b>") + id + "</b>"), std::string::npos) << id;
+  EXPECT_NE(conf.find("caught"), std::string::npos);
+  EXPECT_NE(conf.find("exact"), std::string::npos);  // a zero error
+  EXPECT_GE(count(conf, "<th class=\"mid\">cuda<br>"), 3u);
+  // Memory by consumer: stacked bars, one chart per sweep with memory.
+  const std::string mem = section(html, "memory");
+  EXPECT_GE(count(mem, "<svg"), 4u);
+  EXPECT_NE(mem.find("optimizer_state"), std::string::npos);
+  // Curves: charts with the fitted exponents in their legends.
+  EXPECT_GE(count(section(html, "curve-bm-mb"), "<polyline"), 2u);
+  const std::string ck = section(html, "curve-ck-3");
+  EXPECT_NE(ck.find("checkpoint=none (exponent 1.00)"), std::string::npos) << ck.substr(0, 400);
+  EXPECT_NE(ck.find("checkpoint=sqrt (exponent 0.4"), std::string::npos);
+  EXPECT_NE(section(html, "curve-seq").find("attention=naive (exponent"), std::string::npos);
+  EXPECT_GE(count(section(html, "curve-q8-3"), "<polyline"), 3u);  // two losses and the drift
+  // The trade table in the field guide's order.
+  const std::string trade = section(html, "trade");
+  EXPECT_LT(trade.find("mixed precision"), trade.find("checkpointing"));
+  EXPECT_LT(trade.find("8-bit optimizer"), trade.find("LoRA"));
+  // The verdict and why.
+  const std::string base = section(html, "baseline");
+  EXPECT_NE(base.find("NOT FIT"), std::string::npos);
+  EXPECT_NE(base.find("slower by"), std::string::npos);
+  EXPECT_NE(base.find("another device"), std::string::npos);
+  // The run record lists what did not run.
+  EXPECT_NE(section(html, "run").find("out_of_memory"), std::string::npos);
+}
+
+TEST_F(ReportFixture, EscapesEveryStringFromOutside) {
+  // The device name is <script>alert(1)</script>&"' ; a model is an <img> tag; a
+  // config value holds <b> markup.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("alert(1)</script>"), std::string::npos);
+  EXPECT_EQ(html.find("<img"), std::string::npos);
+  EXPECT_EQ(html.find("<b>bold</b>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;&#39;"), std::string::npos);
+  EXPECT_NE(html.find("&lt;img src=x onerror=alert(2)&gt;"), std::string::npos);
+  EXPECT_NE(html.find("&lt;b&gt;bold&lt;/b&gt; &amp; &quot;quoted&quot;"), std::string::npos);
+  // In the <title> too, and in SVG text.
+  EXPECT_NE(html.find("<title>headroom report: &lt;script&gt;"), std::string::npos);
+}
+
+TEST_F(ReportFixture, IsSelfContained) {
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  for (const char* tag : {"<img", "<iframe", "<object", "<embed", "<video", "<audio"})
+    EXPECT_EQ(html.find(tag), std::string::npos) << tag;
+  EXPECT_EQ(html.find("src=\""), std::string::npos);
+  EXPECT_EQ(html.find("url("), std::string::npos);
+  EXPECT_EQ(html.find("@import"), std::string::npos);
+  // The only URL is the SVG namespace, which is never fetched.
+  size_t urls = 0, svgns = count(html, "http://www.w3.org/2000/svg");
+  for (const char* scheme : {"http://", "https://"}) urls += count(html, scheme);
+  EXPECT_EQ(urls, svgns);
+}
+
+TEST(Report, SectionsWithoutDataSayNotMeasured) {
+  hr::Results r;
+  r.run_time_utc = "2025-01-01T00:00:00Z";
+  r.preset = "quick";
+  r.backend = "cpu";
+  r.device = {{"backend", "cpu"}, {"name", "cpu"}};
+  hr::compute_totals(r);
+  const std::string html = hr::report::render_report(r);
+  for (const char* id : hr::report::kSectionIds) EXPECT_FALSE(section(html, id).empty()) << id;
+  for (const char* id : {"conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq", "curve-q8-3", "trade"})
+    EXPECT_NE(section(html, id).find("Not measured in this run"), std::string::npos) << id;
+  EXPECT_NE(section(html, "baseline").find("No baseline was given"), std::string::npos);
+}
+
+TEST(Report, ShowsFailuresErrorsAndNonFiniteValues) {
+  hr::Results r = hr::load_results((testdata() / "results.json").string());
+  r.measurements[0].passed = false;
+  r.measurements[0].error = std::nan("");
+  r.measurements.push_back(hr::make_error_measurement("BN-3", "checkpointed batch norm", "cpu", "it broke <badly>"));
+  hr::compute_totals(r);
+  const std::string html = hr::report::render_report(r);
+  const std::string conf = section(html, "conformance");
+  EXPECT_NE(conf.find("Failures (2)"), std::string::npos);
+  EXPECT_NE(conf.find("threw: it broke &lt;badly&gt;"), std::string::npos);
+  EXPECT_NE(conf.find(">nan<"), std::string::npos);
+  EXPECT_NE(conf.find("b-bad\">fail"), std::string::npos);
+  EXPECT_NE(conf.find("b-bad\">error"), std::string::npos);
+  EXPECT_NE(section(html, "summary").find("card bad"), std::string::npos);
+}
+
+TEST(Report, Q83CurveFromAMeasurementsDetails) {
+  hr::Results r;
+  r.device = {{"name", "cpu"}};
+  hr::Measurement m = hr::make_check("Q8-3", "drift", 0.01, 0.05);
+  m.details = {{"curve", {{"x", {0, 100, 200}}, {"series", {{"fp32 Adam", {2.0, 1.0, 0.5}}, {"8-bit Adam", {2.0, 1.01, 0.51}}}}}}};
+  r.measurements.push_back(m);
+  hr::compute_totals(r);
+  const std::string q = section(hr::report::render_report(r), "curve-q8-3");
+  EXPECT_EQ(q.find("Not measured"), std::string::npos);
+  EXPECT_NE(q.find("fp32 Adam"), std::string::npos);
+  EXPECT_GE(count(q, "<polyline"), 3u);
+}
+
+TEST(ReportHtml, EscapesTheFiveCharacters) {
+  EXPECT_EQ(hr::report::esc("<a href=\"x\">Tom & Jerry's</a>"),
+            "&lt;a href=&quot;x&quot;&gt;Tom &amp; Jerry&#39;s&lt;/a&gt;");
+  EXPECT_EQ(hr::report::esc("plain"), "plain");
+}
+
+TEST(ReportHtml, FormatsNumbers) {
+  EXPECT_EQ(hr::report::fmt_num(std::nan("")), "nan");
+  EXPECT_EQ(hr::report::fmt_num(INFINITY), "inf");
+  EXPECT_EQ(hr::report::fmt_num(1234567), "1,234,567");
+  EXPECT_EQ(hr::report::fmt_bytes_short(1536), "1.5 KiB");
+  EXPECT_EQ(hr::report::fmt_seconds(0.0042), "4.2 ms");
+  EXPECT_EQ(hr::report::fmt_pct(0.123), "+12.3%");
+  EXPECT_EQ(hr::report::fmt_si(1024), "1024");
+  EXPECT_EQ(hr::report::fmt_si(123456), "123k");
+}
+
+TEST(ReportSvg, TicksCoverTheRange) {
+  const auto t = hr::report::linear_ticks(0, 381, 5);
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t.front(), 0);
+  EXPECT_GE(t.back(), 300);
+  const auto l = hr::report::log_ticks(3, 5000);
+  ASSERT_GE(l.size(), 3u);
+  EXPECT_GE(l.front(), 3);
+  EXPECT_LE(l.back(), 5000);
+  const auto b = hr::report::bytes_ticks(0, 381.0 * (1 << 20));
+  ASSERT_GE(b.size(), 3u);
+  EXPECT_DOUBLE_EQ(b[1], 100.0 * (1 << 20));  // steps of whole MiB
+  const auto p = hr::report::log2_ticks(3e6, 2e8);
+  ASSERT_GE(p.size(), 2u);
+  for (double v : p) EXPECT_EQ(std::exp2(std::round(std::log2(v))), v);
+}
+
+TEST(ReportSvg, ChartsEscapeLabelsAndDropUnplottablePoints) {
+  hr::report::Series s{"<x>", {{1, 2}, {2, std::nan("")}, {0, 5}, {4, 8}}, "", false};
+  hr::report::ChartOptions o;
+  o.title = "t<itle>";
+  o.log_x = true;
+  const std::string svg = hr::report::line_chart({s}, o);
+  EXPECT_EQ(svg.find("<x>"), std::string::npos);
+  EXPECT_NE(svg.find("&lt;x&gt;"), std::string::npos);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(count(svg, "<circle cx"), 2u + 1u);  // two plotted points and the legend marker
+  const std::string empty = hr::report::line_chart({}, o);
+  EXPECT_NE(empty.find("no data"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,279 @@
+// results.json: round trip with non-finite numbers, schema refusal, field
+// validation, atomic replacement, and the runner's handling of a property or
+// sweep that throws (recorded, never aborting the run).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/check.hpp"
+#include "harness/results/results.hpp"
+#include "harness/results/runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path testdata() { return fs::path(__FILE__).parent_path() / ".." / ".." / "reports" / "testdata"; }
+
+// A fresh empty directory under the system temp dir, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("headroom_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+hr::Results sample_results() {
+  hr::Results r;
+  r.run_time_utc = "2025-01-31T12:00:00Z";
+  r.duration_s = 1.5;
+  r.preset = "quick";
+  r.backend = "cpu";
+  r.seed = 0xffffffffffffffffull;  // the full uint64 range survives
+  r.device = nlohmann::json{{"backend", "cpu"}, {"name", "test cpu"}, {"cores", 2}};
+  r.build = hr::build_record();
+  hr::Measurement a = hr::make_check("GA-1", "accumulated equals full batch", std::nan(""), 1e-5);
+  a.backend = "cpu";
+  a.dtype = "fp32";
+  a.model = "mlp";
+  a.config = {{"micro_batch", 4}};
+  a.metric = "rel_l2";
+  a.details = {{"ratio", INFINITY}, {"neg", -INFINITY}, {"nested", {{"v", std::nan("")}}}};
+  r.measurements.push_back(a);
+  hr::Measurement b = hr::make_negative_control("GA-2", "no division is caught", INFINITY, 1e-5);
+  b.backend = "cpu";
+  r.measurements.push_back(b);
+  hr::SweepPoint p;
+  p.sweep = "BM-MB";
+  p.backend = "cpu";
+  p.dtype = "fp32";
+  p.model = "mlp";
+  p.config = {{"micro_batch", 2}, {"accum_steps", 16}};
+  p.time = hr::summarize_times({0.010, 0.011, 0.012, 0.010, 0.013});
+  p.memory.peak_bytes = {100, 200, 300, 400, 500};
+  p.memory.total_peak_bytes = 1400;
+  p.metrics = {{"tokens_per_s", 1234.5}, {"bad", std::nan("")}};
+  r.sweep_points.push_back(p);
+  hr::SweepPoint q;
+  q.sweep = "BM-MB";
+  q.status = "out_of_memory";
+  q.reason = "budget";
+  r.sweep_points.push_back(q);
+  hr::compute_totals(r);
+  return r;
+}
+
+TEST(ReportResults, RoundTripKeepsNonFiniteValuesExplicit) {
+  const hr::Results r = sample_results();
+  const std::string text = hr::results_to_json(r).dump(2);
+  EXPECT_EQ(text.find("null"), std::string::npos) << "non-finite values must not be written as null:\n" << text;
+  EXPECT_NE(text.find("\"nan\""), std::string::npos);
+  EXPECT_NE(text.find("\"inf\""), std::string::npos);
+  EXPECT_NE(text.find("\"-inf\""), std::string::npos);
+  EXPECT_NE(text.find("\"schema\": \"headroom.results/1\""), std::string::npos);
+
+  const hr::Results back = hr::results_from_json(nlohmann::json::parse(text));
+  ASSERT_EQ(back.measurements.size(), 2u);
+  EXPECT_TRUE(std::isnan(back.measurements[0].error));
+  EXPECT_FALSE(back.measurements[0].passed);
+  EXPECT_TRUE(std::isinf(back.measurements[1].error) && back.measurements[1].error > 0);
+  EXPECT_TRUE(back.measurements[1].passed);  // an inf error is caught
+  EXPECT_TRUE(back.measurements[1].negative_control);
+  EXPECT_EQ(back.measurements[0].details["ratio"], "inf");
+  EXPECT_EQ(back.measurements[0].details["nested"]["v"], "nan");
+  EXPECT_EQ(back.seed, 0xffffffffffffffffull);
+  EXPECT_EQ(back.device["name"], "test cpu");
+  ASSERT_EQ(back.sweep_points.size(), 2u);
+  const auto& p = back.sweep_points[0];
+  ASSERT_TRUE(p.time.has_value());
+  EXPECT_DOUBLE_EQ(p.time->median_s, r.sweep_points[0].time->median_s);
+  EXPECT_DOUBLE_EQ(p.time->rel_spread, r.sweep_points[0].time->rel_spread);
+  EXPECT_EQ(p.memory.total_peak_bytes, 1400u);
+  EXPECT_EQ(p.memory.peak(hr::Consumer::activations), 400u);
+  EXPECT_EQ(p.config, r.sweep_points[0].config);
+  EXPECT_EQ(back.sweep_points[1].status, "out_of_memory");
+  EXPECT_FALSE(back.sweep_points[1].time.has_value());
+  // Totals are recounted on load.
+  EXPECT_EQ(back.totals.measurements, 2);
+  EXPECT_EQ(back.totals.passed, 1);
+  EXPECT_EQ(back.totals.negative_controls_caught, 1);
+  EXPECT_EQ(back.totals.sweep_points_out_of_memory, 1);
+  // A second round trip is a fixed point.
+  EXPECT_EQ(hr::results_to_json(back).dump(), hr::results_to_json(hr::results_from_json(hr::results_to_json(back))).dump());
+}
+
+TEST(ReportResults, LoadsTheFixture) {
+  const hr::Results r = hr::load_results((testdata() / "results.json").string());
+  EXPECT_EQ(r.schema, "headroom.results/1");
+  EXPECT_GT(r.measurements.size(), 10u);
+  EXPECT_GT(r.sweep_points.size(), 50u);
+  EXPECT_EQ(r.totals.failed, 0);
+  EXPECT_EQ(r.device["name"], "<script>alert(1)</script>&\"'");
+}
+
+TEST(ReportResults, RefusesAnotherSchemaVersionWithAClearMessage) {
+  try {
+    hr::load_results((testdata() / "baseline_schema2.json").string());
+    FAIL() << "a headroom.results/2 file was accepted";
+  } catch (const hr::InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("headroom.results/2"), std::string::npos) << what;
+    EXPECT_NE(what.find("headroom.results/1"), std::string::npos) << what;
+    EXPECT_NE(what.find("baseline_schema2.json"), std::string::npos) << what;
+  }
+}
+
+TEST(ReportResults, RefusesFilesThatAreNotResults) {
+  EXPECT_THROW(hr::results_from_json(nlohmann::json{{"hello", 1}}), hr::InvalidArgument);
+  EXPECT_THROW(hr::results_from_json(nlohmann::json{{"schema", "something.else/1"}}), hr::InvalidArgument);
+  EXPECT_THROW(hr::results_from_json(nlohmann::json::array()), hr::InvalidArgument);
+  EXPECT_THROW(hr::load_results("/nonexistent/results.json"), hr::InvalidArgument);
+  TempDir dir;
+  const auto bad = dir.path / "bad.json";
+  std::ofstream(bad) << "{ not json";
+  EXPECT_THROW(hr::load_results(bad.string()), hr::InvalidArgument);
+}
+
+TEST(ReportResults, AMissingOrMistypedFieldIsNamed) {
+  auto j = hr::results_to_json(sample_results());
+  j.erase("measurements");
+  try {
+    hr::results_from_json(j, "x.json");
+    FAIL();
+  } catch (const hr::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("measurements"), std::string::npos) << e.what();
+  }
+  auto k = hr::results_to_json(sample_results());
+  k["measurements"][0]["error"] = "lots";
+  EXPECT_THROW(hr::results_from_json(k), hr::InvalidArgument);
+  auto m = hr::results_to_json(sample_results());
+  m["measurements"][0]["passed"] = 1;
+  EXPECT_THROW(hr::results_from_json(m), hr::InvalidArgument);
+}
+
+TEST(ReportResults, AtomicWriteReplacesWholeFilesAndLeavesNoTemporaries) {
+  TempDir dir;
+  const fs::path target = dir.path / "results.json";
+  hr::write_file_atomic(target.string(), "first version\n");
+  EXPECT_EQ(slurp(target), "first version\n");
+  // A reader holding the old file keeps reading the old contents: the new file
+  // replaced it by rename, it was not rewritten in place.
+  std::ifstream reader(target, std::ios::binary);
+  ASSERT_TRUE(reader.good());
+  const std::string big(1 << 20, 'x');
+  hr::write_file_atomic(target.string(), big);
+  std::stringstream old;
+  old << reader.rdbuf();
+  EXPECT_EQ(old.str(), "first version\n");
+  EXPECT_EQ(slurp(target), big);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) {
+    ++entries;
+    EXPECT_EQ(e.path().filename(), "results.json") << "left behind: " << e.path();
+  }
+  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(fs::status(target).permissions() & fs::perms::others_read, fs::perms::others_read);
+}
+
+TEST(ReportResults, AtomicWriteIntoAMissingDirectoryThrows) {
+  TempDir dir;
+  EXPECT_THROW(hr::write_file_atomic((dir.path / "no" / "such" / "dir" / "r.json").string(), "x"), hr::Error);
+  EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+TEST(ReportResults, SaveAndLoad) {
+  TempDir dir;
+  const auto path = (dir.path / "r.json").string();
+  hr::save_results(sample_results(), path);
+  const auto back = hr::load_results(path);
+  EXPECT_EQ(back.measurements.size(), 2u);
+  EXPECT_EQ(back.sweep_points.size(), 2u);
+}
+
+// Adds specs to the registries for one test and takes them out again, so the
+// process-wide registries are as they were for every other test.
+struct ScopedSpecs {
+  size_t props, sweeps;
+  ScopedSpecs() : props(hr::property_registry().size()), sweeps(hr::sweep_registry().size()) {}
+  ~ScopedSpecs() {
+    hr::property_registry().resize(props);
+    hr::sweep_registry().resize(sweeps);
+  }
+};
+
+TEST(ReportRunner, APropertyThatThrowsIsRecordedAndTheRunGoesOn) {
+  ScopedSpecs scope;
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-1", "throws", 0.1, [](hr::RunContext&) -> std::vector<hr::Measurement> {
+                                                        throw hr::Error("deliberate failure");
+                                                      }});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-2", "passes", 0.1, [](hr::RunContext& ctx) {
+                                                        if (ctx.progress) ctx.progress("a note");
+                                                        return std::vector<hr::Measurement>{
+                                                            hr::make_check("ZZTEST-2", "", 0.5, 1.0)};
+                                                      }});
+  hr::sweep_registry().push_back(hr::SweepSpec{"ZZTEST-S", "sweep throws", 0.1, [](hr::RunContext&) -> std::vector<hr::SweepPoint> {
+                                                 throw std::runtime_error("sweep broke");
+                                               }});
+  auto dev = hr::make_cpu_device();
+  hr::RunOptions opt;
+  opt.only = "^ZZTEST-";
+  std::ostringstream progress;
+  const hr::Results r = hr::run_suite(*dev, opt, &progress);
+  ASSERT_EQ(r.measurements.size(), 2u);
+  const auto& err = r.measurements[0];
+  EXPECT_EQ(err.id, "ZZTEST-1");
+  EXPECT_FALSE(err.passed);
+  EXPECT_TRUE(hr::is_error_measurement(err));
+  EXPECT_NE(err.details["error"].get<std::string>().find("deliberate failure"), std::string::npos);
+  EXPECT_EQ(err.backend, "cpu");
+  EXPECT_TRUE(r.measurements[1].passed);
+  EXPECT_EQ(r.measurements[1].backend, "cpu");  // filled in by the runner
+  ASSERT_EQ(r.sweep_points.size(), 1u);
+  EXPECT_EQ(r.sweep_points[0].status, "error");
+  EXPECT_NE(r.sweep_points[0].reason.find("sweep broke"), std::string::npos);
+  EXPECT_EQ(r.totals.errors, 1);
+  EXPECT_EQ(r.totals.failed, 1);
+  EXPECT_EQ(r.totals.sweep_points_error, 1);
+  ASSERT_EQ(r.timings.size(), 3u);
+  EXPECT_FALSE(r.timings[0].error.empty());
+  const std::string log = progress.str();
+  EXPECT_NE(log.find("[1/3]"), std::string::npos) << log;
+  EXPECT_NE(log.find("[3/3]"), std::string::npos) << log;
+  EXPECT_NE(log.find("a note"), std::string::npos) << log;
+  EXPECT_NE(log.find("left"), std::string::npos) << log;
+}
+
+TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {
+  ScopedSpecs scope;
+  auto none = [](hr::RunContext&) { return std::vector<hr::Measurement>{}; };
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none});
+  hr::RunOptions opt;
+  opt.only = "ZZTEST-A";
+  EXPECT_EQ(hr::select_specs(opt).size(), 1u);
+  opt.only = "BETA PROP";  // case-insensitive, on the title
+  EXPECT_EQ(hr::select_specs(opt).size(), 1u);
+  opt.only = "(";
+  EXPECT_THROW(hr::select_specs(opt), hr::InvalidArgument);
+}
+
+}  // namespace

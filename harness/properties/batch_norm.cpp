@@ -1,4 +1,4 @@
-// BN-1, BN-2: what accumulation does to BatchNorm, on the controlled MLP. The
+// BN-1..BN-3: what accumulation and checkpointing do to BatchNorm, on the controlled MLP. The
 // field guide (section 02): "Batch normalisation computes statistics per
 // micro-batch, so accumulating 16 micro-batches of 2 is not equivalent to a batch
 // of 32"; LayerNorm is per sample and is unaffected. Ghost batch norm (statistics
@@ -7,6 +7,9 @@
 #include "harness/properties/batch_norm.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "harness/check.hpp"
 #include "harness/properties/accum_support.hpp"
@@ -145,12 +148,59 @@ std::vector<Measurement> bn2_ghost_batch_norm(Device& dev, DType dtype, Preset p
   return out;
 }
 
+std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  const double tol = tol::kGradAccumRelL2(dtype);
+  const StepConfig plain = accum_mlp_config(dtype, kEffectiveBatch, preset, NormKind::batchnorm);
+  const Batch batch = accum_batch(dev, plain, seed);
+  const BnRun ref = run(dev, plain, batch);
+
+  // Checkpointing every block: each block's forward runs twice, and the recompute
+  // must normalise with the same batch statistics without touching the running
+  // ones. The broken variant lets the recompute update them again.
+  for (const bool double_update : {false, true}) {
+    StepConfig cfg = plain;
+    cfg.checkpoint.every_k_blocks = 1;
+    cfg.checkpoint.update_bn_stats_on_recompute = double_update;
+    TrainStep step(dev, cfg);
+    step.forward_backward(batch);
+    const std::vector<int64_t> counts = step.segment_forward_counts();
+    const bool recomputed =
+        !counts.empty() && std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 2; });
+    const TensorsCompare s = compare_tensors(buffer_values(step), ref.buffers);
+    const TensorsCompare g = compare_tensors(gradient_values(step), ref.grads, exact_zero_gradients(plain));
+    // Without a recompute the comparison would hold trivially: that is a failure.
+    const double err = recomputed ? s.max_rel_l2 : INFINITY;
+    Measurement m =
+        double_update
+            ? make_negative_control("BN-3", "a recompute that updates BatchNorm's running statistics again is caught",
+                                    err, tol)
+            : make_check("BN-3", "checkpointed BatchNorm updates its running statistics once", err, tol);
+    describe(m, dev, dtype, "mlp");
+    m.config = bn_config(cfg);
+    m.config["checkpoint_every_k_blocks"] = cfg.checkpoint.every_k_blocks;
+    m.config["update_bn_stats_on_recompute"] = double_update;
+    m.metric = "max_tensor_rel_l2";
+    m.tolerance_reason = tol::kGradAccumReason;
+    m.details = nlohmann::json{{"worst_tensor", s.worst},
+                               {"per_tensor_rel_l2", s.per_tensor},
+                               {"segment_forward_counts", counts},
+                               {"recomputed", recomputed},
+                               {"grad_max_tensor_rel_l2", json_number(g.max_rel_l2)},
+                               {"anchor", "an open PyTorch issue: checkpointed BatchNorm updates running stats twice"}};
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"BN-1", "BatchNorm diverges under accumulation, LayerNorm does not", 0.2,
                                   [](RunContext& c) { return every_float_dtype(c, bn1_accumulation_diverges); }});
 HR_REGISTER_PROPERTY(PropertySpec{"BN-2", "ghost BatchNorm reproduces the accumulated BatchNorm result", 0.2,
                                   [](RunContext& c) { return every_float_dtype(c, bn2_ghost_batch_norm); }});
+HR_REGISTER_PROPERTY(PropertySpec{"BN-3", "checkpointed BatchNorm updates its running statistics once", 0.2,
+                                  [](RunContext& c) { return every_float_dtype(c, bn3_checkpoint_running_stats); }});
 
 }  // namespace
 }  // namespace hr::props

@@ -1,5 +1,5 @@
-// Normalisation across the batch under gradient accumulation (PROPERTIES.md
-// BN-1, BN-2), as library functions the GoogleTest cases assert on and
+// Normalisation across the batch under gradient accumulation and checkpointing
+// (PROPERTIES.md BN-1..BN-3), as library functions the GoogleTest cases assert on and
 // `headroom run` collects. Each runs one compute dtype on one device.
 #pragma once
 
@@ -18,5 +18,10 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
 // BN-2: ghost batch norm over virtual batches of the micro-batch size inside one
 // big batch reproduces the accumulated result (gradients and running statistics).
 std::vector<Measurement> bn2_ghost_batch_norm(Device& dev, DType dtype, Preset preset, uint64_t seed);
+
+// BN-3: checkpointing every BatchNorm block recomputes its forward (counted) and
+// leaves the running statistics as one forward does; the broken recompute that
+// updates them again is caught by the same check.
+std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, Preset preset, uint64_t seed);
 
 }  // namespace hr::props

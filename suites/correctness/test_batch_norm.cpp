@@ -1,7 +1,8 @@
-// BN-1, BN-2 (PROPERTIES.md): BatchNorm under gradient accumulation, per backend
-// x dtype. BN-1's divergence is a negative control (accumulating micro-batches of
-// 2 must NOT reproduce the batch of 32, and the check must see it); LayerNorm and
-// ghost batch norm are the positive controls.
+// BN-1..BN-3 (PROPERTIES.md): BatchNorm under gradient accumulation and
+// checkpointing, per backend x dtype. BN-1's divergence is a negative control
+// (micro-batches of 2 must NOT reproduce the batch of 32, and the check must see
+// it); LayerNorm and ghost batch norm are the positive controls; BN-3's double
+// update of the running statistics on recompute must be caught.
 #include <gtest/gtest.h>
 
 #include "harness/properties/batch_norm.hpp"
@@ -31,6 +32,18 @@ TEST_P(BatchNormAccum, GhostBatchNormReproducesAccumulation) {
   const auto ms = hr::props::bn2_ghost_batch_norm(dev, GetParam().dtype, hr::Preset::quick, kSeed);
   hr::test::expect_all_passed(ms, 6, 0);
   for (const Measurement& m : ms) EXPECT_EQ(m.id, "BN-2");
+}
+
+// Recomputed (forward counted twice), running statistics as without
+// checkpointing; the double update is caught.
+TEST_P(BatchNormAccum, CheckpointRecomputeUpdatesRunningStatsOnce) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::bn3_checkpoint_running_stats(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 2, 1);
+  for (const Measurement& m : ms) {
+    EXPECT_EQ(m.id, "BN-3");
+    EXPECT_TRUE(m.details["recomputed"].get<bool>()) << hr::test::describe(m);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(, BatchNormAccum, testing::ValuesIn(hr::test::all_backend_dtypes()),

@@ -108,6 +108,7 @@ th,td{padding:5px 9px;border-bottom:1px solid var(--line);text-align:left;vertic
 th{background:#f1f5f9;color:#334155;font-weight:600;position:sticky;top:38px}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 th.mid{text-align:center}
+.nw{white-space:nowrap}
 tbody tr:nth-child(even) td{background:#fbfdff}
 table.kv td:first-child{color:var(--muted);width:38%}
 .two{display:grid;grid-template-columns:1fr 1fr;gap:22px}
@@ -277,6 +278,10 @@ std::string conformance_section(const Results& r) {
     col_set.insert({m.backend, m.dtype});
     if (!titles.count(m.id) || titles[m.id].empty()) titles[m.id] = m.title;
   }
+  // A property's own title (from the run record) names the row better than the
+  // title of whichever of its measurements came first.
+  for (const auto& t : r.timings)
+    if (t.kind == "property" && titles.count(t.id) && !t.title.empty()) titles[t.id] = t.title;
   std::vector<std::pair<std::string, std::string>> cols(col_set.begin(), col_set.end());
   std::sort(cols.begin(), cols.end(), [](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first < b.first;
@@ -332,14 +337,18 @@ std::string conformance_section(const Results& r) {
         const double h = headroom_ratio(*m);
         if (!m->passed) {
           if (worst_m->passed || is_error_measurement(*m)) worst_m = m;
-        } else if (worst_m->passed && !std::isnan(h) && h <= worst) {
-          worst = h, worst_m = m;
+        } else if (worst_m->passed && !std::isnan(h) && !m->negative_control && h <= worst) {
+          worst = h, worst_m = m;  // a check's headroom; negative controls are counted below
         }
         tip += fmt::format("{}{} {}: {} = {} (tolerance {}){}\n", m->negative_control ? "[negative control] " : "",
                            m->model, config_label(m->config), m->metric, fmt_num(m->error), fmt_num(m->tolerance),
                            m->passed ? "" : " FAILED");
       }
       const bool all_neg = negs == static_cast<int>(cell.size());
+      if (all_neg && !fails) {  // the least clearly caught control
+        worst = INFINITY;
+        for (const auto* m : cell) worst = std::min(worst, headroom_ratio(*m));
+      }
       const char* cls = fails ? "bad" : (all_neg ? "neg" : "ok");
       std::string main;
       if (fails) {
@@ -370,7 +379,7 @@ std::string conformance_section(const Results& r) {
        R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
   for (const auto* m : all) {
     s += fmt::format(
-        R"(<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td></tr>)",
+        R"(<tr><td class="nw"><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td></tr>)",
         esc(m->id), esc(m->backend), esc(m->dtype), esc(m->model), esc(config_label(m->config)), esc(m->metric),
         esc(fmt_num(m->error)), m->negative_control ? "&gt; " : "&le; ", esc(fmt_num(m->tolerance)),
         esc(ratio_text(headroom_ratio(*m))), status_badge(*m),

@@ -178,7 +178,8 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       cmp.failures.push_back(fmt::format("{}: {} {:.3g} exceeds the tolerance {:.3g}", describe_measurement(m),
                                          m.metric, m.error, m.tolerance));
   }
-  if (cur.measurements.empty()) cmp.warnings.push_back("this run has no conformance measurements");
+  if (cur.measurements.empty() && base.measurements.empty())
+    cmp.warnings.push_back("neither run has conformance measurements");
   {
     std::map<std::string, int> have;
     for (const auto& m : cur.measurements) ++have[measurement_key(m)];
@@ -189,8 +190,8 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       if (absent++ == 0) example = describe_measurement(m);
     }
     if (absent > 0)
-      cmp.warnings.push_back(fmt::format("{} conformance measurement{} of the baseline not in this run (e.g. {})",
-                                         absent, absent == 1 ? " is" : "s are", example));
+      cmp.warnings.push_back(fmt::format("{} conformance measurement{} of the baseline {} not in this run (e.g. {})",
+                                         absent, absent == 1 ? "" : "s", absent == 1 ? "is" : "are", example));
   }
 
   // ---- Sweep points: matched by sweep, backend, dtype, model and config.
@@ -273,10 +274,15 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     cmp.warnings.push_back(fmt::format("{} timing{} too noisy to compare (relative spread above {:.0f}%)", cmp.noisy,
                                        cmp.noisy == 1 ? " was" : "s were", kNoisyRelSpread * 100));
   if (cmp.missing > 0)
-    cmp.warnings.push_back(fmt::format("{} sweep point{} of the baseline not in this run", cmp.missing,
-                                       cmp.missing == 1 ? " is" : "s are"));
+    cmp.warnings.push_back(fmt::format("{} sweep point{} of the baseline {} not in this run", cmp.missing,
+                                       cmp.missing == 1 ? "" : "s", cmp.missing == 1 ? "is" : "are"));
+  // A comparison that compared nothing must not read as a pass.
   if (!base.sweep_points.empty() && cmp.matched_points == 0)
-    cmp.warnings.push_back("no sweep point matched the baseline: throughput and memory were not compared");
+    cmp.failures.push_back(
+        "nothing compared: no sweep point of this run matches the baseline (same sweep, backend, dtype, model and "
+        "config); run the baseline's preset and backend");
+  if (!base.measurements.empty() && cur.measurements.empty())
+    cmp.failures.push_back("nothing checked: the baseline has conformance measurements and this run has none");
   return cmp;
 }
 
@@ -328,8 +334,8 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
     o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}  {}\n", "point", w[0], "step time", w[1], "peak bytes", w[2],
                      "verdict", "note");
     for (const auto& l : lines)
-      o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}  {}\n", l.point, w[0], l.time.empty() ? "-" : l.time, w[1],
-                       l.mem.empty() ? "-" : l.mem, w[2], l.verdict, l.note);
+      o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}{}{}\n", l.point, w[0], l.time.empty() ? "-" : l.time, w[1],
+                       l.mem.empty() ? "-" : l.mem, w[2], l.verdict, l.note.empty() ? "" : "  ", l.note);
     o << "\n";
   } else {
     o << "no sweep points to compare\n\n";

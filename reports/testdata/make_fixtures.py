@@ -124,8 +124,18 @@ def results():
               "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
     build = {"git_sha": "0123456789ab", "version": "0.1.0", "cxx_compiler": "GNU 12.2.0",
              "cuda_compiler": "nvcc 13.0.88", "cuda_archs": "90-real", "build_type": "Release", "cuda_backend": True}
-    timings = [{"kind": "property", "id": i, "title": i, "seconds": 0.5, "expected_seconds_quick": 1.0, "items": 3}
-               for i in ["OPS-1", "GA-1", "CK-1"]]
+    timings, seen = [], set()
+    for m in ms:
+        if m["id"] in seen:
+            continue
+        seen.add(m["id"])
+        n = sum(1 for x in ms if x["id"] == m["id"])
+        timings.append({"kind": "property", "id": m["id"], "title": m["title"], "seconds": 0.25 * n,
+                        "expected_seconds_quick": 0.3 * n, "items": n})
+    for sw in ["BM-MB", "CK-3", "BM-SEQ", "Q8-3", "TRADE", "BM-LR"]:
+        n = sum(1 for p in sp if p["sweep"] == sw)
+        timings.append({"kind": "sweep", "id": sw, "title": sw + " sweep", "seconds": 0.5 * n,
+                        "expected_seconds_quick": 0.4 * n, "items": n})
     r = {"schema": "headroom.results/1", "run_time_utc": "2025-01-31T12:00:00Z", "duration_s": 42.5,
          "preset": "quick", "backend": "cuda", "seed": 1234, "only": "", "device": device, "build": build,
          "totals": {}, "measurements": ms, "sweep_points": sp, "timings": timings}

@@ -30,7 +30,7 @@ TEST_P(MlpStep, LossDecreasesAndGradientsStayFinite) {
       cfg.mlp.task = task;
       cfg.mlp.dropout = 0.1f;
       cfg.optimizer.kind = OptimizerKind::adamw;
-      cfg.optimizer.adamw.lr = 3e-3f;
+      cfg.optimizer.adamw.lr = 1e-2f;
       TrainStep step(dev, cfg);
       const Batch batch = make_mlp_batch(dev, cfg.mlp, cfg.batch, 21);
       double first = 0, last = 0;

@@ -116,19 +116,36 @@ TEST(ReportCompare, PointsThatRanBeforeButNotNowAreRegressions) {
 }
 
 TEST(ReportCompare, MissingPointsAndAnotherDeviceAreFlaggedButDoNotDecide) {
+  auto base = with_point(0.1, 0.01, 1000);
+  base.sweep_points.push_back(base.sweep_points[0]);
+  base.sweep_points[1].config["micro_batch"] = 8;  // in the baseline only
   auto cur = with_point(0.1, 0.01, 1000);
-  cur.sweep_points.clear();
   cur.device["name"] = "another gpu";
   cur.device["driver_version"] = 12040;
-  const auto c = hr::compare_results(with_point(0.1, 0.01, 1000), cur);
+  const auto c = hr::compare_results(base, cur);
   EXPECT_TRUE(c.fit());
   EXPECT_FALSE(c.same_device);
   EXPECT_EQ(c.missing, 1);
+  EXPECT_EQ(c.matched_points, 1);
   std::string all;
   for (const auto& w : c.warnings) all += w + "\n";
   EXPECT_NE(all.find("another device"), std::string::npos) << all;
   EXPECT_NE(all.find("driver_version"), std::string::npos) << all;
-  EXPECT_NE(all.find("no sweep point matched"), std::string::npos) << all;
+  EXPECT_NE(all.find("1 sweep point of the baseline is not in this run"), std::string::npos) << all;
+}
+
+TEST(ReportCompare, ARunThatMatchesNothingIsNotFit) {
+  // E.g. a CUDA baseline against a CPU run: nothing compared must not read as a pass.
+  auto cur = with_point(0.1, 0.01, 1000);
+  cur.sweep_points[0].backend = "cpu";
+  const auto c = hr::compare_results(with_point(0.1, 0.01, 1000), cur);
+  EXPECT_FALSE(c.fit());
+  EXPECT_EQ(c.matched_points, 0);
+  ASSERT_FALSE(c.failures.empty());
+  EXPECT_NE(c.failures.back().find("nothing compared"), std::string::npos);
+  auto none = with_point(0.1, 0.01, 1000);
+  none.measurements.clear();
+  EXPECT_FALSE(hr::compare_results(with_point(0.1, 0.01, 1000), none).fit());
 }
 
 TEST(ReportCompare, FixturePairsGiveTheirVerdicts) {

@@ -1,0 +1,90 @@
+// The full training step of both controlled models (zero grads, forward +
+// backward over the micro-batches, unscale, optimizer step), per backend x dtype
+// at the quick preset (CPU; fast enough for the smoke run) and the full preset
+// (CUDA, device-timed). Counters: tokens (or samples) per second and the peak
+// bytes of each consumer over the measured steps, from the tracking allocator.
+#include <benchmark/benchmark.h>
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "harness/data/synthetic.hpp"
+#include "harness/device.hpp"
+#include "harness/step/train_step.hpp"
+
+namespace {
+
+using namespace hr;
+
+void run_step(benchmark::State& state, Device& dev, StepConfig cfg) {
+  const MemorySnapshot base = dev.memory().snapshot();  // what the device held before this case
+  const Batch batch = cfg.model == ModelKind::mlp ? make_mlp_batch(dev, cfg.mlp, cfg.batch, 1)
+                                                  : make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 1);
+  TrainStep step(dev, cfg);
+  step.step(batch);  // warm-up: first touches, BLAS thread start-up
+  dev.synchronize();
+  dev.memory().reset_peak();
+  if (dev.is_cuda()) {
+    const std::unique_ptr<Timer> timer = dev.make_timer();
+    for (auto _ : state) {
+      timer->start();
+      step.step(batch);
+      state.SetIterationTime(timer->stop_seconds());
+    }
+  } else {
+    for (auto _ : state) step.step(batch);
+  }
+  const MemorySnapshot after = dev.memory().snapshot();
+  const double items = static_cast<double>(cfg.model == ModelKind::mlp ? cfg.batch : cfg.batch * cfg.seq_len);
+  state.counters[cfg.model == ModelKind::mlp ? "samples_per_s" : "tokens_per_s"] =
+      benchmark::Counter(items, benchmark::Counter::kIsIterationInvariantRate);
+  for (Consumer c : kAllConsumers)
+    state.counters[std::string("peak_") + consumer_name(c)] =
+        benchmark::Counter(static_cast<double>(after.peak(c) - base.current(c)), benchmark::Counter::kDefaults,
+                           benchmark::Counter::kIs1024);
+  state.counters["micro_batch"] = static_cast<double>(cfg.micro_batch);
+  state.counters["accum_steps"] = static_cast<double>(cfg.accum_steps());
+}
+
+void register_backend(Device& dev, Preset preset) {
+  for (ModelKind model : {ModelKind::mlp, ModelKind::transformer}) {
+    for (DType dtype : kFloatDTypes) {
+      StepConfig cfg = step_config_for(model, preset);
+      cfg.precision.compute = dtype;
+      const std::string name =
+          fmt::format("step/{}/{}/{}/{}", model_kind_name(model), backend_name(dev.kind()), dtype_name(dtype),
+                      preset_name(preset));
+      auto* b = benchmark::RegisterBenchmark(name.c_str(),
+                                             [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
+      b->Unit(benchmark::kMillisecond);
+      if (dev.is_cuda()) {
+        b->UseManualTime();
+      } else {
+        b->UseRealTime();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const std::unique_ptr<Device> cpu = make_cpu_device();
+  register_backend(*cpu, Preset::quick);
+  std::unique_ptr<Device> cuda;
+  std::string why_not;
+  if (cuda_device_available(&why_not)) {
+    cuda = make_cuda_device(0);
+    register_backend(*cuda, Preset::quick);
+    register_backend(*cuda, Preset::full);
+  } else {
+    benchmark::AddCustomContext("cuda", "not run: " + why_not);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -27,8 +27,8 @@ struct BnRun {
 BnRun run(Device& dev, const StepConfig& cfg, const Batch& batch) {
   TrainStep step(dev, cfg);
   step.forward_backward(batch);
-  HR_CHECK(!step.gradients_nonfinite(), "BN {}: non-finite gradients at micro_batch {}", dtype_name(cfg.precision.compute),
-           cfg.micro_batch);
+  HR_CHECK(!step.gradients_nonfinite(), "BN {}: non-finite gradients at micro_batch {}",
+           dtype_name(cfg.precision.compute), cfg.micro_batch);
   return BnRun{gradient_values(step), buffer_values(step)};
 }
 
@@ -68,8 +68,8 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
   }
   StepConfig cfg2 = accum_mlp_config(dtype, kBn1MicroBatch, preset, NormKind::batchnorm);
 
-  Measurement g = make_negative_control("BN-1", "BatchNorm: 16 micro-batches of 2 give other gradients than a batch of 32",
-                                        grads2.max_rel_l2, min_div);
+  Measurement g = make_negative_control(
+      "BN-1", "BatchNorm: 16 micro-batches of 2 give other gradients than a batch of 32", grads2.max_rel_l2, min_div);
   describe(g, dev, dtype, "mlp");
   g.config = bn_config(cfg2);
   g.metric = "max_tensor_rel_l2";

@@ -124,7 +124,8 @@ std::vector<Measurement> ga2_no_division(Device& dev, DType dtype, Preset preset
 
       // And the size of the damage: the gradient is exactly K times too large
       // (the effective learning rate is multiplied by K).
-      Measurement r = make_check("GA-2", "without the division by K, the accumulated gradient is K times the full-batch one",
+      Measurement r = make_check("GA-2",
+                                 "without the division by K, the accumulated gradient is K times the full-batch one",
                                  std::fabs(ratio / static_cast<double>(K) - 1.0), tol);
       describe(r, dev, dtype, mc.name);
       r.config = accum_config(mb, "no_division");
@@ -169,7 +170,8 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
       const Batch batch = accum_batch(dev, full_cfg, seed);
       NamedValues initial;
       const NamedValues full = params_after_step(kEffectiveBatch, LossNormalization::mean_div_k, batch, &initial);
-      const TensorsCompare moved = compare_tensors(full, initial, exact_zero_gradients(full_cfg));  // how far one step moves the parameters
+      // How far one step moves the parameters.
+      const TensorsCompare moved = compare_tensors(full, initial, exact_zero_gradients(full_cfg));
 
       // The same step without the division by K. SGD moves K times too far and
       // the check must catch it. Adam divides its update by sqrt(v), so a gradient
@@ -183,8 +185,10 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
         const NamedValues acc = params_after_step(mb, LossNormalization::mean_div_k, batch, nullptr);
         const TensorsCompare c = compare_tensors(acc, full, exact_zero_gradients(full_cfg));
         const bool adam = opt.kind == OptimizerKind::adamw;
-        Measurement m = make_check("GA-3", fmt::format("one {} step from the accumulated gradient gives the large-batch "
-                                                       "step's parameters", opt_name),
+        Measurement m = make_check("GA-3",
+                                   fmt::format("one {} step from the accumulated gradient gives the large-batch "
+                                               "step's parameters",
+                                               opt_name),
                                    c.max_rel_l2, adam ? tol::kGradAccumAdamStepRelL2(dtype) : tol);
         describe(m, dev, dtype, mc.name);
         m.config = accum_config(mb, "mean_div_k");

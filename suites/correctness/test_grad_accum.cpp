@@ -68,7 +68,8 @@ INSTANTIATE_TEST_SUITE_P(, GradAccum, testing::ValuesIn(hr::test::all_backend_dt
 // names it), a wrong value shows.
 TEST(GradAccumCompare, FlagsNanAndDifferencesAndScalesNoiseTensorsByTheWhole) {
   using hr::props::NamedValues;
-  const auto rule = hr::props::exact_zero_gradients(hr::props::accum_transformer_config(hr::DType::f32, 1, hr::Preset::quick));
+  const auto rule =
+      hr::props::exact_zero_gradients(hr::props::accum_transformer_config(hr::DType::f32, 1, hr::Preset::quick));
   const NamedValues ref{{"h.0.attn.k.bias", {1e-9f, -1e-9f}}, {"h.0.attn.q.bias", {3.f, 4.f}}};
   NamedValues got = ref;
   EXPECT_EQ(hr::props::compare_tensors(got, ref, rule).max_rel_l2, 0.0);

@@ -162,11 +162,17 @@ inline constexpr double kBinomialSigmas = 5.0;
 // ---- Controlled models and the training step ----
 // Full-model gradient (fp32 forward + backward) against float64 central finite
 // differences of the float64 reference model, relative L2 over sampled
-// elements. fp32 rounding through ~30 ops compounds to ~1e-6 relative per
-// element (measured on the tiny transformer below ~1e-5); FD error ~1e-9.
-// A wrong term in any backward (a missing residual, a transposed weight, a
-// wrong mask) moves the error above 1e-2.
-inline constexpr double kModelGradFdRelL2 = 2e-4;
+// elements. fp32 rounding through ~30 ops compounds to a few 1e-7 (measured
+// 2.3e-7 on the tiny transformer); FD error ~1e-9. 1e-5 leaves ~40x; a wrong
+// term in any backward (a missing residual, a transposed weight, a wrong mask)
+// moves the error above 1e-2.
+inline constexpr double kModelGradFdRelL2 = 1e-5;
+// A whole step's gradients in fp16 compute (loss-scaled, unscaled once) against
+// the fp32 step's: every stored activation and activation gradient rounds to
+// 2^-11 relative and the roundings compound over ~30 ops (measured 6.1e-4 on
+// the tiny transformer); 1e-2 bounds it and a missing unscale (error ~1) or an
+// underflowed gradient tensor (error >= its share of the norm) fails.
+inline constexpr double kFp16StepGradRelL2 = 1e-2;
 // The fp32 model's loss against the float64 reference's: fp32 rounding only.
 inline constexpr double kModelLossRel = 1e-5;
 // "The loss decreases" on the learnable synthetic tasks: after a few steps the

@@ -3,6 +3,7 @@
 // matches float64 finite differences of an independent float64 reference
 // (padding mask and ignore index included); checkpointing reproduces the
 // gradients bit for bit with dropout on, and the fresh-RNG variant does not.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +113,7 @@ TEST_P(TransformerGrad, MatchesFloat64FiniteDifferences) {
   }
   std::vector<float> gotf(got.begin(), got.end());
   const double err = rel_l2(gotf, want);
+  RecordProperty("grad_rel_l2", fmt::format("{:.3e}", err));
   EXPECT_LE(err, tol::kModelGradFdRelL2) << "relative L2 over " << got.size() << " sampled elements";
   EXPECT_GT(test::squared_norm(gotf), 0.0);
 }

@@ -1,0 +1,135 @@
+// BM-MB (PROPERTIES.md): what accumulation costs in time. The arithmetic per
+// sample is unchanged, but small micro-batches use the device less efficiently
+// (small matrix products, per-step overheads no longer amortised); the field
+// guide (section 02) says 8 -> 4 is often nearly free and 1 can be much worse.
+// This measures it on the device at hand, with bytes per consumer beside it.
+#include "harness/properties/microbatch_sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "harness/check.hpp"
+#include "harness/data/synthetic.hpp"
+#include "harness/models/presets.hpp"
+#include "harness/properties/accum_support.hpp"
+#include "harness/step/train_step.hpp"
+
+namespace hr::props {
+
+MicroBatchSweep microbatch_sweep_config(Preset preset, BackendKind backend) {
+  MicroBatchSweep s;
+  StepConfig& c = s.base;
+  c.model = ModelKind::transformer;
+  if (preset == Preset::quick) {
+    c.transformer.vocab = 256;
+    c.transformer.max_positions = 64;
+    c.transformer.d_model = 64;
+    c.transformer.heads = 4;
+    c.transformer.layers = 2;
+    c.seq_len = 64;
+    s.timing.warmup = 1;
+    s.timing.min_reps = 3;
+    s.timing.max_reps = 10;
+    s.timing.min_total_s = 0.1;
+  } else {
+    const TransformerPreset p = transformer_preset(Preset::full);
+    c.transformer = p.model;
+    c.seq_len = p.seq_len;
+  }
+  c.transformer.dropout = 0.f;
+  c.batch = kEffectiveBatch;
+  c.micro_batch = kEffectiveBatch;
+  c.precision.compute = backend == BackendKind::cuda ? DType::bf16 : DType::f32;
+  c.optimizer.kind = OptimizerKind::adamw;
+  s.micro_batches = accum_micro_batches();
+  std::sort(s.micro_batches.rbegin(), s.micro_batches.rend());
+  return s;
+}
+
+MicroBatchSweep microbatch_sweep_smoke_config() {
+  MicroBatchSweep s = microbatch_sweep_config(Preset::quick, BackendKind::cpu);
+  StepConfig& c = s.base;
+  c.transformer.vocab = 32;
+  c.transformer.max_positions = 8;
+  c.transformer.d_model = 16;
+  c.transformer.heads = 2;
+  c.transformer.layers = 1;
+  c.seq_len = 8;
+  c.batch = 8;
+  c.micro_batch = 8;
+  s.micro_batches = {8, 1};
+  s.timing.warmup = 0;
+  s.timing.min_reps = 1;
+  s.timing.max_reps = 2;
+  s.timing.min_total_s = 0;
+  return s;
+}
+
+SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing) {
+  SweepPoint p;
+  p.sweep = "BM-MB";
+  p.backend = backend_name(dev.kind());
+  p.dtype = dtype_name(cfg.precision.compute);
+  p.model = model_kind_name(cfg.model);
+  p.config = nlohmann::json{{"micro_batch", cfg.micro_batch},
+                            {"accum_steps", cfg.accum_steps()},
+                            {"effective_batch", cfg.batch},
+                            {"seq_len", cfg.seq_len},
+                            {"d_model", cfg.transformer.d_model},
+                            {"layers", cfg.transformer.layers},
+                            {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}};
+  try {
+    TrainStep step(dev, cfg);
+    const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
+    step.step(batch);  // first-touch allocations and optimizer state out of the timed region
+    dev.synchronize();
+    dev.memory().reset_peak();
+    p.time = time_region(dev, [&] { step.step(batch); }, timing);
+    p.memory = dev.memory().snapshot();
+    const double tokens = static_cast<double>(cfg.batch * cfg.seq_len);
+    p.metrics["tokens_per_step"] = tokens;
+    p.metrics["step_time_s"] = p.time->median_s;
+    p.metrics["tokens_per_s"] = tokens / p.time->median_s;
+    p.metrics["samples_per_s"] = static_cast<double>(cfg.batch) / p.time->median_s;
+    p.metrics["noisy"] = p.time->noisy;
+  } catch (const OutOfMemory& e) {
+    p.status = "out_of_memory";
+    p.reason = e.what();
+  }
+  return p;
+}
+
+std::vector<SweepPoint> run_microbatch_sweep(Device& dev, const MicroBatchSweep& sweep, uint64_t seed) {
+  std::vector<SweepPoint> points;
+  double reference = 0;  // samples/s at the largest micro-batch that ran
+  int64_t reference_mb = 0;
+  for (int64_t mb : sweep.micro_batches) {
+    StepConfig cfg = sweep.base;
+    cfg.micro_batch = mb;
+    points.push_back(measure_microbatch_point(dev, cfg, seed, sweep.timing));
+    const SweepPoint& p = points.back();
+    if (p.status == "ok" && mb > reference_mb) {
+      reference = p.metrics["samples_per_s"].get<double>();
+      reference_mb = mb;
+    }
+  }
+  for (SweepPoint& p : points) {
+    if (p.status != "ok" || reference <= 0) continue;
+    p.metrics["relative_per_sample_throughput"] = p.metrics["samples_per_s"].get<double>() / reference;
+    p.metrics["reference_micro_batch"] = reference_mb;
+  }
+  return points;
+}
+
+namespace {
+
+HR_REGISTER_SWEEP(SweepSpec{"BM-MB", "micro-batch sweep at a fixed effective batch: throughput and bytes per consumer",
+                            3.0, [](RunContext& ctx) {
+                              return run_microbatch_sweep(ctx.device,
+                                                          microbatch_sweep_config(ctx.preset, ctx.device.kind()),
+                                                          ctx.seed);
+                            }});
+
+}  // namespace
+}  // namespace hr::props

@@ -1,0 +1,39 @@
+// BM-MB: the micro-batch sweep at a fixed effective batch on the transformer.
+// Each point is one configuration {micro_batch, accum_steps}: the training step's
+// time (median and spread), peak bytes per consumer over the timed steps, tokens/s
+// and per-sample throughput relative to the largest micro-batch. The same
+// functions back the registered sweep (`headroom run`, the report's throughput /
+// bytes against micro-batch curve) and the Google Benchmark cases.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "harness/registry.hpp"
+#include "harness/step/step_config.hpp"
+#include "harness/timing.hpp"
+
+namespace hr::props {
+
+struct MicroBatchSweep {
+  StepConfig base;                    // batch = the effective batch; micro_batch set per point
+  std::vector<int64_t> micro_batches; // largest first: the reference for relative throughput
+  TimingOptions timing;
+};
+
+// quick: a transformer a 2-core CPU steps in ~0.1 s; full: the full preset's
+// transformer (sized for one H200). fp32 on the CPU, bf16 on a GPU. Effective batch 32.
+MicroBatchSweep microbatch_sweep_config(Preset preset, BackendKind backend);
+// A tiny configuration for smoke runs (benchmarks under ctest).
+MicroBatchSweep microbatch_sweep_smoke_config();
+
+// One point: builds the step, runs one warm-up step, then times steps with
+// time_region; memory peaks are those of the timed steps (reset after warm-up).
+// Out of memory (budget or device) gives status "out_of_memory" with the reason.
+SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing);
+
+// Every point, then each point's "relative_per_sample_throughput" (its samples/s
+// over the largest micro-batch's).
+std::vector<SweepPoint> run_microbatch_sweep(Device& dev, const MicroBatchSweep& sweep, uint64_t seed);
+
+}  // namespace hr::props

@@ -1,0 +1,113 @@
+// GA-1..GA-4 (PROPERTIES.md): gradient accumulation against the full batch, per
+// backend x dtype. The tests assert on the same property functions `headroom
+// run` reports; the negative controls (no division by K, per-micro-batch token
+// means on padded rows) must be caught by the same checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/check.hpp"
+#include "harness/properties/accum_support.hpp"
+#include "harness/properties/grad_accum.hpp"
+#include "suites/common/property_check.hpp"
+#include "suites/common/test_support.hpp"
+#include "suites/common/tolerances.hpp"
+
+namespace {
+
+using hr::Measurement;
+using hr::test::BackendDType;
+
+constexpr uint64_t kSeed = 1234;
+
+class GradAccum : public testing::TestWithParam<BackendDType> {};
+
+// 2 models x 6 micro-batches.
+TEST_P(GradAccum, MatchesFullBatchGradient) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::ga1_accumulated_gradient(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 12, 0);
+  for (const Measurement& m : ms) {
+    EXPECT_EQ(m.id, "GA-1");
+    EXPECT_GT(hr::json_to_double(m.details["norm_full_batch"]), 0.0);
+  }
+}
+
+// 2 models x 5 micro-batches x (caught, ratio).
+TEST_P(GradAccum, WithoutDivisionIsKTimesLargerAndCaught) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::ga2_no_division(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 20, 10);
+  for (const Measurement& m : ms) {
+    EXPECT_EQ(m.id, "GA-2");
+    const double K = m.config["accum_steps"].get<double>();
+    EXPECT_NEAR(m.details["norm_ratio"].get<double>(), K, K * 1e-2) << hr::test::describe(m);
+  }
+}
+
+// 2 models x 2 optimizers x 2 micro-batches, plus SGD's no-division control per model.
+TEST_P(GradAccum, OptimizerStepMatchesLargeBatchStep) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::ga3_optimizer_step(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 10, 2);
+}
+
+// 5 K x (per-micro-batch mean caught, window count correct), plus the growth.
+TEST_P(GradAccum, PaddedRowsNeedTheWindowTokenCount) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::ga4_variable_length(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 11, 6);
+  const Measurement& growth = ms.back();
+  EXPECT_GT(growth.details["loglog_slope"].get<double>(), 0.0) << hr::test::describe(growth);
+}
+
+INSTANTIATE_TEST_SUITE_P(, GradAccum, testing::ValuesIn(hr::test::all_backend_dtypes()), hr::test::param_name);
+
+// The comparison itself: a NaN is never within a bound, a tensor whose exact
+// gradient is zero is measured against the whole gradient (only when the rule
+// names it), a wrong value shows.
+TEST(GradAccumCompare, FlagsNanAndDifferencesAndScalesNoiseTensorsByTheWhole) {
+  using hr::props::NamedValues;
+  const auto rule =
+      hr::props::exact_zero_gradients(hr::props::accum_transformer_config(hr::DType::f32, 1, hr::Preset::quick));
+  const NamedValues ref{{"h.0.attn.k.bias", {1e-9f, -1e-9f}}, {"h.0.attn.q.bias", {3.f, 4.f}}};
+  NamedValues got = ref;
+  EXPECT_EQ(hr::props::compare_tensors(got, ref, rule).max_rel_l2, 0.0);
+
+  got[0].second = {-1e-9f, 1e-9f};  // noise against noise: tiny against the whole...
+  auto c = hr::props::compare_tensors(got, ref, rule);
+  EXPECT_LT(c.max_rel_l2, 1e-9);
+  EXPECT_GT(hr::props::compare_tensors(got, ref).max_rel_l2, 1.0);  // ...but not without the rule
+
+  got[1].second = {3.f, 4.5f};  // 0.5 / 5
+  c = hr::props::compare_tensors(got, ref, rule);
+  EXPECT_NEAR(c.max_rel_l2, 0.1, 1e-6);
+  EXPECT_EQ(c.worst, "h.0.attn.q.bias");
+
+  got[1].second = {3.f, NAN};
+  c = hr::props::compare_tensors(got, ref, rule);
+  EXPECT_TRUE(std::isnan(c.max_rel_l2));
+  EXPECT_FALSE(hr::make_check("GA-1", "nan", c.max_rel_l2, 1e-5).passed);
+
+  const NamedValues zeros{{"w", {0.f, 0.f}}};
+  EXPECT_THROW(hr::props::compare_tensors(zeros, zeros), hr::Error);
+}
+
+// The rule names exactly the parameters whose gradient vanishes in exact arithmetic.
+TEST(GradAccumCompare, ZeroGradientRuleNamesKeyBiasAndBiasesBeforeBatchNorm) {
+  using namespace hr::props;
+  const auto t = exact_zero_gradients(accum_transformer_config(hr::DType::f32, 1, hr::Preset::quick));
+  EXPECT_TRUE(t("h.1.attn.k.bias"));
+  EXPECT_FALSE(t("h.1.attn.q.bias"));
+  EXPECT_FALSE(t("h.1.attn.k.weight"));
+  const auto bn = exact_zero_gradients(accum_mlp_config(hr::DType::f32, 1, hr::Preset::quick, hr::NormKind::batchnorm));
+  EXPECT_TRUE(bn("layers.0.bias"));
+  EXPECT_TRUE(bn("layers.2.bias"));
+  EXPECT_FALSE(bn("layers.3.bias"));  // the head: no norm after it
+  EXPECT_FALSE(bn("layers.0.weight"));
+  EXPECT_FALSE(static_cast<bool>(exact_zero_gradients(accum_mlp_config(hr::DType::f32, 1, hr::Preset::quick))));
+  EXPECT_FALSE(static_cast<bool>(
+      exact_zero_gradients(accum_mlp_config(hr::DType::f32, 1, hr::Preset::quick, hr::NormKind::layernorm))));
+}
+
+}  // namespace

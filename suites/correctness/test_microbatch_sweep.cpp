@@ -1,0 +1,69 @@
+// BM-MB's sweep points (harness/properties/microbatch_sweep.hpp) carry what the
+// report's throughput / bytes against micro-batch curve reads. Structure and
+// memory only: timings are asserted nowhere, they are measured in benchmarks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/registry.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace {
+
+class MicroBatchSweep : public testing::TestWithParam<hr::BackendKind> {};
+
+TEST_P(MicroBatchSweep, PointsCarryConfigTimeAndBytesPerConsumer) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto sweep = hr::props::microbatch_sweep_smoke_config();
+  const auto points = hr::props::run_microbatch_sweep(dev, sweep, 1234);
+  ASSERT_EQ(points.size(), sweep.micro_batches.size());
+  for (const hr::SweepPoint& p : points) {
+    EXPECT_EQ(p.sweep, "BM-MB");
+    ASSERT_EQ(p.status, "ok") << p.reason;
+    ASSERT_TRUE(p.time.has_value());
+    EXPECT_GT(p.time->reps, 0);
+    const int64_t mb = p.config["micro_batch"].get<int64_t>();
+    EXPECT_EQ(p.config["accum_steps"].get<int64_t>() * mb, sweep.base.batch);
+    EXPECT_GT(p.metrics["tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GT(p.memory.peak(hr::Consumer::weights), 0u);
+    EXPECT_GT(p.memory.peak(hr::Consumer::gradients), 0u);
+    EXPECT_GT(p.memory.peak(hr::Consumer::optimizer_state), 0u);
+    EXPECT_GT(p.memory.peak(hr::Consumer::activations), 0u);
+    if (mb == sweep.micro_batches.front()) EXPECT_EQ(p.metrics["relative_per_sample_throughput"].get<double>(), 1.0);
+  }
+  // Weights, gradients and optimizer state do not depend on the micro-batch;
+  // activations shrink with it (the point of accumulation).
+  const hr::SweepPoint& big = points.front();
+  const hr::SweepPoint& small = points.back();
+  EXPECT_EQ(big.memory.peak(hr::Consumer::weights), small.memory.peak(hr::Consumer::weights));
+  EXPECT_EQ(big.memory.peak(hr::Consumer::gradients), small.memory.peak(hr::Consumer::gradients));
+  EXPECT_EQ(big.memory.peak(hr::Consumer::optimizer_state), small.memory.peak(hr::Consumer::optimizer_state));
+  EXPECT_LT(small.memory.peak(hr::Consumer::activations), big.memory.peak(hr::Consumer::activations));
+}
+
+// Out of memory is a status with its reason, not an exception out of the sweep.
+TEST_P(MicroBatchSweep, BudgetTooSmallGivesOutOfMemoryPoints) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto sweep = hr::props::microbatch_sweep_smoke_config();
+  const auto budget = dev.memory().budget();
+  dev.memory().set_budget(dev.memory().snapshot().total_current_bytes + 1024);
+  const auto points = hr::props::run_microbatch_sweep(dev, sweep, 1234);
+  dev.memory().set_budget(budget);
+  ASSERT_EQ(points.size(), sweep.micro_batches.size());
+  for (const hr::SweepPoint& p : points) {
+    EXPECT_EQ(p.status, "out_of_memory");
+    EXPECT_FALSE(p.reason.empty());
+    EXPECT_FALSE(p.time.has_value());
+  }
+}
+
+TEST(MicroBatchSweepRegistry, RegisteredAsBmMb) {
+  const auto& sweeps = hr::sweep_registry();
+  EXPECT_EQ(std::count_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-MB"; }), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(, MicroBatchSweep, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
+                         hr::test::backend_param_name);
+
+}  // namespace

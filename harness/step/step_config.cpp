@@ -213,10 +213,10 @@ std::string get_str(const nlohmann::json& j, const char* key, const std::string&
 }
 }  // namespace
 
-StepConfig step_config_from_json(const nlohmann::json& j) {
+StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base) {
   HR_ARG_CHECK(j.is_object(), "step configuration: a JSON object expected");
-  StepConfig c;
-  c.model = parse_model_kind(get_str(j, "model", "transformer", ""));
+  StepConfig c = base;
+  c.model = parse_model_kind(get_str(j, "model", model_kind_name(base.model), ""));
   if (j.contains("mlp")) {
     const auto& m = j["mlp"];
     get(m, "in_dim", c.mlp.in_dim, "mlp.");
@@ -230,7 +230,7 @@ StepConfig step_config_from_json(const nlohmann::json& j) {
         throw InvalidArgument(std::string("mlp.norm: ") + e.what());
       }
     }
-    const std::string task = get_str(m, "task", "regression", "mlp.");
+    const std::string task = get_str(m, "task", mlp_task_name(base.mlp.task), "mlp.");
     HR_ARG_CHECK(task == "regression" || task == "classification",
                  "mlp.task: unknown task '{}' (expected regression or classification)", task);
     c.mlp.task = task == "regression" ? MlpTask::regression : MlpTask::classification;
@@ -250,7 +250,9 @@ StepConfig step_config_from_json(const nlohmann::json& j) {
     get(t, "dropout", c.transformer.dropout, "transformer.");
     get(t, "ln_eps", c.transformer.ln_eps, "transformer.");
     get(t, "ignore_index", c.transformer.ignore_index, "transformer.");
-    const std::string att = get_str(t, "attention", "naive", "transformer.");
+    const std::string att = get_str(t, "attention",
+                                    base.transformer.memory_efficient_attention ? "memory_efficient" : "naive",
+                                    "transformer.");
     HR_ARG_CHECK(att == "naive" || att == "memory_efficient",
                  "transformer.attention: unknown attention '{}' (expected naive or memory_efficient)", att);
     c.transformer.memory_efficient_attention = att == "memory_efficient";
@@ -288,10 +290,10 @@ StepConfig step_config_from_json(const nlohmann::json& j) {
   }
   if (j.contains("optimizer")) {
     const auto& o = j["optimizer"];
-    const std::string kind = get_str(o, "kind", "adamw", "optimizer.");
-    HR_ARG_CHECK(kind == "sgd" || kind == "adamw", "optimizer.kind: unknown optimizer '{}' (expected sgd or adamw)",
-                 kind);
-    c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
+    const std::string kind = get_str(o, "kind", optimizer_kind_name(base.optimizer.kind), "optimizer.");
+    HR_ARG_CHECK(kind == "sgd" || kind == "adamw" || (kind == "custom" && base.optimizer.kind == OptimizerKind::custom),
+                 "optimizer.kind: unknown optimizer '{}' (expected sgd or adamw)", kind);
+    if (kind != "custom") c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
     if (o.contains("sgd")) {
       get(o["sgd"], "lr", c.optimizer.sgd.lr, "optimizer.sgd.");
       get(o["sgd"], "momentum", c.optimizer.sgd.momentum, "optimizer.sgd.");
@@ -306,7 +308,8 @@ StepConfig step_config_from_json(const nlohmann::json& j) {
     }
   }
   if (j.contains("adapters")) {
-    const std::string kind = get_str(j["adapters"], "kind", "none", "adapters.");
+    const std::string kind =
+        get_str(j["adapters"], "kind", base.adapters.kind == AdapterKind::none ? "none" : "lora", "adapters.");
     HR_ARG_CHECK(kind == "none" || kind == "lora", "adapters.kind: unknown adapter '{}' (expected none or lora)", kind);
     c.adapters.kind = kind == "none" ? AdapterKind::none : AdapterKind::lora;
     get(j["adapters"], "rank", c.adapters.rank, "adapters.");

@@ -77,8 +77,8 @@ void validate(const StepConfig& cfg);
 StepConfig step_config_for(ModelKind model, Preset preset);
 
 void to_json(nlohmann::json& j, const StepConfig& c);
-// Reads the fields present over the defaults; unknown enum names throw
-// InvalidArgument naming the field. Does not validate.
-StepConfig step_config_from_json(const nlohmann::json& j);
+// Reads the fields present in j over `base` (e.g. step_config_for(model, preset));
+// unknown enum names throw InvalidArgument naming the field. Does not validate.
+StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base = StepConfig{});
 
 }  // namespace hr

@@ -104,6 +104,15 @@ TEST(StepConfigJson, RoundTripsAndNamesUnknownValues) {
   bad = j;
   bad["loss_norm"] = "average";
   EXPECT_THROW(step_config_from_json(bad), InvalidArgument);
+
+  // Fields over a preset: only what is given changes.
+  const StepConfig preset = step_config_for(ModelKind::transformer, Preset::quick);
+  const StepConfig over = step_config_from_json({{"micro_batch", 2}, {"transformer", {{"layers", 3}}}}, preset);
+  EXPECT_EQ(over.micro_batch, 2);
+  EXPECT_EQ(over.transformer.layers, 3);
+  EXPECT_EQ(over.transformer.d_model, preset.transformer.d_model);
+  EXPECT_EQ(over.seq_len, preset.seq_len);
+  EXPECT_EQ(over.model, ModelKind::transformer);
 }
 
 }  // namespace

@@ -54,7 +54,37 @@ TEST_P(StepPrecision, MastersAndGradientsAreFp32WithCompute16BitCopies) {
   for (const auto& [n, t] : step.optimizer().state()) EXPECT_EQ(t.consumer(), Consumer::optimizer_state) << n;
 }
 
+// MP-4's control configuration: without master weights the parameters live in
+// the 16-bit dtype only (one copy, updated in place) and the step still runs.
+class StepNoMaster : public testing::TestWithParam<test::BackendDType> {};
+
+TEST_P(StepNoMaster, ParametersLiveIn16Bit) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  StepConfig cfg = test::tiny_mlp_config(dt);
+  cfg.precision.master_weights = false;
+  const size_t before = dev.memory().snapshot().current(Consumer::weights);
+  TrainStep step(dev, cfg);
+  EXPECT_EQ(dev.memory().snapshot().current(Consumer::weights) - before,
+            static_cast<size_t>(step.params().numel()) * 2);
+  for (const Param& p : step.params().all()) {
+    EXPECT_EQ(p.master.dtype(), dt);
+    EXPECT_EQ(p.master.data(), p.compute.data());
+  }
+  const auto w0 = step.params().at("layers.0.weight").master.to_host_bytes();
+  EXPECT_FALSE(step.step(make_mlp_batch(dev, cfg.mlp, cfg.batch, 1)).skipped);
+  EXPECT_GT(bitwise_mismatches(w0, step.params().at("layers.0.weight").master.to_host_bytes()), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Step, StepPrecision, testing::ValuesIn(test::all_backend_dtypes()), test::param_name);
+
+std::vector<test::BackendDType> sixteen_bit() {
+  std::vector<test::BackendDType> v;
+  for (const auto& p : test::all_backend_dtypes())
+    if (p.dtype != DType::f32) v.push_back(p);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Step, StepNoMaster, testing::ValuesIn(sixteen_bit()), test::param_name);
 
 class StepScaler : public testing::TestWithParam<BackendKind> {};
 

@@ -515,6 +515,16 @@ std::string memory_section(const Results& r) {
       if (p.sweep == sw && is_ok(p) && p.memory.total_peak_bytes > 0) pts.push_back(&p);
     std::set<std::string> dt, md, be;
     for (const auto* p : pts) dt.insert(p->dtype), md.insert(p->model), be.insert(p->backend);
+    // Label bars by the config keys that vary within the sweep (all, when none varies).
+    std::map<std::string, std::set<std::string>> key_values;
+    for (const auto* p : pts)
+      for (auto it = p->config.begin(); it != p->config.end(); ++it) key_values[it.key()].insert(it->dump());
+    auto varying_label = [&](const json& config) {
+      json v = json::object();
+      for (auto it = config.begin(); it != config.end(); ++it)
+        if (key_values[it.key()].size() > 1) v[it.key()] = *it;
+      return config_label(v.empty() ? config : v);
+    };
     std::vector<Bar> bars;
     for (size_t i = 0; i < pts.size() && i < kMaxBars; ++i) {
       const auto* p = pts[i];
@@ -524,7 +534,7 @@ std::string memory_section(const Results& r) {
         if (set->size() > 1 && !v.empty()) label += (label.empty() ? "" : " ") + v;
       // A named step (TRADE) reads better by its name than by its config.
       const std::string technique = str_of(p->config, "technique");
-      const std::string cfg = technique.empty() ? config_label(p->config) : technique;
+      const std::string cfg = technique.empty() ? varying_label(p->config) : technique;
       if (!cfg.empty()) label += (label.empty() ? "" : " ") + cfg;
       Bar b{label.empty() ? std::to_string(i + 1) : label, {}};
       for (Consumer c : kAllConsumers) b.values.push_back(static_cast<double>(p->memory.peak(c)));

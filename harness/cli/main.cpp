@@ -4,6 +4,7 @@
 //   headroom validate  judge a run (new or from a file) against a trusted baseline
 //   headroom compare   the same comparison between two results files
 //   headroom report    the HTML report of a results file
+//   headroom dump      one training step as safetensors files, for checking a framework
 //   headroom info      the device record
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -59,6 +60,26 @@ int main(int argc, char** argv) {
   cmp_cmd->add_option("B", cmp_b, "results.json to judge")->required();
   cmp_cmd->add_option("--html", cmp_html, "write the report of B with the comparison here");
 
+  hr::DumpCommand dump;
+  auto* dump_cmd = app.add_subcommand(
+      "dump", "write one training step of a controlled model (weights, batch, loss, gradients, masks) as safetensors");
+  dump_cmd->add_option("--model", dump.model, "mlp | transformer")
+      ->check(CLI::IsMember({"mlp", "transformer"}))
+      ->capture_default_str();
+  dump_cmd->add_option("--preset", dump.preset, "model sizes: quick | full")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+  dump_cmd->add_option("--config", dump.config_file, "JSON object of step configuration fields over the preset's");
+  dump_cmd->add_option("--dtype", dump.dtype, "compute dtype: fp32 | fp16 | bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  dump_cmd->add_option("--batch", dump.batch, "rows per step (default: the preset's)");
+  dump_cmd->add_option("--micro-batch", dump.micro_batch, "rows per forward + backward (default: the preset's)");
+  dump_cmd->add_option("--backend", dump.backend, "cpu | cuda | auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  dump_cmd->add_option("--out", dump.out_dir, "output directory")->capture_default_str();
+  dump_cmd->add_option("--data-seed", dump.data_seed, "seed of the batch drawn")->capture_default_str();
+
   std::string rep_results, rep_baseline, rep_html;
   auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");
   rep_cmd->add_option("RESULTS", rep_results, "results.json")->required();
@@ -83,6 +104,7 @@ int main(int argc, char** argv) {
   }
   if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr);
   if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
+  if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
 
   try {
     if (info->parsed()) {

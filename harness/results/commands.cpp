@@ -6,9 +6,12 @@
 #include <fmt/ostream.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/dump/dump.hpp"
+#include "harness/step/step_config.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
 #include "reports/report.hpp"
@@ -88,6 +91,41 @@ int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
     fmt::print(out, "headroom: results: {}\nheadroom: report:  {}\n", fs::absolute(w.json).string(),
                fs::absolute(w.html).string());
     return ok ? 0 : 1;
+  });
+}
+
+int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] {
+    StepConfig cfg = step_config_for(parse_model_kind(c.model), parse_preset(c.preset));
+    nlohmann::json j = cfg;
+    if (!c.config_file.empty()) {
+      std::ifstream in(c.config_file);
+      HR_ARG_CHECK(in.good(), "cannot open the step configuration {}", c.config_file);
+      nlohmann::json patch;
+      try {
+        in >> patch;
+      } catch (const nlohmann::json::exception& e) {
+        throw InvalidArgument(fmt::format("{}: not valid JSON: {}", c.config_file, e.what()));
+      }
+      HR_ARG_CHECK(patch.is_object(), "{}: expected a JSON object of step configuration fields", c.config_file);
+      j.merge_patch(patch);
+    }
+    if (!c.dtype.empty()) j["precision"]["compute"] = c.dtype;
+    if (c.batch > 0) j["batch"] = c.batch;
+    if (c.micro_batch > 0) j["micro_batch"] = c.micro_batch;
+    try {
+      cfg = step_config_from_json(j);
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidArgument(fmt::format("step configuration: {}", e.what()));
+    }
+    validate(cfg);  // a bad configuration is refused before anything is created
+    auto dev = open_device(c.backend);
+    make_dir(c.out_dir);
+    const DumpResult r = dump_model(*dev, cfg, c.out_dir, c.data_seed);
+    fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", c.model, r.loss,
+               r.tensors, backend_name(dev->kind()), fs::absolute(c.out_dir).string());
+    for (const auto& f : r.files) fmt::print(out, "  {}\n", f);
+    return 0;
   });
 }
 

@@ -31,7 +31,23 @@ struct ValidateCommand {
   CompareOptions compare;
 };
 
+// `headroom dump`: one training step of a controlled model as safetensors files
+// (harness/dump/dump.hpp). The step is the preset's configuration of the model,
+// with the fields of config_file (a JSON object as StepConfig's to_json writes
+// it) and the explicit options laid over it.
+struct DumpCommand {
+  std::string model = "transformer";  // "mlp" | "transformer"
+  std::string preset = "quick";
+  std::string config_file;  // optional JSON overrides
+  std::string dtype;        // optional: precision.compute
+  int64_t batch = 0, micro_batch = 0;  // 0 = the preset's
+  std::string backend = "cpu";
+  std::string out_dir = "dump";
+  uint64_t data_seed = 1;
+};
+
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err);
+int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err);
 int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& err);
 // Compares B (the run judged) against A (the baseline); exit code as validate.
 int command_compare(const std::string& a, const std::string& b, const std::string& html, std::ostream& out,

@@ -218,6 +218,29 @@ TEST(ReportCommands, RunWritesResultsAndReportOnTheCpu) {
   fs::remove_all(dir);
 }
 
+TEST(ReportCommands, DumpWritesOneStepOnTheCpu) {
+  const fs::path dir = fs::temp_directory_path() / ("headroom_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  hr::DumpCommand d;
+  d.model = "mlp";
+  d.out_dir = dir.string();
+  std::ostringstream out, err;
+  EXPECT_EQ(hr::command_dump(d, out, err), 0) << err.str();
+  EXPECT_TRUE(fs::exists(dir / "gradients.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "conventions.json"));
+  EXPECT_NE(out.str().find("dumped one mlp step"), std::string::npos) << out.str();
+  fs::remove_all(dir);
+  // A configuration the step refuses is bad input, and nothing is created.
+  d.micro_batch = 3;
+  std::ostringstream err2;
+  EXPECT_EQ(hr::command_dump(d, out, err2), 2);
+  EXPECT_NE(err2.str().find("micro_batch"), std::string::npos) << err2.str();
+  EXPECT_FALSE(fs::exists(dir));
+  d.micro_batch = 0;
+  d.config_file = "/nonexistent/step.json";
+  EXPECT_EQ(hr::command_dump(d, out, err), 2);
+}
+
 TEST(ReportCommands, BadInputIsExitTwo) {
   std::ostringstream out, err;
   hr::RunCommand c;

@@ -216,12 +216,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
   ops::linear_backward(xL, P(w_[last]).compute, dpred, dxL, P(w_[last]).grad, P(b_[last]).grad);
   dpred = xL = Tensor();
   stack.backward(dxL, false);
-  if (opt.segment_forward_counts != nullptr) {
-    auto& counts = *opt.segment_forward_counts;
-    const auto& c = stack.forward_counts();
-    if (counts.size() < c.size()) counts.resize(c.size(), 0);
-    for (size_t s = 0; s < c.size(); ++s) counts[s] += c[s];
-  }
+  stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
 }
 

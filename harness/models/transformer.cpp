@@ -272,12 +272,7 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   dxL = Tensor();
   x0 = Tensor();
   ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad);
-  if (opt.segment_forward_counts != nullptr) {
-    auto& counts = *opt.segment_forward_counts;
-    const auto& c = stack.forward_counts();
-    if (counts.size() < c.size()) counts.resize(c.size(), 0);
-    for (size_t s = 0; s < c.size(); ++s) counts[s] += c[s];
-  }
+  stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
 }
 

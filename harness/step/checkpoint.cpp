@@ -71,4 +71,10 @@ Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
   return d;
 }
 
+void CheckpointedStack::add_forward_counts_to(std::vector<int64_t>* totals) const {
+  if (totals == nullptr) return;
+  if (totals->size() < forward_counts_.size()) totals->resize(forward_counts_.size(), 0);
+  for (size_t s = 0; s < forward_counts_.size(); ++s) (*totals)[s] += forward_counts_[s];
+}
+
 }  // namespace hr

@@ -87,6 +87,8 @@ class CheckpointedStack {
   int64_t num_segments() const { return static_cast<int64_t>(segments_.size()); }
   // Forward executions of each segment in this pass (1 without recompute, 2 with).
   const std::vector<int64_t>& forward_counts() const { return forward_counts_; }
+  // totals[s] += forward_counts()[s] (totals grows as needed); no-op for nullptr.
+  void add_forward_counts_to(std::vector<int64_t>* totals) const;
 
  private:
   struct Segment {

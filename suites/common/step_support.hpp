@@ -2,6 +2,8 @@
 // gradient snapshots, and comparisons between two runs' gradients.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "harness/compare.hpp"
 #include "harness/step/train_step.hpp"
+#include "suites/common/tolerances.hpp"
 
 namespace hr::test {
 
@@ -71,6 +74,40 @@ inline double squared_norm(const std::vector<float>& v) {
   double s = 0;
   for (float x : v) s += static_cast<double>(x) * x;
   return s;
+}
+
+// One forward + backward under a checkpoint policy: gradient bytes, all
+// gradients flattened, and the forward executions per segment.
+struct CheckpointRun {
+  std::map<std::string, std::vector<uint8_t>> bytes;
+  std::vector<float> values;
+  std::vector<int64_t> segment_counts;
+};
+inline CheckpointRun run_with_checkpointing(Device& dev, StepConfig cfg, const Batch& batch, int64_t every_k,
+                                            bool fresh_rng) {
+  cfg.checkpoint.every_k_blocks = every_k;
+  cfg.checkpoint.fresh_rng_on_recompute = fresh_rng;
+  TrainStep s(dev, cfg);
+  s.forward_backward(batch);
+  return {grad_bytes(s), flat(grad_values(s)), s.segment_forward_counts()};
+}
+
+// CK-1's mechanism on `cfg` (dropout > 0, `blocks` blocks): for each k, every
+// gradient byte equals the run without checkpointing and each segment ran its
+// forward twice per micro-batch; CK-2's control (fresh RNG on recompute)
+// changes the gradients by more than the catalogue's 1e-3.
+inline void expect_checkpointing_replays_dropout(Device& dev, const StepConfig& cfg, const Batch& batch,
+                                                 int64_t blocks, const std::vector<int64_t>& ks) {
+  const CheckpointRun base = run_with_checkpointing(dev, cfg, batch, 0, false);
+  for (int64_t k : ks) {
+    SCOPED_TRACE("every_k_blocks = " + std::to_string(k));
+    const CheckpointRun ck = run_with_checkpointing(dev, cfg, batch, k, false);
+    for (const auto& [name, bytes] : base.bytes) EXPECT_EQ(bitwise_mismatches(bytes, ck.bytes.at(name)), 0u) << name;
+    ASSERT_EQ(static_cast<int64_t>(ck.segment_counts.size()), (blocks + k - 1) / k);
+    for (int64_t c : ck.segment_counts) EXPECT_EQ(c, 2 * cfg.accum_steps());  // forward + recompute
+    const CheckpointRun broken = run_with_checkpointing(dev, cfg, batch, k, true);
+    EXPECT_GT(rel_l2(broken.values, base.values), tol::kCheckpointFreshRngMinRelL2);
+  }
 }
 
 }  // namespace hr::test

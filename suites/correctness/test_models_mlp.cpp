@@ -61,27 +61,7 @@ TEST_P(MlpCheckpoint, GradientsBitwiseEqualWithDropout) {
     cfg.mlp.layers = 5;  // four blocks
     cfg.mlp.dropout = 0.25f;
     const Batch batch = make_mlp_batch(dev, cfg.mlp, cfg.batch, 8);
-    auto run = [&](int64_t k, bool fresh, std::vector<int64_t>* counts) {
-      StepConfig c = cfg;
-      c.checkpoint.every_k_blocks = k;
-      c.checkpoint.fresh_rng_on_recompute = fresh;
-      TrainStep s(dev, c);
-      s.forward_backward(batch);
-      if (counts) *counts = s.segment_forward_counts();
-      return std::make_pair(test::grad_bytes(s), test::flat(test::grad_values(s)));
-    };
-    const auto base = run(0, false, nullptr);
-    for (int64_t k : {1, 2, 4}) {
-      SCOPED_TRACE("every_k_blocks = " + std::to_string(k));
-      std::vector<int64_t> counts;
-      const auto ck = run(k, false, &counts);
-      for (const auto& [name, bytes] : base.first)
-        EXPECT_EQ(bitwise_mismatches(bytes, ck.first.at(name)), 0u) << name;
-      ASSERT_EQ(static_cast<int64_t>(counts.size()), (4 + k - 1) / k);
-      for (int64_t c : counts) EXPECT_EQ(c, 2 * 2);  // two micro-batches, forward + recompute
-      const auto broken = run(k, true, nullptr);
-      EXPECT_GT(rel_l2(broken.second, base.second), tol::kCheckpointFreshRngMinRelL2);
-    }
+    test::expect_checkpointing_replays_dropout(dev, cfg, batch, 4, {1, 2, 4});
   }
 }
 

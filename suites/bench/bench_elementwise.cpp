@@ -22,6 +22,7 @@
 #include "kernels/gelu/gelu.hpp"
 #include "kernels/optim/optim.hpp"
 #include "kernels/reduce/reduce.hpp"
+#include "suites/bench/bench_support.hpp"
 
 namespace {
 
@@ -113,11 +114,7 @@ void register_backend(hr::Device& dev, const std::vector<int64_t>& sizes) {
           name.c_str(), [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
       for (int64_t n : sizes) b->Arg(n);
       b->Unit(benchmark::kMicrosecond);
-      if (dev.is_cuda()) {
-        b->UseManualTime();
-      } else {
-        b->UseRealTime();
-      }
+      hr::bench::use_device_timing(b, dev);
     }
   }
 }
@@ -125,21 +122,7 @@ void register_backend(hr::Device& dev, const std::vector<int64_t>& sizes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const std::unique_ptr<hr::Device> cpu = hr::make_cpu_device();
-  register_backend(*cpu, {4096, 1 << 16, 1 << 20});
-  // CUDA cases exist only where a device answers: nothing is registered (and so
-  // nothing reported as a result) on a machine without one.
-  std::unique_ptr<hr::Device> cuda;
-  std::string why_not;
-  if (hr::cuda_device_available(&why_not)) {
-    cuda = hr::make_cuda_device(0);
-    register_backend(*cuda, {1 << 20, 1 << 24, 1 << 26});
-  } else {
-    benchmark::AddCustomContext("cuda", "not run: " + why_not);
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return hr::bench::run_main(
+      argc, argv, [](hr::Device& cpu) { register_backend(cpu, {4096, 1 << 16, 1 << 20}); },
+      [](hr::Device& cuda) { register_backend(cuda, {1 << 20, 1 << 24, 1 << 26}); });
 }

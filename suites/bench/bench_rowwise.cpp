@@ -19,6 +19,7 @@
 #include "kernels/elementwise/elementwise.hpp"
 #include "kernels/layernorm/layernorm.hpp"
 #include "kernels/softmax/softmax.hpp"
+#include "suites/bench/bench_support.hpp"
 
 namespace {
 
@@ -132,11 +133,7 @@ void register_backend(hr::Device& dev, const Shapes& shapes) {
           name.c_str(), [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
       for (const auto& [r, c] : sh) b->Args({r, c});
       b->Unit(benchmark::kMicrosecond);
-      if (dev.is_cuda()) {
-        b->UseManualTime();
-      } else {
-        b->UseRealTime();
-      }
+      hr::bench::use_device_timing(b, dev);
     }
   }
 }
@@ -144,25 +141,13 @@ void register_backend(hr::Device& dev, const Shapes& shapes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const std::unique_ptr<hr::Device> cpu = hr::make_cpu_device();
-  register_backend(*cpu, Shapes{{{64, 768}}, {{128, 128}}, {{16, 4096}}});
-  // CUDA cases exist only where a device answers: nothing is registered (and so
-  // nothing reported as a result) on a machine without one.
-  std::unique_ptr<hr::Device> cuda;
-  std::string why_not;
-  if (hr::cuda_device_available(&why_not)) {
-    cuda = hr::make_cuda_device(0);
-    // GPT-2 small / large hidden sizes over 16k tokens; a 12-head x 1024 causal
-    // score block per batch of 8; cross-entropy over 8k tokens of a 50304 vocabulary.
-    register_backend(*cuda, Shapes{{{16384, 768}, {16384, 1600}, {16384, 4096}},
-                                   {{8 * 12 * 1024, 1024}},
-                                   {{8192, 50304}}});
-  } else {
-    benchmark::AddCustomContext("cuda", "not run: " + why_not);
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return hr::bench::run_main(
+      argc, argv, [](hr::Device& cpu) { register_backend(cpu, Shapes{{{64, 768}}, {{128, 128}}, {{16, 4096}}}); },
+      [](hr::Device& cuda) {
+        // GPT-2 small / large hidden sizes over 16k tokens; a 12-head x 1024 causal
+        // score block per batch of 8; cross-entropy over 8k tokens of a 50304 vocabulary.
+        register_backend(cuda, Shapes{{{16384, 768}, {16384, 1600}, {16384, 4096}},
+                                      {{8 * 12 * 1024, 1024}},
+                                      {{8192, 50304}}});
+      });
 }

@@ -13,6 +13,7 @@
 #include "harness/data/synthetic.hpp"
 #include "harness/device.hpp"
 #include "harness/step/train_step.hpp"
+#include "suites/bench/bench_support.hpp"
 
 namespace {
 
@@ -59,11 +60,7 @@ void register_backend(Device& dev, Preset preset) {
       auto* b = benchmark::RegisterBenchmark(name.c_str(),
                                              [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
       b->Unit(benchmark::kMillisecond);
-      if (dev.is_cuda()) {
-        b->UseManualTime();
-      } else {
-        b->UseRealTime();
-      }
+      bench::use_device_timing(b, dev);
     }
   }
 }
@@ -71,20 +68,10 @@ void register_backend(Device& dev, Preset preset) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const std::unique_ptr<Device> cpu = make_cpu_device();
-  register_backend(*cpu, Preset::quick);
-  std::unique_ptr<Device> cuda;
-  std::string why_not;
-  if (cuda_device_available(&why_not)) {
-    cuda = make_cuda_device(0);
-    register_backend(*cuda, Preset::quick);
-    register_backend(*cuda, Preset::full);
-  } else {
-    benchmark::AddCustomContext("cuda", "not run: " + why_not);
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return bench::run_main(
+      argc, argv, [](Device& cpu) { register_backend(cpu, Preset::quick); },
+      [](Device& cuda) {
+        register_backend(cuda, Preset::quick);
+        register_backend(cuda, Preset::full);
+      });
 }

@@ -139,17 +139,19 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db) {
-  HR_CHECK(x.defined() && w.defined() && dy.defined() && dw.defined(), "linear_backward: undefined operand");
+  HR_CHECK(x.defined() && w.defined() && dy.defined(), "linear_backward: undefined operand");
   HR_CHECK(x.ndim() == 2 && w.ndim() == 2 && dy.ndim() == 2 && x.dim(1) == w.dim(1) && dy.dim(0) == x.dim(0) &&
                dy.dim(1) == w.dim(0),
            "linear_backward: x {} w {} dy {} (expected x [N, in], w [out, in], dy [N, out])",
            shape_str(x.shape()), shape_str(w.shape()), shape_str(dy.shape()));
-  check_same_shape(dw, w, "linear_backward dw");
   if (dx.defined()) {
     check_same_shape(dx, x, "linear_backward dx");
     matmul(dy, false, w, false, dx);  // activation gradient: overwritten
   }
-  matmul(dy, true, x, false, dw, 1.f, 1.f);  // parameter gradient: accumulated
+  if (dw.defined()) {  // undefined for a frozen weight (LoRA's base): no buffer, no product
+    check_same_shape(dw, w, "linear_backward dw");
+    matmul(dy, true, x, false, dw, 1.f, 1.f);  // parameter gradient: accumulated
+  }
   if (db.defined()) {
     HR_CHECK(db.ndim() == 1 && db.dim(0) == w.dim(0), "linear_backward: db {} for w {}", shape_str(db.shape()),
              shape_str(w.shape()));

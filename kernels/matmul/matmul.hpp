@@ -20,7 +20,8 @@ void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b
 // Linear layer with PyTorch's weight layout: x [N, in], w [out, in], b [out] (may be
 // undefined), y [N, out] = x w^T + b.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
-// dx = dy w (overwritten; skipped when dx is undefined), dw += dy^T x, db += sum_n dy.
+// dx = dy w (overwritten), dw += dy^T x, db += sum_n dy; each skipped when its
+// tensor is undefined (dw undefined: a frozen weight owns no gradient buffer).
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db);
 
 }  // namespace hr::ops

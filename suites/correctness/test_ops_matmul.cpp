@@ -267,6 +267,14 @@ TEST_P(MatmulOps, LinearBackwardMatchesFiniteDifferences) {
   ops::linear_backward(x.t, w.t, g.t, none, dw, none);
   for (size_t i = 0; i < gw.size(); ++i) gw[i] += gw[i] - dw0.host[i];
   EXPECT_TRUE(test::nmse_within(dw.to_host_f32(), gw, tol, "dw after a second accumulation"));
+
+  // A frozen weight (undefined dw) still passes the input gradient through, bitwise
+  // as with dw, and allocates nothing for the weight gradient.
+  Tensor dx_frozen = Tensor::empty(dev, {n, in}, dt, Consumer::activations);
+  const size_t grads_before = dev.memory().snapshot().current(Consumer::gradients);
+  ops::linear_backward(x.t, w.t, g.t, dx_frozen, none, none);
+  EXPECT_EQ(dev.memory().snapshot().current(Consumer::gradients), grads_before);
+  EXPECT_EQ(hr::bitwise_mismatches(dx_frozen.to_host_bytes(), dx.to_host_bytes()), 0u);
 }
 
 TEST_P(MatmulOps, LinearBackwardIsBitwiseRepeatable) {

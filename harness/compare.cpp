@@ -56,4 +56,21 @@ size_t bitwise_mismatches(const std::vector<uint8_t>& a, const std::vector<uint8
   return n;
 }
 
+double nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    // An inf passes only where the reference has the same inf (OPS-1); it then
+    // adds nothing to either sum. A NaN anywhere poisons the result.
+    if (std::isinf(want[i]) && static_cast<double>(got[i]) == want[i]) continue;
+    if (std::isinf(want[i]) || std::isinf(got[i])) return INFINITY;
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += want[i] * want[i];
+  }
+  if (std::isnan(num)) return NAN;  // NaN never passes: NaN <= bound is false
+  if (den == 0) return num == 0 ? 0.0 : INFINITY;
+  return num / den;
+}
+
 }  // namespace hr

@@ -13,7 +13,7 @@
 
 #include "harness/check.hpp"
 #include "harness/properties/accum_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr::props {
 namespace {
@@ -73,7 +73,7 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
   describe(g, dev, dtype, "mlp");
   g.config = bn_config(cfg2);
   g.metric = "max_tensor_rel_l2";
-  g.tolerance_reason = "must diverge by more than kBatchNormAccumMinRelL2 (suites/common/tolerances.hpp)";
+  g.tolerance_reason = "must diverge by more than kBatchNormAccumMinRelL2 (harness/tolerances.hpp)";
   g.details = nlohmann::json{{"worst_tensor", grads2.worst},
                              {"global_rel_l2", json_number(grads2.global_rel_l2)},
                              {"per_tensor_rel_l2", grads2.per_tensor},

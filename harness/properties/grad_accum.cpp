@@ -15,7 +15,7 @@
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/properties/accum_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr::props {
 namespace {

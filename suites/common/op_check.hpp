@@ -13,30 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "harness/compare.hpp"
 #include "harness/tensor.hpp"
 #include "kernels/common/float16.hpp"
 
 namespace hr::test {
 
-// sum (a - b)^2 / sum b^2 over the finite reference values. A NaN in `got` gives
-// NaN and an inf gives inf (neither passes a bound), except an inf equal to the
-// reference's own inf; an all-zero reference gives 0 when `got` is all zero, else inf.
-inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    // An inf passes only where the reference has the same inf (OPS-1); it then
-    // adds nothing to either sum. A NaN anywhere poisons the result.
-    if (std::isinf(want[i]) && static_cast<double>(got[i]) == want[i]) continue;
-    if (std::isinf(want[i]) || std::isinf(got[i])) return INFINITY;
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += want[i] * want[i];
-  }
-  if (std::isnan(num)) return NAN;  // NaN never passes: NaN <= bound is false
-  if (den == 0) return num == 0 ? 0.0 : INFINITY;
-  return num / den;
-}
+using hr::nmse;  // harness/compare.hpp: one definition for tests and run-time properties
 
 // gtest predicate: "EXPECT_TRUE(nmse_within(got, want, bound, what))".
 inline testing::AssertionResult nmse_within(const std::vector<float>& got, const std::vector<double>& want,

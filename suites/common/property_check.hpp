@@ -40,4 +40,15 @@ inline void expect_all_passed(const std::vector<Measurement>& ms, size_t expecte
   EXPECT_EQ(neg, negative_controls);
 }
 
+// Runs the registered property `id` on `dev` (quick preset), as `headroom run` does.
+inline std::vector<Measurement> run_property(const std::string& id, Device& dev, Preset preset = Preset::quick) {
+  for (const auto& spec : property_registry()) {
+    if (spec.id != id) continue;
+    RunContext ctx{dev, preset, 1234, {}};
+    return spec.run(ctx);
+  }
+  ADD_FAILURE() << id << " is not registered";
+  return {};
+}
+
 }  // namespace hr::test

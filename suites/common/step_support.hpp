@@ -11,7 +11,7 @@
 
 #include "harness/compare.hpp"
 #include "harness/step/train_step.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr::test {
 

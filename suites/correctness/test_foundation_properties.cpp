@@ -4,24 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "harness/registry.hpp"
+#include "suites/common/property_check.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
 
-std::vector<hr::Measurement> run_property(const std::string& id, hr::Device& dev) {
-  for (const auto& spec : hr::property_registry()) {
-    if (spec.id != id) continue;
-    hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
-    return spec.run(ctx);
-  }
-  ADD_FAILURE() << id << " is not registered";
-  return {};
-}
+using hr::test::run_property;
 
 void expect_all_pass(const std::vector<hr::Measurement>& ms) {
-  for (const auto& m : ms)
-    EXPECT_TRUE(m.passed) << m.id << " " << m.title << ": " << m.metric << " " << m.error << " vs " << m.tolerance
-                          << (m.negative_control ? " (negative control)" : "");
+  for (const auto& m : ms) EXPECT_TRUE(hr::test::passed(m));
 }
 
 TEST(FoundationProperties, Ops3PhiloxOnTheCpu) {

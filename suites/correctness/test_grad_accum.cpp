@@ -11,7 +11,7 @@
 #include "harness/properties/grad_accum.hpp"
 #include "suites/common/property_check.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "harness/step/train_step.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace {
 

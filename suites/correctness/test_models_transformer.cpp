@@ -14,7 +14,7 @@
 #include "suites/common/ref_transformer.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace {
 

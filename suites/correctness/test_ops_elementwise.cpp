@@ -14,7 +14,7 @@
 #include "kernels/elementwise/elementwise.hpp"
 #include "kernels/elementwise/elementwise_ref.hpp"
 #include "suites/common/op_check.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {

@@ -20,7 +20,7 @@
 #include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr {
 namespace {

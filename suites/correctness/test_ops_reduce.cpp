@@ -15,7 +15,7 @@
 #include "kernels/reduce/reduce_ref.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace {
 

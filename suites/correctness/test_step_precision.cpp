@@ -16,7 +16,7 @@
 #include "kernels/elementwise/elementwise.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
-#include "suites/common/tolerances.hpp"
+#include "harness/tolerances.hpp"
 
 namespace {
 

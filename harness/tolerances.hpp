@@ -1,7 +1,7 @@
-// Every numerical bound the test suites assert, in one place, each with its reason.
-// Op bounds are normalised mean squared errors, NMSE = sum (a - b)^2 / sum b^2,
-// of a result against its float64 reference (the anchor: ggml test-backend-ops,
-// 1e-7 for most ops, 5e-4 for matrix products).
+// Every numerical bound headroom asserts (test suites and run-time properties), in
+// one place, each with its reason. Op bounds are normalised mean squared errors,
+// NMSE = sum (a - b)^2 / sum b^2, of a result against its float64 reference (the
+// anchor: ggml test-backend-ops, 1e-7 for most ops, 5e-4 for matrix products).
 #pragma once
 
 #include "harness/dtype.hpp"
@@ -82,7 +82,7 @@ inline constexpr PerDType kAttentionGradNmse{1e-9, 1e-5, 5e-4};
 inline constexpr PerDType kGradAccumRelL2{1e-5, 1e-3, 1e-2};
 inline constexpr const char* kGradAccumReason =
     "GA-1 (PROPERTIES.md): fp32 1e-5; fp16/bf16: order of fp32 row sums flips 16-bit roundings "
-    "(suites/common/tolerances.hpp kGradAccumRelL2)";
+    "(harness/tolerances.hpp kGradAccumRelL2)";
 
 // GA-3 with AdamW: Adam's first update is lr g / (|g| + eps), about lr sign(g),
 // so an element whose gradient lies within rounding noise of zero can take
@@ -96,7 +96,7 @@ inline constexpr const char* kGradAccumReason =
 inline constexpr PerDType kGradAccumAdamStepRelL2{1e-5, 1e-2, 1e-2};
 inline constexpr const char* kGradAccumAdamStepReason =
     "GA-3 AdamW: fp32 GA-1's 1e-5; fp16/bf16: Adam's sign-like first step flips elements whose gradient "
-    "is within rounding noise of zero (suites/common/tolerances.hpp kGradAccumAdamStepRelL2)";
+    "is within rounding noise of zero (harness/tolerances.hpp kGradAccumAdamStepRelL2)";
 
 // BN-1: BatchNorm with 16 micro-batches of 2 against one batch of 32 must diverge
 // by at least this (gradients: max relative L2 over tensors; running statistics:
@@ -118,7 +118,7 @@ inline constexpr double kBatchNormAccumMinRelL2 = 1e-2;
 inline constexpr PerDType kGhostBatchNormRelL2{1e-3, 5e-3, 1e-2};
 inline constexpr const char* kGhostBatchNormReason =
     "BN-2: BatchNorm over 2 rows amplifies last-bit differences by up to 1/sqrt(eps) "
-    "(suites/common/tolerances.hpp kGhostBatchNormRelL2)";
+    "(harness/tolerances.hpp kGhostBatchNormRelL2)";
 
 // PK-4: memory-efficient attention against naive attention in fp32, outputs and
 // gradients, norm-wise relative L2. Anchor: PROPERTIES.md PK-4 (<= 1e-5): the two

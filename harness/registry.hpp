@@ -8,7 +8,7 @@
 // consumer, or the reason it did not run.
 //
 // Registration is static: HR_REGISTER_PROPERTY / HR_REGISTER_SWEEP in the .cpp
-// that defines the function; headroom_core is an OBJECT library so none is lost.
+// that defines the function; headroom_core is a shared library, so none is lost.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -91,16 +91,7 @@ void run_case(benchmark::State& state, hr::Device& dev, const OpCase& op, DType 
   Buffers t = make_buffers(dev, n, dtype);
   op.run(t);  // warm-up (first launch, page faults)
   dev.synchronize();
-  if (dev.is_cuda()) {
-    const std::unique_ptr<hr::Timer> timer = dev.make_timer();
-    for (auto _ : state) {
-      timer->start();
-      op.run(t);
-      state.SetIterationTime(timer->stop_seconds());
-    }
-  } else {
-    for (auto _ : state) op.run(t);
-  }
+  hr::bench::time_iterations(state, dev, [&] { op.run(t); });
   const double bytes = op.bytes_per_element(static_cast<double>(hr::dtype_size(dtype))) * static_cast<double>(n);
   state.SetBytesProcessed(static_cast<int64_t>(bytes * static_cast<double>(state.iterations())));
   state.counters["elements"] = static_cast<double>(n);

@@ -18,6 +18,7 @@
 
 #if HEADROOM_HAVE_CUDA
 #include "harness/cuda_check.cuh"
+#include "suites/bench/bench_support.hpp"
 #endif
 
 namespace hr {
@@ -45,19 +46,7 @@ template <typename Fn>
 void run_timed(benchmark::State& state, Device& dev, Fn&& fn) {
   fn();  // warm-up: cuBLAS heuristics, first-touch of pages
   dev.synchronize();
-  if (dev.is_cuda()) {
-    auto timer = dev.make_timer();
-    for (auto _ : state) {
-      timer->start();
-      fn();
-      state.SetIterationTime(timer->stop_seconds());
-    }
-  } else {
-    for (auto _ : state) {
-      fn();
-      benchmark::ClobberMemory();
-    }
-  }
+  bench::time_iterations(state, dev, [&] { fn(); });
 }
 
 void set_flops(benchmark::State& state, double flops_per_iter) {

@@ -100,16 +100,7 @@ void run_case(benchmark::State& state, hr::Device& dev, const RowCase& op, DType
   Buffers t = make_buffers(dev, op, rows, cols, dtype);
   op.run(t);  // warm-up (first launch, page faults)
   dev.synchronize();
-  if (dev.is_cuda()) {
-    const std::unique_ptr<hr::Timer> timer = dev.make_timer();
-    for (auto _ : state) {
-      timer->start();
-      op.run(t);
-      state.SetIterationTime(timer->stop_seconds());
-    }
-  } else {
-    for (auto _ : state) op.run(t);
-  }
+  hr::bench::time_iterations(state, dev, [&] { op.run(t); });
   const double bytes = op.bytes(rows, cols, static_cast<double>(hr::dtype_size(dtype)));
   state.SetBytesProcessed(static_cast<int64_t>(bytes * static_cast<double>(state.iterations())));
   state.counters["rows"] = static_cast<double>(rows);

@@ -27,16 +27,7 @@ void run_step(benchmark::State& state, Device& dev, StepConfig cfg) {
   step.step(batch);  // warm-up: first touches, BLAS thread start-up
   dev.synchronize();
   dev.memory().reset_peak();
-  if (dev.is_cuda()) {
-    const std::unique_ptr<Timer> timer = dev.make_timer();
-    for (auto _ : state) {
-      timer->start();
-      step.step(batch);
-      state.SetIterationTime(timer->stop_seconds());
-    }
-  } else {
-    for (auto _ : state) step.step(batch);
-  }
+  bench::time_iterations(state, dev, [&] { step.step(batch); });
   const MemorySnapshot after = dev.memory().snapshot();
   const double items = static_cast<double>(cfg.model == ModelKind::mlp ? cfg.batch : cfg.batch * cfg.seq_len);
   state.counters[cfg.model == ModelKind::mlp ? "samples_per_s" : "tokens_per_s"] =

@@ -19,6 +19,26 @@ inline benchmark::internal::Benchmark* use_device_timing(benchmark::internal::Be
   return dev.is_cuda() ? b->UseManualTime() : b->UseRealTime();
 }
 
+// The timed loop: each iteration of fn() timed by device events on the GPU (for
+// UseManualTime), by Google Benchmark's wall clock on the CPU. Warm-up is the
+// caller's, since some reset the memory peaks between warm-up and timing.
+template <typename Fn>
+void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
+  if (dev.is_cuda()) {
+    const std::unique_ptr<Timer> timer = dev.make_timer();
+    for (auto _ : state) {
+      timer->start();
+      fn();
+      state.SetIterationTime(timer->stop_seconds());
+    }
+  } else {
+    for (auto _ : state) {
+      fn();
+      benchmark::ClobberMemory();
+    }
+  }
+}
+
 // Runs the benchmark binary: register_backend(device, is_cuda) is called for the
 // CPU and, where a GPU answers, for CUDA; the devices outlive the run.
 inline int run_main(int argc, char** argv, const std::function<void(Device&)>& register_cpu,

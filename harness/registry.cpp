@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "harness/check.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr {
 
@@ -20,8 +21,23 @@ Measurement make_check(std::string id, std::string title, double error, double t
 Measurement make_negative_control(std::string id, std::string title, double error, double tolerance) {
   Measurement m = make_check(std::move(id), std::move(title), error, tolerance);
   m.negative_control = true;
-  // Caught when the broken variant's error is beyond the bound (a NaN is caught too).
-  m.passed = !(error <= tolerance);
+  m.control = "gross";
+  m.passed = std::isfinite(error) && error > tolerance;
+  if (m.passed && tolerance > 0) m.power = error / tolerance;
+  if (!std::isfinite(error))
+    m.details["not_caught"] = "the broken variant gave a non-finite error; a control must be caught by a finite one";
+  return m;
+}
+
+Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance) {
+  Measurement m = make_negative_control(std::move(id), std::move(title), error, tolerance);
+  m.control = "subtle";
+  if (m.passed && !(error <= tol::kSubtleControlMaxPower * tolerance)) {
+    m.passed = false;
+    m.details["not_caught"] = fmt::format("error {:.3g} is {:.3g} times the bound: a subtle control must lie within "
+                                          "{:g} times it (harness/tolerances.hpp kSubtleControlMaxPower)",
+                                          error, error / tolerance, tol::kSubtleControlMaxPower);
+  }
   return m;
 }
 
@@ -82,9 +98,11 @@ void to_json(nlohmann::json& j, const Measurement& m) {
                      {"error", json_number(m.error)},
                      {"tolerance", json_number(m.tolerance)},
                      {"negative_control", m.negative_control},
+                     {"control", m.control},
                      {"passed", m.passed},
                      {"tolerance_reason", m.tolerance_reason},
                      {"details", m.details}};
+  if (m.power) j["power"] = json_number(*m.power);
 }
 
 void to_json(nlohmann::json& j, const SweepPoint& p) {

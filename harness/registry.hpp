@@ -37,6 +37,16 @@ struct Measurement {
   double tolerance = 0; // bound on `error` for a pass (for negative controls: the bound
                         // the broken variant must EXCEED to count as caught)
   bool negative_control = false;  // true: the broken variant is run and must be caught
+  // For a negative control, how large its injected fault is (PROPERTIES.md POWER):
+  // "gross": the documented failure mode at full size (no division by K at all);
+  // "subtle": a fault whose error lies within tol::kSubtleControlMaxPower times the
+  // bound (divide by K+1, a token count off by one, a 16-bit accumulation buffer),
+  // which shows the check can see an error near its bound. Empty for a check.
+  std::string control;
+  // For a caught negative control: error / tolerance, the injected error relative to
+  // the bound. The smallest power over a property's caught controls is the smallest
+  // error that property was shown to see (the report's power column).
+  std::optional<double> power;
   bool passed = false;  // correct variant: error <= tolerance; negative control: caught
   std::string tolerance_reason;   // where the bound comes from
   nlohmann::json details = nlohmann::json::object();  // the numbers behind it
@@ -44,8 +54,14 @@ struct Measurement {
 
 // Measurement for a correct variant: passes when error <= tolerance (NaN never passes).
 Measurement make_check(std::string id, std::string title, double error, double tolerance);
-// Measurement for a negative control: passes ("caught") when error > tolerance.
+// Measurement for a negative control: passes ("caught") when error > tolerance and
+// is finite. A NaN or inf is not a catch: a broken variant that blows up says nothing
+// about whether the check can see an error of realistic size, so it fails.
 Measurement make_negative_control(std::string id, std::string title, double error, double tolerance);
+// The same for a subtle control: caught when finite, above the tolerance, and within
+// tol::kSubtleControlMaxPower times it; a larger error is not a subtle control and
+// fails, so the suite cannot drift into controls that only show gross faults.
+Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance);
 
 // One configuration of a sweep.
 struct SweepPoint {

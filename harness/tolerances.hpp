@@ -8,6 +8,12 @@
 
 namespace hr::tol {
 
+// ---- Check power (PROPERTIES.md POWER) ----
+// A subtle negative control injects a fault whose error lies within this many
+// times the check's bound: a check that catches it can see errors near its bound,
+// not only the gross failure mode. A larger error is not a subtle control.
+inline constexpr double kSubtleControlMaxPower = 100.0;
+
 // A bound per storage dtype.
 struct PerDType {
   double f32, f16, bf16;

@@ -32,6 +32,10 @@ void compute_totals(Results& r) {
       ++t.negative_controls;
       if (m.passed) ++t.negative_controls_caught;
     }
+    if (m.control == "subtle") {
+      ++t.subtle_controls;
+      if (m.passed) ++t.subtle_controls_caught;
+    }
   }
   for (const auto& p : r.sweep_points) {
     ++t.sweep_points;
@@ -99,6 +103,8 @@ nlohmann::json totals_to_json(const RunTotals& t) {
                         {"errors", t.errors},
                         {"negative_controls", t.negative_controls},
                         {"negative_controls_caught", t.negative_controls_caught},
+                        {"subtle_controls", t.subtle_controls},
+                        {"subtle_controls_caught", t.subtle_controls_caught},
                         {"sweep_points", t.sweep_points},
                         {"sweep_points_ok", t.sweep_points_ok},
                         {"sweep_points_out_of_memory", t.sweep_points_out_of_memory},
@@ -195,6 +201,14 @@ Measurement measurement_from_json(const nlohmann::json& j) {
   m.error = num_field(j, "error", where);
   m.tolerance = num_field(j, "tolerance", where);
   m.negative_control = bool_field(j, "negative_control", where);
+  m.control = opt_str(j, "control");
+  if (m.negative_control && m.control.empty()) m.control = "gross";  // written before the field existed
+  if (!m.negative_control && !m.control.empty())
+    throw InvalidArgument(fmt::format("{}: \"control\" is '{}' on a measurement that is not a negative control",
+                                      where, m.control));
+  if (!m.control.empty() && m.control != "gross" && m.control != "subtle")
+    throw InvalidArgument(fmt::format("{}: \"control\" must be \"gross\" or \"subtle\", got '{}'", where, m.control));
+  if (j.contains("power")) m.power = num_field(j, "power", where);
   m.passed = bool_field(j, "passed", where);
   m.tolerance_reason = opt_str(j, "tolerance_reason");
   m.details = obj_or_empty(j, "details");

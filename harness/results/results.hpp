@@ -25,6 +25,8 @@ struct RunTotals {
   int errors = 0;  // measurements standing for a property that threw (also failed)
   int negative_controls = 0;
   int negative_controls_caught = 0;
+  int subtle_controls = 0;         // negative controls within kSubtleControlMaxPower of the bound
+  int subtle_controls_caught = 0;
   int sweep_points = 0;
   int sweep_points_ok = 0;
   int sweep_points_out_of_memory = 0;

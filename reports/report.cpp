@@ -155,9 +155,9 @@ std::string summary(const Results& r, const ReportOptions& opt) {
   const bool all_pass = t.failed == 0 && t.measurements > 0;
   s += fmt::format(R"(<div class="card {}"><div class="k">Conformance</div><div class="v">{} / {}</div><div class="s">measurements passed</div></div>)",
                    t.measurements == 0 ? "" : (all_pass ? "ok" : "bad"), t.passed, t.measurements);
-  s += fmt::format(R"(<div class="card {}"><div class="k">Negative controls</div><div class="v">{} / {}</div><div class="s">broken variants caught</div></div>)",
+  s += fmt::format(R"(<div class="card {}"><div class="k">Negative controls</div><div class="v">{} / {}</div><div class="s">broken variants caught, {} of {} subtle</div></div>)",
                    t.negative_controls == t.negative_controls_caught ? (t.negative_controls ? "ok" : "") : "bad",
-                   t.negative_controls_caught, t.negative_controls);
+                   t.negative_controls_caught, t.negative_controls, t.subtle_controls_caught, t.subtle_controls);
   s += fmt::format(R"(<div class="card {}"><div class="k">Failures</div><div class="v">{}</div><div class="s">{} threw an exception</div></div>)",
                    t.failed ? "bad" : "", t.failed, t.errors);
   s += fmt::format(R"(<div class="card"><div class="k">Sweep points</div><div class="v">{}</div><div class="s">{} ok, {} out of memory, {} skipped, {} error</div></div>)",
@@ -261,12 +261,36 @@ std::string status_badge(const Measurement& m) {
   return m.passed ? R"(<span class="badge b-ok">pass</span>)" : R"(<span class="badge b-bad">fail</span>)";
 }
 
+// A property's power over the measurements of one (backend, dtype) cell, or over the
+// whole row when both are empty: the smallest error / bound among its caught controls.
+struct PropertyPower {
+  std::optional<double> power;
+  int controls = 0, subtle_caught = 0;
+};
+
+PropertyPower property_power(const std::vector<Measurement>& ms, const std::string& id, const std::string& backend,
+                             const std::string& dtype) {
+  PropertyPower p;
+  for (const auto& m : ms) {
+    if (m.id != id || !m.negative_control) continue;
+    if (!backend.empty() && (m.backend != backend || m.dtype != dtype)) continue;
+    ++p.controls;
+    if (!m.passed || !m.power) continue;
+    if (m.control == "subtle") ++p.subtle_caught;
+    if (!p.power || *m.power < *p.power) p.power = *m.power;
+  }
+  return p;
+}
+
 std::string conformance_section(const Results& r) {
   std::string s = section_open(
       "conformance", "Conformance",
       "Each property (PROPERTIES.md) by backend and dtype. A cell shows the worst case over its configurations: "
       "<b>headroom</b> is tolerance / error for a check (how far inside its bound it stayed; <i>exact</i> = zero "
-      "error) and error / tolerance for a negative control (the broken variant, which must be caught).");
+      "error) and error / tolerance for a negative control (the broken variant, which must be caught). "
+      "<b>Power</b> is the smallest injected error the property's checks caught, relative to their bound: "
+      "a power of 20x means a fault 20 times the bound was seen. Every property carries a <i>subtle</i> "
+      "control (within 100x of its bound) beside the gross failure mode.");
   if (r.measurements.empty()) {
     s += not_measured("no property measurements in the results");
     return s + "</section>";
@@ -315,9 +339,11 @@ std::string conformance_section(const Results& r) {
   s += R"(<h3>Matrix</h3><table class="matrix"><thead><tr><th>Property</th>)";
   for (const auto& [b, d] : cols)
     s += fmt::format(R"(<th class="mid">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
+  s += R"(<th class="mid">Power<br><span class="mono">smallest caught</span></th>)";
   s += "</tr></thead><tbody>";
   for (const auto& id : ids) {
     s += fmt::format("<tr><td><b>{}</b> {}</td>", esc(id), esc(titles[id]));
+    const PropertyPower row_power = property_power(r.measurements, id, "", "");
     for (const auto& [b, d] : cols) {
       std::vector<const Measurement*> cell;
       for (const auto& m : r.measurements)
@@ -361,7 +387,16 @@ std::string conformance_section(const Results& r) {
       std::string sub = fmt::format("{} check{}", cell.size(), cell.size() == 1 ? "" : "s");
       if (fails) sub = fmt::format("{} of {} failed", fails, cell.size());
       else if (negs && !all_neg) sub += fmt::format(", {} caught", negs);
+      const PropertyPower cell_power = property_power(r.measurements, id, b, d);
+      if (cell_power.power) sub += fmt::format(", power {}", ratio_text(*cell_power.power));
       s += fmt::format(R"(<td class="cell {}" title="{}">{}<small>{}</small></td>)", cls, esc(tip), main, esc(sub));
+    }
+    if (row_power.power) {
+      s += fmt::format(R"(<td class="cell {}">{}<small>{} subtle of {} controls caught</small></td>)",
+                       row_power.subtle_caught > 0 ? "neg" : "bad", esc(ratio_text(*row_power.power)),
+                       row_power.subtle_caught, row_power.controls);
+    } else {
+      s += fmt::format(R"(<td class="cell bad">none<small>{} controls, none caught</small></td>)", row_power.controls);
     }
     s += "</tr>";
   }
@@ -376,13 +411,13 @@ std::string conformance_section(const Results& r) {
   s += fmt::format(R"(<details{}><summary>All {} measurements: error against tolerance</summary>)",
                    all.size() <= 40 ? " open" : "", all.size());
   s += R"(<table><thead><tr><th>ID</th><th>Backend</th><th>dtype</th><th>Model</th><th>Config</th><th>Metric</th>)"
-       R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
+       R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Control</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
   for (const auto* m : all) {
     s += fmt::format(
-        R"(<tr><td class="nw"><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td></tr>)",
+        R"(<tr><td class="nw"><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>)",
         esc(m->id), esc(m->backend), esc(m->dtype), esc(m->model), esc(config_label(m->config)), esc(m->metric),
         esc(fmt_num(m->error)), m->negative_control ? "&gt; " : "&le; ", esc(fmt_num(m->tolerance)),
-        esc(ratio_text(headroom_ratio(*m))), status_badge(*m),
+        esc(ratio_text(headroom_ratio(*m))), esc(m->control.empty() ? "-" : m->control), status_badge(*m),
         esc(is_error_measurement(*m) ? m->details.value("error", std::string()) : m->tolerance_reason));
   }
   s += "</tbody></table></details></section>";

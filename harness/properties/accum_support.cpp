@@ -8,6 +8,7 @@
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/results/results.hpp"
 
 namespace hr::props {
 
@@ -149,7 +150,17 @@ std::vector<Measurement> every_float_dtype(RunContext& ctx, PerDTypeProperty fn)
   std::vector<Measurement> out;
   for (DType d : kFloatDTypes) {
     if (ctx.progress) ctx.progress(dtype_name(d));
-    auto ms = fn(ctx.device, d, ctx.preset, ctx.seed);
+    std::vector<Measurement> ms;
+    try {
+      ms = fn(ctx.device, d, ctx.preset, ctx.seed);
+    } catch (const OutOfMemory&) {
+      throw;  // the device, not this dtype: the runner records it for the property
+    } catch (const std::exception& e) {
+      // One dtype's failure is recorded as its own error and the others still run.
+      Measurement m = make_error_measurement("", "", backend_name(ctx.device.kind()), e.what());
+      m.dtype = dtype_name(d);
+      ms = {m};
+    }
     out.insert(out.end(), std::make_move_iterator(ms.begin()), std::make_move_iterator(ms.end()));
   }
   return out;

@@ -85,9 +85,12 @@ int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
     Results r;
     const Written w = run_and_write(c, err, r, {});
     const bool ok = r.totals.failed == 0;
-    fmt::print(out, "headroom: {} of {} measurements passed, {} of {} negative controls caught, {} sweep points{}\n",
+    fmt::print(out,
+               "headroom: {} of {} measurements passed, {} of {} negative controls caught ({} of {} subtle), "
+               "{} sweep points{}\n",
                r.totals.passed, r.totals.measurements, r.totals.negative_controls_caught, r.totals.negative_controls,
-               r.totals.sweep_points, ok ? "" : fmt::format(" - {} FAILED", r.totals.failed));
+               r.totals.subtle_controls_caught, r.totals.subtle_controls, r.totals.sweep_points,
+               ok ? "" : fmt::format(" - {} FAILED", r.totals.failed));
     fmt::print(out, "headroom: results: {}\nheadroom: report:  {}\n", fs::absolute(w.json).string(),
                fs::absolute(w.html).string());
     return ok ? 0 : 1;

@@ -22,6 +22,8 @@ const char* loss_normalization_name(LossNormalization n) {
     case LossNormalization::mean_div_k: return "mean_div_k";
     case LossNormalization::sum_div_window_items: return "sum_div_window_items";
     case LossNormalization::no_division: return "no_division";
+    case LossNormalization::mean_div_k_plus_one: return "mean_div_k_plus_one";
+    case LossNormalization::sum_div_window_items_plus_one: return "sum_div_window_items_plus_one";
   }
   return "?";
 }
@@ -30,8 +32,11 @@ LossNormalization parse_loss_normalization(const std::string& s) {
   if (s == "mean_div_k") return LossNormalization::mean_div_k;
   if (s == "sum_div_window_items") return LossNormalization::sum_div_window_items;
   if (s == "no_division") return LossNormalization::no_division;
+  if (s == "mean_div_k_plus_one") return LossNormalization::mean_div_k_plus_one;
+  if (s == "sum_div_window_items_plus_one") return LossNormalization::sum_div_window_items_plus_one;
   throw InvalidArgument(fmt::format(
-      "loss_norm: unknown loss normalisation '{}' (expected mean_div_k, sum_div_window_items or no_division)", s));
+      "loss_norm: unknown loss normalisation '{}' (expected mean_div_k, sum_div_window_items, no_division, "
+      "mean_div_k_plus_one or sum_div_window_items_plus_one)", s));
 }
 
 namespace {
@@ -52,6 +57,9 @@ void validate(const StepConfig& c) {
   HR_ARG_CHECK(c.batch % c.micro_batch == 0, "micro_batch: {} does not divide batch {}", c.micro_batch, c.batch);
   HR_ARG_CHECK(is_float(c.precision.compute), "precision.compute: unknown compute dtype '{}' (expected fp32, fp16 or bf16)",
                dtype_name(c.precision.compute));
+  HR_ARG_CHECK(is_float(c.precision.grad_accum),
+               "precision.grad_accum: unknown gradient buffer dtype '{}' (expected fp32, fp16 or bf16)",
+               dtype_name(c.precision.grad_accum));
   HR_ARG_CHECK(c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier),
                "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
   HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
@@ -167,6 +175,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["accum_steps"] = c.accum_steps();
   j["precision"] = {{"compute", dtype_name(c.precision.compute)},
                     {"master_weights", c.precision.master_weights},
+                    {"grad_accum", dtype_name(c.precision.grad_accum)},
                     {"scaler",
                      {{"enabled", c.precision.scaler.enabled},
                       {"dynamic", c.precision.scaler.dynamic},
@@ -270,6 +279,13 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
       }
     }
     get(p, "master_weights", c.precision.master_weights, "precision.");
+    if (p.contains("grad_accum")) {
+      try {
+        c.precision.grad_accum = parse_dtype(p["grad_accum"].get<std::string>());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("precision.grad_accum: ") + e.what());
+      }
+    }
     if (p.contains("scaler")) {
       const auto& s = p["scaler"];
       get(s, "enabled", c.precision.scaler.enabled, "precision.scaler.");

@@ -27,6 +27,10 @@ enum class LossNormalization : uint8_t {
   mean_div_k,            // mean over the micro-batch's real items, divided by K (GA-1)
   sum_div_window_items,  // sum over the micro-batch / real items of the whole window (GA-4's fix)
   no_division,           // mean over the micro-batch, not divided by K: wrong on purpose (GA-2)
+  // Subtle faults, wrong on purpose (PROPERTIES.md POWER): errors of 1 / (K + 1)
+  // and 1 / (window items + 1), near the bounds of the checks that must see them.
+  mean_div_k_plus_one,         // an off-by-one in the accumulation count (GA-2)
+  sum_div_window_items_plus_one,  // the window's real-token count off by one (GA-4)
 };
 const char* loss_normalization_name(LossNormalization n);
 LossNormalization parse_loss_normalization(const std::string& s);
@@ -37,6 +41,10 @@ struct PrecisionConfig {
   // gradients always accumulate in fp32.
   DType compute = DType::f32;
   bool master_weights = true;  // false: parameters live in `compute` only (MP-4 control)
+  // Where gradients accumulate across micro-batches. fp32 is right. fp16 / bf16
+  // rounds the buffer to 16 bits after every micro-batch, as a framework that keeps
+  // 16-bit gradient buffers does: the broken variant GA-1's subtle control runs.
+  DType grad_accum = DType::f32;
   LossScalerConfig scaler;     // applies with fp16 only
 };
 

@@ -1,9 +1,13 @@
 // The composable training step (see train_step.hpp).
 #include "harness/step/train_step.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "harness/check.hpp"
 #include "harness/models/mlp.hpp"
 #include "harness/models/transformer.hpp"
+#include "kernels/common/float16.hpp"
 #include "kernels/reduce/reduce.hpp"
 
 namespace hr {
@@ -49,6 +53,8 @@ std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
       case LossNormalization::mean_div_k: c = items[m] * static_cast<double>(K); break;
       case LossNormalization::sum_div_window_items: c = window; break;
       case LossNormalization::no_division: c = items[m]; break;
+      case LossNormalization::mean_div_k_plus_one: c = items[m] * static_cast<double>(K + 1); break;
+      case LossNormalization::sum_div_window_items_plus_one: c = window + 1.0; break;
     }
     // A micro-batch without a real item contributes a zero sum: any positive count does.
     counts[m] = c > 0 ? c : 1.0;
@@ -85,9 +91,33 @@ double TrainStep::accumulate(const Batch& batch) {
     opt.segment_forward_counts = &segment_counts_;
     total += model_->forward_backward(micro, ls, opt);
     ++micro_batches_;
+    if (cfg_.precision.grad_accum != DType::f32) round_gradients_to(cfg_.precision.grad_accum);
   }
   last_loss_ += total;
   return total;
+}
+
+void TrainStep::round_gradients_to(DType buffer) {
+  // The gradients stay fp32 tensors; each value is replaced by what a 16-bit buffer
+  // would hold after this micro-batch's addition. Each tensor is first scaled by a
+  // power of two that puts its largest value near the top of the 16-bit range (as
+  // per-tensor scaled low-precision gradients are kept), so what is lost is the
+  // rounding of the significand, not underflow; scaling by 2^s is exact. A fault
+  // path (PROPERTIES.md POWER), done on the host.
+  for (Param& p : model_->params().all()) {
+    if (!p.grad.defined()) continue;
+    std::vector<float> g = p.grad.to_host_f32();
+    float max_abs = 0;
+    for (float v : g) max_abs = std::max(max_abs, std::fabs(v));
+    if (!(max_abs > 0) || !std::isfinite(max_abs)) continue;
+    const int shift = 14 - std::ilogb(max_abs);  // max_abs * 2^shift in [2^14, 2^15)
+    for (float& v : g) {
+      const float scaled = std::ldexp(v, shift);
+      const float rounded = buffer == DType::f16 ? round_to<half_t>(scaled) : round_to<bfloat16_t>(scaled);
+      v = std::ldexp(rounded, -shift);
+    }
+    p.grad.copy_from(Tensor::from_host(*dev_, g, p.grad.shape(), DType::f32, Consumer::workspace));
+  }
 }
 
 void TrainStep::unscale() {

@@ -102,6 +102,7 @@ class TrainStep {
   void check_batch(const Batch& batch) const;
   std::vector<double> micro_counts(const Batch& batch) const;
   void unscale();
+  void round_gradients_to(DType buffer);  // precision.grad_accum's broken variant
 
   Device* dev_;
   StepConfig cfg_;

@@ -146,6 +146,30 @@ TEST(Report, ShowsFailuresErrorsAndNonFiniteValues) {
   EXPECT_NE(section(html, "summary").find("card bad"), std::string::npos);
 }
 
+TEST(Report, PowerColumnShowsTheSmallestCaughtErrorPerProperty) {
+  hr::Results r;
+  r.device = {{"name", "cpu"}};
+  auto add = [&](hr::Measurement m, const char* dtype) {
+    m.backend = "cpu";
+    m.dtype = dtype;
+    r.measurements.push_back(m);
+  };
+  add(hr::make_check("GA-1", "accumulated", 1e-6, 1e-5), "fp32");
+  add(hr::make_negative_control("GA-1", "no division", 31.0, 1e-5), "fp32");
+  add(hr::make_subtle_control("GA-1", "fp16 buffer", 4.2e-4, 1e-5), "fp32");  // power 42x
+  add(hr::make_subtle_control("GA-1", "fp16 buffer", 1.3e-2, 4.9e-4), "fp16");
+  add(hr::make_check("BN-3", "once", 0.0, 0.0), "fp32");
+  add(hr::make_negative_control("BN-3", "twice", NAN, 0.0), "fp32");  // blown up: not caught
+  hr::compute_totals(r);
+  const std::string conf = section(hr::report::render_report(r), "conformance");
+  EXPECT_NE(conf.find("smallest caught"), std::string::npos);
+  EXPECT_NE(conf.find("power 42x"), std::string::npos);  // the fp32 cell
+  EXPECT_NE(conf.find("2 subtle of 3 controls caught"), std::string::npos);  // the GA-1 row
+  EXPECT_NE(conf.find("none<small>1 controls, none caught"), std::string::npos);  // BN-3's NaN
+  EXPECT_NE(conf.find(">subtle<"), std::string::npos);
+  EXPECT_NE(section(hr::report::render_report(r), "summary").find("2 of 2 subtle"), std::string::npos);
+}
+
 TEST(Report, Q83CurveFromAMeasurementsDetails) {
   hr::Results r;
   r.device = {{"name", "cpu"}};

@@ -1,0 +1,97 @@
+// Check power (PROPERTIES.md POWER): every registered property carries, beside its
+// gross negative control, a subtle one whose error lies within 100x of its bound,
+// and catches it; a broken variant that blows up to NaN or inf is never counted
+// as caught. A new property without a subtle control fails here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "harness/registry.hpp"
+#include "harness/results/results.hpp"
+#include "harness/tolerances.hpp"
+#include "suites/common/property_check.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace {
+
+TEST(Power, NonFiniteErrorIsNotACatch) {
+  for (double bad : {NAN, INFINITY, -INFINITY}) {
+    const hr::Measurement m = hr::make_negative_control("GA-2", "broken", bad, 1e-5);
+    EXPECT_FALSE(m.passed) << bad;
+    EXPECT_FALSE(m.power.has_value());
+    EXPECT_TRUE(m.details.contains("not_caught"));
+  }
+  const hr::Measurement ok = hr::make_negative_control("GA-2", "broken", 3e-4, 1e-5);
+  EXPECT_TRUE(ok.passed);
+  ASSERT_TRUE(ok.power.has_value());
+  EXPECT_DOUBLE_EQ(*ok.power, 30.0);
+  EXPECT_EQ(ok.control, "gross");
+}
+
+TEST(Power, SubtleControlMustLieWithinItsRatioOfTheBound) {
+  const double bound = 1e-5;
+  const hr::Measurement within = hr::make_subtle_control("GA-1", "fp16 buffer", 40 * bound, bound);
+  EXPECT_TRUE(within.passed);
+  EXPECT_EQ(within.control, "subtle");
+  const hr::Measurement below = hr::make_subtle_control("GA-1", "fp16 buffer", 0.5 * bound, bound);
+  EXPECT_FALSE(below.passed);  // not caught
+  const hr::Measurement gross =
+      hr::make_subtle_control("GA-1", "fp16 buffer", 2 * hr::tol::kSubtleControlMaxPower * bound, bound);
+  EXPECT_FALSE(gross.passed);  // caught, but too large to show anything about the bound
+  EXPECT_TRUE(gross.details.contains("not_caught"));
+  EXPECT_FALSE(hr::make_subtle_control("GA-1", "nan", NAN, bound).passed);
+}
+
+TEST(Power, ControlAndPowerSurviveResultsJson) {
+  hr::Measurement m = hr::make_subtle_control("GA-1", "fp16 buffer", 2e-4, 1e-5);
+  m.backend = "cpu";
+  const hr::Measurement back = hr::measurement_from_json(nlohmann::json(m));
+  EXPECT_EQ(back.control, "subtle");
+  ASSERT_TRUE(back.power.has_value());
+  EXPECT_DOUBLE_EQ(*back.power, 20.0);
+  nlohmann::json old = nlohmann::json(hr::make_negative_control("GA-2", "no division", 1.0, 1e-5));
+  old.erase("control");  // a results file written before the field existed
+  EXPECT_EQ(hr::measurement_from_json(old).control, "gross");
+  nlohmann::json wrong = nlohmann::json(m);
+  wrong["control"] = "medium";
+  EXPECT_THROW(hr::measurement_from_json(wrong), hr::InvalidArgument);
+}
+
+// Properties that measure nothing on the CPU, and why (they run on a GPU only).
+const std::map<std::string, std::string> kGpuOnly = {
+    {"MEM-3", "compares the tracker with the CUDA pool's own high-water mark"}};
+
+TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  ASSERT_FALSE(hr::property_registry().empty());
+  for (const hr::PropertySpec& spec : hr::property_registry()) {
+    SCOPED_TRACE(spec.id);
+    hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
+    const std::vector<hr::Measurement> ms = spec.run(ctx);
+    if (ms.empty()) {
+      EXPECT_TRUE(kGpuOnly.count(spec.id)) << spec.id << " measured nothing on the CPU";
+      continue;
+    }
+    std::set<std::string> ids_with_subtle, ids;
+    for (const hr::Measurement& m : ms) {
+      ids.insert(m.id);
+      if (m.control != "subtle") continue;
+      EXPECT_TRUE(hr::test::passed(m));
+      ASSERT_TRUE(!m.passed || m.power.has_value()) << hr::test::describe(m);
+      if (m.passed) {
+        EXPECT_GT(*m.power, 1.0) << hr::test::describe(m);
+        EXPECT_LE(*m.power, hr::tol::kSubtleControlMaxPower) << hr::test::describe(m);
+        ids_with_subtle.insert(m.id);
+      }
+    }
+    // A spec may emit several IDs (OPS-1 and DET-1): each needs its own.
+    for (const std::string& id : ids)
+      EXPECT_TRUE(ids_with_subtle.count(id)) << id << " (registered as " << spec.id
+                                             << ") has no caught subtle negative control";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,31 @@
+# The verdict must not depend on the seed: `headroom run` (the quick preset on the
+# CPU) at every seed of SEEDS must pass, since a correct machine that fails at
+# another seed would be called "not fit" by chance. Prints each seed's summary and
+# names the failing measurements of any seed that fails.
+#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... -P seed_sweep.cmake
+if(NOT HEADROOM OR NOT OUT OR NOT SEEDS)
+  message(FATAL_ERROR "seed_sweep.cmake: HEADROOM, OUT and SEEDS are required")
+endif()
+string(REPLACE "," ";" SEEDS "${SEEDS}")
+set(failed_seeds "")
+foreach(seed IN LISTS SEEDS)
+  set(dir "${OUT}/seed_${seed}")
+  execute_process(COMMAND ${HEADROOM} run --preset quick --backend cpu --seed ${seed} --out ${dir}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(REGEX MATCH "[0-9]+ of [0-9]+ measurements passed[^\n]*" line "${out}")
+  message(STATUS "seed ${seed}: exit ${rc}: ${line}")
+  if(NOT rc EQUAL 0)
+    list(APPEND failed_seeds ${seed})
+    # The runner names every failed measurement on stderr.
+    string(REGEX MATCHALL "headroom: +[^\n]*(FAILED|NOT caught|threw)[^\n]*" lines "${err}")
+    foreach(l IN LISTS lines)
+      message(STATUS "  ${l}")
+    endforeach()
+  endif()
+endforeach()
+list(LENGTH SEEDS n)
+list(LENGTH failed_seeds nf)
+if(nf GREATER 0)
+  message(FATAL_ERROR "the quick preset failed at ${nf} of ${n} seeds: ${failed_seeds}")
+endif()
+message(STATUS "the quick preset passed at all ${n} seeds")

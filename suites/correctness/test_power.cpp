@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "harness/check.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/results.hpp"
 #include "harness/tolerances.hpp"

@@ -18,12 +18,18 @@ Measurement make_check(std::string id, std::string title, double error, double t
   return m;
 }
 
+namespace {
+// What power is measured in: the bound, or for a bound of zero (bitwise checks
+// counting mismatching elements) one element.
+double power_unit(double tolerance) { return tolerance > 0 ? tolerance : 1.0; }
+}  // namespace
+
 Measurement make_negative_control(std::string id, std::string title, double error, double tolerance) {
   Measurement m = make_check(std::move(id), std::move(title), error, tolerance);
   m.negative_control = true;
   m.control = "gross";
   m.passed = std::isfinite(error) && error > tolerance;
-  if (m.passed && tolerance > 0) m.power = error / tolerance;
+  if (m.passed) m.power = error / power_unit(tolerance);
   if (!std::isfinite(error))
     m.details["not_caught"] = "the broken variant gave a non-finite error; a control must be caught by a finite one";
   return m;
@@ -32,7 +38,7 @@ Measurement make_negative_control(std::string id, std::string title, double erro
 Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance) {
   Measurement m = make_negative_control(std::move(id), std::move(title), error, tolerance);
   m.control = "subtle";
-  if (m.passed && !(error <= tol::kSubtleControlMaxPower * tolerance)) {
+  if (m.passed && !(error <= tol::kSubtleControlMaxPower * power_unit(tolerance))) {
     m.passed = false;
     m.details["not_caught"] = fmt::format("error {:.3g} is {:.3g} times the bound: a subtle control must lie within "
                                           "{:g} times it (harness/tolerances.hpp kSubtleControlMaxPower)",

@@ -44,7 +44,8 @@ struct Measurement {
   // which shows the check can see an error near its bound. Empty for a check.
   std::string control;
   // For a caught negative control: error / tolerance, the injected error relative to
-  // the bound. The smallest power over a property's caught controls is the smallest
+  // the bound (for a bound of zero, as bitwise checks counting mismatching elements
+  // have, error / 1: the number of elements the fault changed). The smallest power over a property's caught controls is the smallest
   // error that property was shown to see (the report's power column).
   std::optional<double> power;
   bool passed = false;  // correct variant: error <= tolerance; negative control: caught

@@ -14,7 +14,9 @@ namespace hr::tol {
 // ---- Check power (PROPERTIES.md POWER) ----
 // A subtle negative control injects a fault whose error lies within this many
 // times the check's bound: a check that catches it can see errors near its bound,
-// not only the gross failure mode. A larger error is not a subtle control.
+// not only the gross failure mode. A larger error is not a subtle control. For a
+// bitwise check (bound 0, mismatching elements counted) it means a fault that
+// changes at most this many elements.
 inline constexpr double kSubtleControlMaxPower = 100.0;
 
 // A bound per storage dtype.

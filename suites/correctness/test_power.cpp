@@ -44,6 +44,11 @@ TEST(Power, SubtleControlMustLieWithinItsRatioOfTheBound) {
   EXPECT_FALSE(gross.passed);  // caught, but too large to show anything about the bound
   EXPECT_TRUE(gross.details.contains("not_caught"));
   EXPECT_FALSE(hr::make_subtle_control("GA-1", "nan", NAN, bound).passed);
+  // A bitwise check (bound 0) counts mismatching elements: power is in elements.
+  const hr::Measurement one = hr::make_subtle_control("DET-1", "one element off by an ulp", 1.0, 0.0);
+  EXPECT_TRUE(one.passed);
+  EXPECT_DOUBLE_EQ(*one.power, 1.0);
+  EXPECT_FALSE(hr::make_subtle_control("DET-1", "every element", 4096.0, 0.0).passed);
 }
 
 TEST(Power, ControlAndPowerSurviveResultsJson) {

@@ -36,6 +36,7 @@ void MemoryTracker::reserve(size_t bytes, Consumer c) {
   if (s_.total_current_bytes > s_.total_peak_bytes) s_.total_peak_bytes = s_.total_current_bytes;
   ++s_.allocations;
   ++s_.live_allocations;
+  if (s_.live_allocations > s_.peak_live_allocations) s_.peak_live_allocations = s_.live_allocations;
 }
 
 void MemoryTracker::unreserve(size_t bytes, Consumer c) noexcept {
@@ -62,6 +63,7 @@ void MemoryTracker::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   s_.peak_bytes = s_.current_bytes;
   s_.total_peak_bytes = s_.total_current_bytes;
+  s_.peak_live_allocations = s_.live_allocations;
 }
 
 void MemoryTracker::set_budget(std::optional<size_t> bytes) {

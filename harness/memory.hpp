@@ -30,6 +30,7 @@ struct MemorySnapshot {
   size_t total_peak_bytes = 0;  // high-water mark of the sum (not the sum of the peaks)
   uint64_t allocations = 0;     // successful allocations since construction
   uint64_t live_allocations = 0;
+  uint64_t peak_live_allocations = 0;  // most allocations alive at once (reset with the peaks)
 
   size_t current(Consumer c) const { return current_bytes[static_cast<int>(c)]; }
   size_t peak(Consumer c) const { return peak_bytes[static_cast<int>(c)]; }

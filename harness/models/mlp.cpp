@@ -82,23 +82,26 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
   const size_t l = static_cast<size_t>(i);
   const int64_t N = x.dim(0), W = cfg_.width;
   const Consumer a = keep ? Consumer::activations : Consumer::workspace;
+  // MEM-1's negative controls charge kept tensors to workspace (StepConfig::kept_label_fault).
+  const Consumer stats_c = label_fault_ == KeptLabelFault::norm_stats ? Consumer::workspace : a;
+  const Consumer h_c = label_fault_ == KeptLabelFault::block_hidden ? Consumer::workspace : a;
   auto st = std::make_unique<State>();
   st->x = x;
-  st->h = Tensor::empty(dev, {N, W}, dtype_, a);
+  st->h = Tensor::empty(dev, {N, W}, dtype_, h_c);
   ops::linear_forward(x, P(w_[l]).compute, P(b_[l]).compute, st->h);
   Tensor gelu_in = st->h;
   if (cfg_.norm == NormKind::layernorm) {
     st->n = Tensor::empty(dev, {N, W}, dtype_, a);
-    st->mean = Tensor::empty(dev, {N}, DType::f32, a);
-    st->rstd = Tensor::empty(dev, {N}, DType::f32, a);
+    st->mean = Tensor::empty(dev, {N}, DType::f32, stats_c);
+    st->rstd = Tensor::empty(dev, {N}, DType::f32, stats_c);
     ops::layernorm_forward(st->h, P(gamma_[l]).compute, P(beta_[l]).compute, cfg_.norm_eps, st->n, st->mean,
                            st->rstd);
     gelu_in = st->n;
   } else if (cfg_.norm == NormKind::batchnorm) {
     const int64_t vb = virtual_batch(N), chunks = N / vb;
     st->n = Tensor::empty(dev, {N, W}, dtype_, a);
-    st->mean = Tensor::empty(dev, {chunks, W}, DType::f32, a);
-    st->rstd = Tensor::empty(dev, {chunks, W}, DType::f32, a);
+    st->mean = Tensor::empty(dev, {chunks, W}, DType::f32, stats_c);
+    st->rstd = Tensor::empty(dev, {chunks, W}, DType::f32, stats_c);
     // A recompute (or a pass told not to) must leave the running statistics as
     // they are: it normalises with the same batch statistics into scratch copies.
     const bool update = update_stats_ && (!recompute || bn_update_on_recompute_);
@@ -173,6 +176,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
   update_stats_ = opt.update_running_stats;
   bn_update_on_recompute_ = opt.checkpoint.update_bn_stats_on_recompute;
   drop_seed_ = opt.rng->seed;
+  label_fault_ = backward ? opt.kept_label_fault : KeptLabelFault::none;
   const Consumer a = backward ? Consumer::activations : Consumer::workspace;
 
   Tensor x0 = Tensor::empty(dev, {N, cfg_.in_dim}, dtype_, a);
@@ -197,6 +201,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
     mc.loss_scale = loss.loss_scale;
     value = ops::mse_forward(pred, mb.targets_f32, mc);
     if (!backward) return value;
+    if (opt.on_forward_end) opt.on_forward_end();
     dpred = Tensor::empty(dev, pred.shape(), dtype_, Consumer::workspace);
     ops::mse_backward(pred, mb.targets_f32, mc, dpred);
   } else {
@@ -208,6 +213,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
     Tensor no_losses;
     value = ops::cross_entropy_forward(pred, mb.targets, ce, no_losses);
     if (!backward) return value;
+    if (opt.on_forward_end) opt.on_forward_end();
     dpred = Tensor::empty(dev, pred.shape(), dtype_, Consumer::workspace);
     ops::cross_entropy_backward(pred, mb.targets, ce, dpred);
   }

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "harness/data/batch.hpp"
 #include "harness/models/params.hpp"
+#include "harness/models/presets.hpp"
 #include "harness/step/checkpoint.hpp"
 #include "kernels/crossentropy/crossentropy.hpp"
 
@@ -30,6 +32,11 @@ struct PassOptions {
   DropoutStream* rng = nullptr;             // required; advanced by every dropout draw
   std::vector<int64_t>* segment_forward_counts = nullptr;  // if set, += per segment
   bool update_running_stats = true;          // BatchNorm running statistics
+  // Called by forward_backward once the loss is computed and before the backward
+  // pass allocates anything: the forward/backward boundary (MEM-1 reads the
+  // tracker's live bytes there). Empty: not called.
+  std::function<void()> on_forward_end;
+  KeptLabelFault kept_label_fault = KeptLabelFault::none;  // MEM-1's negative controls
 };
 
 class Model {

@@ -21,6 +21,15 @@ NormKind parse_norm_kind(const std::string& s) {
   throw InvalidArgument(fmt::format("unknown norm '{}' (expected none, layernorm or batchnorm)", s));
 }
 
+const char* kept_label_fault_name(KeptLabelFault f) {
+  switch (f) {
+    case KeptLabelFault::none: return "none";
+    case KeptLabelFault::norm_stats: return "norm_stats";
+    case KeptLabelFault::block_hidden: return "block_hidden";
+  }
+  return "?";
+}
+
 const char* mlp_task_name(MlpTask t) { return t == MlpTask::regression ? "regression" : "classification"; }
 
 MlpPreset mlp_preset(Preset p) {

@@ -17,6 +17,17 @@ NormKind parse_norm_kind(const std::string& s);
 enum class MlpTask : uint8_t { regression, classification };
 const char* mlp_task_name(MlpTask t);  // "regression" | "classification"
 
+// MEM-1's negative controls (wrong on purpose): a tensor the backward pass needs is
+// charged to Consumer::workspace instead of Consumer::activations. The bytes stay
+// the same; only the label lies, which the tracker's consumer peaks and the
+// label-independent count at the forward/backward boundary must both see.
+enum class KeptLabelFault : uint8_t {
+  none,
+  norm_stats,    // subtle: the normalisation layers' saved fp32 statistics (mean, rstd)
+  block_hidden,  // gross: transformer: each block's MLP fc output; MLP: each block's linear output
+};
+const char* kept_label_fault_name(KeptLabelFault f);  // "none" | "norm_stats" | "block_hidden"
+
 // MLP: `layers` linear layers. Layer 0 maps in_dim -> width, layers 1..L-2 map
 // width -> width, layer L-1 maps width -> out_dim. Every layer but the last is
 // followed by [norm] -> GELU -> dropout; that group is one "block" for

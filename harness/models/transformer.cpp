@@ -75,13 +75,16 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   const int64_t C = cfg_.d_model, H = cfg_.heads, D = cfg_.head_dim(), N = B_ * T_, R = cfg_.mlp_ratio * C;
   const Consumer a = keep ? Consumer::activations : Consumer::workspace;
   const Consumer ws = Consumer::workspace;
+  // MEM-1's negative controls charge kept tensors to workspace (StepConfig::kept_label_fault).
+  const Consumer stats_c = label_fault_ == KeptLabelFault::norm_stats ? ws : a;
+  const Consumer fc_c = label_fault_ == KeptLabelFault::block_hidden ? ws : a;
   auto st = std::make_unique<State>();
   st->x = x;
 
   // ---- attention branch ----
   st->ln1 = Tensor::empty(dev, {N, C}, dtype_, a);
-  st->mean1 = Tensor::empty(dev, {N}, DType::f32, a);
-  st->rstd1 = Tensor::empty(dev, {N}, DType::f32, a);
+  st->mean1 = Tensor::empty(dev, {N}, DType::f32, stats_c);
+  st->rstd1 = Tensor::empty(dev, {N}, DType::f32, stats_c);
   ops::layernorm_forward(x, P(bp.ln1_w).compute, P(bp.ln1_b).compute, cfg_.ln_eps, st->ln1, st->mean1, st->rstd1);
   auto project_heads = [&](int w, int b) {
     Tensor lin = Tensor::empty(dev, {N, C}, dtype_, ws);
@@ -109,11 +112,11 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
 
   // ---- MLP branch ----
   st->ln2 = Tensor::empty(dev, {N, C}, dtype_, a);
-  st->mean2 = Tensor::empty(dev, {N}, DType::f32, a);
-  st->rstd2 = Tensor::empty(dev, {N}, DType::f32, a);
+  st->mean2 = Tensor::empty(dev, {N}, DType::f32, stats_c);
+  st->rstd2 = Tensor::empty(dev, {N}, DType::f32, stats_c);
   ops::layernorm_forward(st->x1, P(bp.ln2_w).compute, P(bp.ln2_b).compute, cfg_.ln_eps, st->ln2, st->mean2,
                          st->rstd2);
-  st->fc = Tensor::empty(dev, {N, R}, dtype_, a);
+  st->fc = Tensor::empty(dev, {N, R}, dtype_, fc_c);
   ops::linear_forward(st->ln2, P(bp.fc_w).compute, P(bp.fc_b).compute, st->fc);
   st->act = Tensor::empty(dev, {N, R}, dtype_, a);
   ops::gelu_forward(st->fc, st->act);
@@ -226,6 +229,7 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   mask_.key_valid_len = mb.key_valid_len;
   mask_.segment_ids = mb.segment_ids;
   drop_seed_ = opt.rng->seed;
+  label_fault_ = backward ? opt.kept_label_fault : KeptLabelFault::none;
 
   Tensor x0 = Tensor::empty(dev, {B_, T_, C}, dtype_, backward ? Consumer::activations : Consumer::workspace);
   ops::embedding_forward(mb.ids, mb.pos, P(wte_).compute, P(wpe_).compute, x0);
@@ -239,8 +243,9 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
 
   const Consumer a = backward ? Consumer::activations : Consumer::workspace;
   Tensor lnf = Tensor::empty(dev, {N, C}, dtype_, a);
-  Tensor meanf = Tensor::empty(dev, {N}, DType::f32, a);
-  Tensor rstdf = Tensor::empty(dev, {N}, DType::f32, a);
+  const Consumer stats_f = label_fault_ == KeptLabelFault::norm_stats ? Consumer::workspace : a;
+  Tensor meanf = Tensor::empty(dev, {N}, DType::f32, stats_f);
+  Tensor rstdf = Tensor::empty(dev, {N}, DType::f32, stats_f);
   ops::layernorm_forward(xL, P(lnf_w_).compute, P(lnf_b_).compute, cfg_.ln_eps, lnf, meanf, rstdf);
   Tensor logits = Tensor::empty(dev, {N, V}, dtype_, a);
   ops::linear_forward(lnf, P(head_w_).compute, Tensor(), logits);
@@ -254,6 +259,7 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   Tensor no_losses;
   const double value = ops::cross_entropy_forward(logits, targets, ce, no_losses);
   if (!backward) return value;
+  if (opt.on_forward_end) opt.on_forward_end();
 
   Tensor dlnf = Tensor::empty(dev, {N, C}, dtype_, Consumer::workspace);
   {

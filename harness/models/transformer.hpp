@@ -20,7 +20,7 @@
 //   attention out N C s | naive: probabilities B H T T s, memory-efficient:
 //   log-sum-exp B H T 4 | x1 N C s | LN2 out N C s + mean, rstd 2 N 4 |
 //   fc out r N C s | gelu out r N C s        (r = mlp_ratio)
-//   = N C s (9 + 2 r) + 16 N + attention's own; written out in step/memory_model.cpp.
+//   = N C s (8 + 2 r) + 16 N + attention's own; written out in step/memory_model.cpp.
 // The merged attention output (input of Wo) is re-merged in the backward pass
 // instead of kept; dropout keeps no mask (it is replayed from Philox).
 #pragma once
@@ -64,6 +64,7 @@ class TransformerModel final : public Model, private BlockStack {
   int64_t B_ = 0, T_ = 0;
   ops::AttnMask mask_;
   uint64_t drop_seed_ = 0;
+  KeptLabelFault label_fault_ = KeptLabelFault::none;
 };
 
 }  // namespace hr

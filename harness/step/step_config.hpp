@@ -70,6 +70,8 @@ struct StepConfig {
   CheckpointPolicy checkpoint;
   OptimizerConfig optimizer;
   AdapterConfig adapters;
+  // Wrong on purpose: kept tensors charged to workspace (MEM-1's negative controls).
+  KeptLabelFault kept_label_fault = KeptLabelFault::none;
   uint64_t init_seed = 1234;    // Philox seed of the initial parameters
   uint64_t dropout_seed = 4321; // Philox seed of the dropout masks
 

@@ -89,6 +89,8 @@ double TrainStep::accumulate(const Batch& batch) {
     opt.checkpoint = cfg_.checkpoint;
     opt.rng = &rng_;
     opt.segment_forward_counts = &segment_counts_;
+    opt.kept_label_fault = cfg_.kept_label_fault;
+    if (forward_end_hook_) opt.on_forward_end = [this, m] { forward_end_hook_(static_cast<int64_t>(m)); };
     total += model_->forward_backward(micro, ls, opt);
     ++micro_batches_;
     if (cfg_.precision.grad_accum != DType::f32) round_gradients_to(cfg_.precision.grad_accum);

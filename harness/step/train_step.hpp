@@ -33,6 +33,7 @@
 // reported loss is the sum over micro-batches, i.e. the batch loss when correct.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,9 @@ class TrainStep {
   const std::vector<int64_t>& segment_forward_counts() const { return segment_counts_; }
   void reset_segment_forward_counts() { segment_counts_.clear(); }
   DropoutStream& dropout_stream() { return rng_; }
+  // Called at each micro-batch's forward/backward boundary (loss computed, nothing of
+  // the backward pass allocated yet) with the micro-batch's index; empty: no call.
+  void set_forward_end_hook(std::function<void(int64_t micro_batch)> hook) { forward_end_hook_ = std::move(hook); }
   int64_t steps_applied() const { return applied_; }
   int64_t steps_skipped() const { return skipped_; }
 
@@ -111,6 +115,7 @@ class TrainStep {
   DynamicLossScaler scaler_;
   DropoutStream rng_;
   std::vector<int64_t> segment_counts_;
+  std::function<void(int64_t)> forward_end_hook_;
   double last_loss_ = 0;
   double accumulated_scale_ = 1;
   int64_t micro_batches_ = 0;

@@ -62,6 +62,28 @@ TEST_P(Memory, PeaksTrackHighWaterAndReset) {
   }
 }
 
+// The most allocations alive at once (MEM-3 bounds a pool's rounding with it).
+TEST_P(Memory, PeakLiveAllocationsTrackHighWaterAndReset) {
+  HR_TEST_DEVICE(dev, GetParam());
+  dev.memory().reset_peak();
+  const uint64_t base = dev.memory().snapshot().live_allocations;
+  EXPECT_EQ(dev.memory().snapshot().peak_live_allocations, base);
+  {
+    Tensor a = Tensor::empty(dev, {3}, DType::f32, Consumer::activations);
+    {
+      Tensor b = Tensor::empty(dev, {5}, DType::f16, Consumer::workspace);
+      Tensor c = Tensor::empty(dev, {7}, DType::bf16, Consumer::workspace);
+      Tensor view = c.slice(1, 3);  // a view: no allocation
+    }
+    Tensor d = Tensor::empty(dev, {9}, DType::f32, Consumer::weights);
+    const auto s = dev.memory().snapshot();
+    EXPECT_EQ(s.live_allocations, base + 2);
+    EXPECT_EQ(s.peak_live_allocations, base + 3);
+    dev.memory().reset_peak();
+    EXPECT_EQ(dev.memory().snapshot().peak_live_allocations, base + 2);
+  }
+}
+
 TEST_P(Memory, BudgetFailsLikeOutOfMemoryAndLeaksNothing) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto before = dev.memory().snapshot();

@@ -207,5 +207,11 @@ inline constexpr double kMlpRefGradFdRelL2 = 1e-6;
 // 1.1e-7; the biased variance estimator on 512-row groups moves them by 2e-4.
 inline constexpr double kMlpRunningStatsRelL2 = 1e-5;
 
+// ---- Bitwise properties (DET-1, OPS-3) ----
+// Zero mismatching elements (bytes, draws). The counts are integers, so the bound
+// is written as 0.5: a count passes exactly when it is zero, and the smallest
+// possible fault, one element one ulp or one bit off, is an error of 1, twice the
+// bound, which a subtle control (kSubtleControlMaxPower) can show being caught.
+inline constexpr double kBitwiseMismatches = 0.5;
 
 }  // namespace hr::tol

@@ -233,4 +233,29 @@ inline constexpr double kTrainingLossDropFactor = 0.9;
 // correct run by more than this (PROPERTIES.md CK-2's anchor, 1e-3 relative).
 inline constexpr double kCheckpointFreshRngMinRelL2 = 1e-3;
 
+// ---- The MLP against its float64 reference (suites/common/ref_mlp.hpp) ----
+// The fp32 model's loss and gradients are held to kModelLossRel and
+// kModelGradFdRelL2 (fp32 rounding only); measured on 2048 rows, every task and
+// norm slot (CPU): loss <= 1.5e-8, worst parameter's gradient <= 5.1e-7.
+// The reference's analytic backward against its own float64 central differences
+// (h = 1e-6 relative), relative L2 over sampled elements: truncation ~h^2 ~1e-12;
+// rounding ~u64 |loss| / h ~1e-10 relative to the loss, which for the smaller
+// gradient elements (~1e-3 of the loss) is ~1e-7 of them. Measured <= 4.4e-8
+// (256 rows, every task and norm slot); 1e-6 leaves >= 20x and still sees eps
+// missing from one term of a norm's backward (2.2e-5 .. 3.6e-5) and the erf
+// GELU's derivative under the tanh forward (5e-6 .. 8e-6).
+inline constexpr double kMlpRefGradFdRelL2 = 1e-6;
+// BatchNorm running statistics (fp32 model against float64), relative L2 over
+// every block's mean and variance: fp32 batch statistics over groups of up to
+// 1024 rows (~sqrt(n) 2^-24 ~ 2e-6 at worst) and a few ulp per fold. Measured
+// 1.1e-7; the biased variance estimator on 512-row groups moves them by 2e-4.
+inline constexpr double kMlpRunningStatsRelL2 = 1e-5;
+
+// ---- Bitwise properties (DET-1, OPS-3) ----
+// Zero mismatching elements (bytes, draws). The counts are integers, so the bound
+// is written as 0.5: a count passes exactly when it is zero, and the smallest
+// possible fault, one element one ulp or one bit off, is an error of 1, twice the
+// bound, which a subtle control (kSubtleControlMaxPower) can show being caught.
+inline constexpr double kBitwiseMismatches = 0.5;
+
 }  // namespace hr::tol

@@ -1,9 +1,10 @@
 // OPS-3: the shared Philox4x32-10 is the stream cuRAND draws. Checked three ways:
 // the round function against Random123's published known-answer vector (always);
 // the host stream against cuRAND's host generator, which needs no GPU (builds with
-// CUDA); and on a GPU, the device's draws against the host's, bit for bit. A
+// CUDA); and on a GPU, the device's draws against the host's, bit for bit. A gross
 // negative control (counters without cuRAND's 65536-thread order) must mismatch,
-// so a comparison that cannot fail would show.
+// and each comparison also sees the smallest fault there is: one bit flipped in
+// one word (a subtle control through the same comparison).
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "harness/check.hpp"
 #include "harness/registry.hpp"
+#include "harness/tolerances.hpp"
 #include "kernels/common/philox.hpp"
 
 #if HEADROOM_HAVE_CUDA
@@ -26,12 +28,21 @@ namespace {
 
 constexpr const char* kId = "OPS-3";
 // Bitwise: one stream on both sides, so any mismatching draw is a bug.
-constexpr double kMismatchTolerance = 0;
-constexpr const char* kBitwiseReason = "PROPERTIES.md OPS-3: bit-identical streams, zero mismatching draws";
+constexpr const char* kBitwiseReason =
+    "PROPERTIES.md OPS-3: bit-identical streams, zero mismatching draws (tolerances.hpp kBitwiseMismatches)";
+
+// The word (of `n`) and the bit a subtle control flips, chosen by the run's seed.
+struct BitFlip {
+  size_t index;
+  uint32_t mask;
+};
+BitFlip bit_flip(uint64_t seed, size_t n) {
+  return {static_cast<size_t>((seed * 0x9e3779b97f4a7c15ull) >> 7) % n, 1u << (seed % 32)};
+}
 
 Measurement bitwise(const std::string& title, const std::string& backend, size_t mismatches, size_t compared,
                     nlohmann::json details) {
-  Measurement m = make_check(kId, title, static_cast<double>(mismatches), kMismatchTolerance);
+  Measurement m = make_check(kId, title, static_cast<double>(mismatches), tol::kBitwiseMismatches);
   m.backend = backend;
   m.dtype = "uint32";
   m.model = "op:philox";
@@ -42,19 +53,43 @@ Measurement bitwise(const std::string& title, const std::string& backend, size_t
   return m;
 }
 
+// A subtle control of a bitwise comparison: `mismatches` counted by the same
+// comparison on data with one bit flipped in one word.
+Measurement one_bit_control(const std::string& what, const std::string& backend, size_t mismatches,
+                            size_t compared, const BitFlip& flip, nlohmann::json config) {
+  Measurement m = make_subtle_control(kId, what + " with one bit flipped in one word is caught",
+                                      static_cast<double>(mismatches), tol::kBitwiseMismatches);
+  m.backend = backend;
+  m.dtype = "uint32";
+  m.model = "op:philox";
+  m.metric = "bitwise_mismatches";
+  m.tolerance_reason = kBitwiseReason;
+  m.config = std::move(config);
+  m.config["broken"] = fmt::format("word {} xor {:#010x}", flip.index, flip.mask);
+  m.details = nlohmann::json{{"draws_compared", compared}};
+  return m;
+}
+
 // Random123's known-answer vector for philox4x32_10 (kat_vectors, the pi digits
-// counter and key): checks the round function itself.
-Measurement known_answer() {
+// counter and key): checks the round function itself; and the same comparison
+// with one bit of the output flipped.
+std::vector<Measurement> known_answer(uint64_t seed) {
   const Philox4 r = philox4x32_10(Philox4{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, 0xa4093822u,
                                   0x299f31d0u);
   const uint32_t want[4] = {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u};
-  const uint32_t got[4] = {r.x, r.y, r.z, r.w};
-  size_t bad = 0;
-  for (int i = 0; i < 4; ++i) bad += got[i] != want[i];
-  Measurement m = bitwise("Philox4x32-10 round function matches Random123's known-answer vector", "cpu", bad, 4,
-                          nlohmann::json{{"source", "Random123 kat_vectors philox4x32_10"}});
-  m.config = nlohmann::json{{"check", "known_answer"}};
-  return m;
+  auto mismatches = [&](const uint32_t* got) {
+    size_t bad = 0;
+    for (int i = 0; i < 4; ++i) bad += got[i] != want[i];
+    return bad;
+  };
+  uint32_t got[4] = {r.x, r.y, r.z, r.w};
+  const nlohmann::json cfg{{"check", "known_answer"}};
+  Measurement m = bitwise("Philox4x32-10 round function matches Random123's known-answer vector", "cpu",
+                          mismatches(got), 4, nlohmann::json{{"source", "Random123 kat_vectors philox4x32_10"}});
+  m.config = cfg;
+  const BitFlip flip = bit_flip(seed, 4);
+  got[flip.index] ^= flip.mask;
+  return {m, one_bit_control("the round function's output", "cpu", mismatches(got), 4, flip, cfg)};
 }
 
 #if HEADROOM_HAVE_CUDA
@@ -98,16 +133,21 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   CurandHost gen;
   std::vector<uint32_t> ref_u(n);
   std::vector<float> ref_f(n);
-  size_t bad_u = 0, bad_f = 0, compared = 0, naive_bad = 0, naive_compared = 0;
+  size_t bad_u = 0, bad_f = 0, compared = 0, naive_bad = 0, naive_compared = 0, flipped_bad = 0;
   nlohmann::json first_bad = nullptr;
-  for (uint64_t seed : seeds) {
+  // The subtle control: the run's own seed at offset 0, one draw with one bit flipped.
+  const BitFlip flip = bit_flip(ctx.seed, n);
+  for (size_t s = 0; s < seeds.size(); ++s) {
+    const uint64_t seed = seeds[s];
     for (uint64_t offset : offsets) {
       gen.draw(seed, offset, ref_u, ref_f);
+      const bool control = s == 2 && offset == 0;  // seeds[2] is the run's seed
       for (size_t i = 0; i < n; ++i) {
         const uint32_t x = philox_draw(seed, offset + i);
         if (x != ref_u[i]) {
           if (bad_u++ == 0) first_bad = {{"seed", seed}, {"offset", offset}, {"index", i}};
         }
+        if (control) flipped_bad += (i == flip.index ? x ^ flip.mask : x) != ref_u[i];
         const float u = uniform_from_u32(x);
         bad_f += std::memcmp(&u, &ref_f[i], sizeof u) != 0;
       }
@@ -151,13 +191,16 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   neg.config = nlohmann::json{{"check", "naive_counter_order"}};
   neg.details = nlohmann::json{{"mismatches", naive_bad}, {"draws_compared", naive_compared}};
   out.push_back(neg);
+  out.push_back(one_bit_control("the host stream", "cpu", flipped_bad, n, flip,
+                                nlohmann::json{{"check", "curand_host_u32"}, {"draws_each", n}, {"offset", 0}}));
   return out;
 }
 
 // On a GPU: the device's draws (kernels use the same HR_HD function) against the host's.
-Measurement device_against_host(Device& dev, const RunContext& ctx) {
+std::vector<Measurement> device_against_host(Device& dev, const RunContext& ctx) {
   const size_t n = ctx.preset == Preset::full ? (size_t{1} << 24) : (size_t{1} << 21);
-  size_t bad = 0, compared = 0;
+  size_t bad = 0, compared = 0, flipped_bad = 0;
+  const BitFlip flip = bit_flip(ctx.seed, n);
   void* du = dev.allocate(n * sizeof(uint32_t), Consumer::workspace);
   void* df = nullptr;
   try {
@@ -172,6 +215,8 @@ Measurement device_against_host(Device& dev, const RunContext& ctx) {
         const uint32_t x = philox_draw(ctx.seed, offset + i);
         const float u = uniform_from_u32(x);
         bad += (hu[i] != x) + (std::memcmp(&u, &hf[i], sizeof u) != 0);
+        // The subtle control at offset 0: the device's words with one bit flipped.
+        if (offset == 0) flipped_bad += (i == flip.index ? hu[i] ^ flip.mask : hu[i]) != x;
       }
       compared += 2 * n;
     }
@@ -184,19 +229,20 @@ Measurement device_against_host(Device& dev, const RunContext& ctx) {
   dev.deallocate(df, n * sizeof(float), Consumer::workspace);
   Measurement m = bitwise("device Philox draws and uniforms equal the host's", "cuda", bad, compared, {});
   m.config = nlohmann::json{{"check", "device_vs_host"}, {"draws_each", n}, {"offsets", 3}};
-  return m;
+  return {m, one_bit_control("the device's draws", "cuda", flipped_bad, n, flip,
+                             nlohmann::json{{"check", "device_vs_host"}, {"draws_each", n}})};
 }
 
 #endif  // HEADROOM_HAVE_CUDA
 
 std::vector<Measurement> run_ops3(RunContext& ctx) {
-  std::vector<Measurement> out{known_answer()};
+  std::vector<Measurement> out = known_answer(ctx.seed);
 #if HEADROOM_HAVE_CUDA
   if (ctx.progress) ctx.progress("host stream against cuRAND's host generator");
   for (auto& m : against_curand(ctx)) out.push_back(std::move(m));
   if (ctx.device.is_cuda()) {
     if (ctx.progress) ctx.progress("device draws against host draws");
-    out.push_back(device_against_host(ctx.device, ctx));
+    for (auto& m : device_against_host(ctx.device, ctx)) out.push_back(std::move(m));
   }
 #endif
   return out;

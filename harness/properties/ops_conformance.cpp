@@ -1,17 +1,24 @@
 // OPS-1 and DET-1 at run time: the ops a training step is made of, run on the
 // device under test in every float dtype, against their float64 references, and
-// twice for bitwise repeatability. The GoogleTest suites cover every op at every
-// edge size; this is the subset `headroom run` / `validate` checks on each card,
-// so a new GPU is judged on its own arithmetic, not only on self-consistency.
+// twice for bitwise repeatability; then a whole training step of each model (loss
+// and every gradient) twice, bitwise. The GoogleTest suites cover every op at
+// every edge size; this is the subset `headroom run` / `validate` checks on each
+// card, so a new GPU is judged on its own arithmetic, not only on self-consistency.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "harness/check.hpp"
 #include "harness/compare.hpp"
+#include "harness/properties/accum_support.hpp"
 #include "harness/registry.hpp"
+#include "harness/results/results.hpp"
+#include "harness/step/train_step.hpp"
 #include "harness/tensor.hpp"
 #include "harness/tolerances.hpp"
 #include "kernels/attention/attention.hpp"
@@ -184,6 +191,165 @@ Measurement tag(Measurement m, const Device& dev, DType dt, const OpCase& c) {
   return m;
 }
 
+constexpr const char* kDetReason =
+    "PROPERTIES.md DET-1: same inputs, same stream, bitwise-identical output (tolerances.hpp kBitwiseMismatches)";
+
+// `v` rounded to `bits` significand bits after the leading one (round to nearest):
+// what a value stored in a narrower format keeps of its mantissa.
+float round_significand(float v, int bits) {
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(v), &e);  // |m| in [0.5, 1)
+  return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, bits + 1)), e - bits - 1));
+}
+
+// OPS-1's negative controls, one product per dtype through the same NMSE check.
+// Gross: b used transposed. Subtle: `a` rounded to p significand bits before the
+// product. For a uniform on [-1, 1) the rounding error of an element in
+// [2^e, 2^(e+1)) is uniform with variance 2^(2(e-p)) / 12, which over the binades
+// gives E[da^2] / E[a^2] = 2^-2p / 28, and the product's NMSE is that ratio (K
+// independent terms). p is the width whose predicted NMSE is nearest 30x the
+// bound (fp32: 10 bits as fp16 keeps, 34x; fp16: 5 bits, 35x; bf16: 2 bits as
+// fp8 e5m2 keeps, 45x), an error the check must see although it is near its bound.
+std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
+  std::vector<Measurement> out;
+  auto tagged = [&](Measurement m, nlohmann::json config) {
+    m.metric = "nmse";
+    m.tolerance_reason = kMatmulReason;
+    m.backend = backend_name(dev.kind());
+    m.dtype = dtype_name(dt);
+    m.model = "op:matmul";
+    m.config = std::move(config);
+    return m;
+  };
+  const double bound = tol::kMatmulNmse(dt);
+  {  // Gross: the wrong transpose (a square b used as b^T).
+    const int64_t n = 64;
+    auto a = random_input(dev, {n, n}, dt, seed + 20), b = random_input(dev, {n, n}, dt, seed + 21);
+    Tensor c = Tensor::empty(dev, {n, n}, dt, Consumer::workspace);
+    ops::matmul(a.t, false, b.t, true, c);
+    const double e =
+        nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(n * n, 0.0), 1, n, n, n));
+    out.push_back(tagged(make_negative_control("OPS-1", "matmul with the wrong transpose is caught", e, bound),
+                         {{"M", n}, {"K", n}, {"N", n}, {"broken", "b transposed"}}));
+  }
+  {  // Subtle: one input rounded to a coarser significand.
+    const int64_t M = 128, K = 257, N = 127;
+    auto a = random_input(dev, {M, K}, dt, seed + 22), b = random_input(dev, {K, N}, dt, seed + 23);
+    const int bits = static_cast<int>(std::lround(-0.5 * std::log2(28.0 * 30.0 * bound)));
+    std::vector<float> coarse(a.stored.size());
+    for (size_t i = 0; i < coarse.size(); ++i) coarse[i] = round_significand(static_cast<float>(a.stored[i]), bits);
+    const Tensor a_coarse = Tensor::from_host(dev, coarse, {M, K}, dt, Consumer::workspace);
+    Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
+    ops::matmul(a_coarse, false, b.t, false, c);
+    const double e =
+        nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(M * N, 0.0), 1, M, N, K));
+    Measurement m = tagged(
+        make_subtle_control("OPS-1", fmt::format("matmul with a rounded to {} significand bits is caught", bits), e,
+                            bound),
+        {{"M", M}, {"K", K}, {"N", N}, {"broken", fmt::format("a rounded to {} significand bits", bits)}});
+    m.details = {{"predicted_nmse", std::ldexp(1.0, -2 * bits) / 28.0}};
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// ---- DET-1 over a whole training step ----
+// The step's loss and every gradient element, in order: the loss as a double,
+// gradients as fp32.
+struct StepValues {
+  double loss = 0;
+  props::NamedValues grads;
+};
+
+// A small step of each model with two micro-batches (accumulation), dropout on
+// (the masks' stream is part of what must repeat) and, for the MLP, BatchNorm
+// (per-micro-batch statistics and running statistics on the way).
+StepConfig det_step_config(ModelKind model, DType dt, Preset preset) {
+  StepConfig c = model == ModelKind::mlp
+                     ? props::accum_mlp_config(dt, props::kEffectiveBatch / 2, preset, NormKind::batchnorm)
+                     : props::accum_transformer_config(dt, props::kEffectiveBatch / 2, preset);
+  c.mlp.dropout = 0.1f;
+  c.transformer.dropout = 0.1f;
+  return c;
+}
+
+StepValues run_step(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  StepValues v;
+  v.loss = step.forward_backward(batch);
+  v.grads = props::gradient_values(step);
+  return v;
+}
+
+// Elements whose bits differ (the loss counts as one element); `compared` is set
+// to the number of elements.
+size_t element_mismatches(const StepValues& a, const StepValues& b, size_t* compared) {
+  size_t bad = std::memcmp(&a.loss, &b.loss, sizeof a.loss) != 0, n = 1;
+  HR_CHECK(a.grads.size() == b.grads.size(), "DET-1: {} gradient tensors against {}", a.grads.size(), b.grads.size());
+  for (size_t t = 0; t < a.grads.size(); ++t) {
+    const auto &x = a.grads[t].second, &y = b.grads[t].second;
+    HR_CHECK(x.size() == y.size(), "DET-1: gradient '{}' has {} elements against {}", a.grads[t].first, x.size(),
+             y.size());
+    for (size_t i = 0; i < x.size(); ++i) bad += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    n += x.size();
+  }
+  if (compared) *compared = n;
+  return bad;
+}
+
+// DET-1 on a step of each model: the check, a gross control (the second run's
+// dropout masks from another seed) and a subtle one (the second run's values with
+// one gradient element one ulp away, as one reduction summed in another order
+// would leave it: the smallest difference there is, one mismatching element).
+std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  for (ModelKind model : {ModelKind::mlp, ModelKind::transformer}) {
+    const StepConfig cfg = det_step_config(model, dt, preset);
+    const Batch batch = props::accum_batch(dev, cfg, seed + 30);
+    auto tagged = [&](Measurement m) {
+      m.backend = backend_name(dev.kind());
+      m.dtype = dtype_name(dt);
+      m.model = model_kind_name(model);
+      m.metric = "mismatching_elements";
+      m.tolerance_reason = kDetReason;
+      m.config["micro_batch"] = cfg.micro_batch;
+      m.config["batch"] = cfg.batch;
+      m.config["dropout"] = 0.1;
+      return m;
+    };
+    const StepValues first = run_step(dev, cfg, batch);
+    StepValues second = run_step(dev, cfg, batch);
+    size_t compared = 0;
+    const size_t bad = element_mismatches(first, second, &compared);
+    Measurement d = tagged(make_check("DET-1", "a training step twice gives the same loss and gradients",
+                                      static_cast<double>(bad), tol::kBitwiseMismatches));
+    d.details = {{"elements", compared}};
+    out.push_back(std::move(d));
+
+    StepConfig reseeded = cfg;
+    reseeded.dropout_seed = cfg.dropout_seed + 1;
+    const size_t gross = element_mismatches(first, run_step(dev, reseeded, batch), nullptr);
+    Measurement g = tagged(make_negative_control("DET-1", "a step with other dropout masks is caught",
+                                                 static_cast<double>(gross), tol::kBitwiseMismatches));
+    g.config["broken"] = "dropout seed + 1 in the second run";
+    g.details = {{"elements", compared}};
+    out.push_back(std::move(g));
+
+    // One element, chosen by the seed, one ulp up.
+    std::mt19937_64 pick(seed);
+    auto& tensor = second.grads[pick() % second.grads.size()];
+    float& v = tensor.second[pick() % tensor.second.size()];
+    v = std::nextafter(v, INFINITY);
+    const size_t subtle = element_mismatches(first, second, nullptr);
+    Measurement s = tagged(make_subtle_control("DET-1", "a step one ulp off in one gradient element is caught",
+                                               static_cast<double>(subtle), tol::kBitwiseMismatches));
+    s.config["broken"] = fmt::format("one element of {} one ulp up", tensor.first);
+    s.details = {{"elements", compared}};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::vector<Measurement> run_ops_conformance(RunContext& ctx) {
   Device& dev = ctx.device;
   std::vector<Measurement> out;
@@ -202,35 +368,31 @@ std::vector<Measurement> run_ops_conformance(RunContext& ctx) {
       const Tensor second = c.run();
       const size_t bad = bitwise_mismatches(first.to_host_bytes(), second.to_host_bytes());
       Measurement d = make_check("DET-1", fmt::format("{} twice gives the same bytes", c.name),
-                                 static_cast<double>(bad), 0.0);
+                                 static_cast<double>(bad), tol::kBitwiseMismatches);
       d.metric = "bitwise_mismatches";
-      d.tolerance_reason = "PROPERTIES.md DET-1: same inputs, same stream, bitwise-identical output";
+      d.tolerance_reason = kDetReason;
       d.details = {{"bytes", first.nbytes()}};
       out.push_back(tag(std::move(d), dev, dt, c));
     }
-    // Negative control: the same check on a product computed with the wrong
-    // transpose (a square b used as b^T) must fail, or the check proves nothing.
-    const int64_t n = 64;
-    auto a = random_input(dev, {n, n}, dt, ctx.seed + 20), b = random_input(dev, {n, n}, dt, ctx.seed + 21);
-    Tensor c = Tensor::empty(dev, {n, n}, dt, Consumer::workspace);
-    ops::matmul(a.t, false, b.t, true, c);
-    const double e = nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(n * n, 0.0), 1, n, n, n));
-    Measurement m = make_negative_control("OPS-1", "matmul with the wrong transpose is caught", e,
-                                          tol::kMatmulNmse(dt));
-    m.metric = "nmse";
-    m.tolerance_reason = kMatmulReason;
-    m.backend = backend_name(dev.kind());
-    m.dtype = dtype_name(dt);
-    m.model = "op:matmul";
-    m.config = {{"M", n}, {"K", n}, {"N", n}, {"broken", "b transposed"}};
-    out.push_back(std::move(m));
+    for (auto& m : ops1_controls(dev, dt, ctx.seed)) out.push_back(std::move(m));
+    if (ctx.progress) ctx.progress(fmt::format("a training step twice in {}", dtype_name(dt)));
+    // A failure here is a measurement, not the end of the property's other results.
+    try {
+      for (auto& m : det1_step(dev, dt, ctx.preset, ctx.seed)) out.push_back(std::move(m));
+    } catch (const std::exception& ex) {
+      Measurement m = make_error_measurement("DET-1", "a training step twice gives the same loss and gradients",
+                                             backend_name(dev.kind()), ex.what());
+      m.dtype = dtype_name(dt);
+      out.push_back(std::move(m));
+    }
   }
   return out;
 }
 
 }  // namespace
 
-HR_REGISTER_PROPERTY(PropertySpec{"OPS-1", "op forwards against float64 on this device, and twice bitwise (DET-1)",
-                                  2.0, run_ops_conformance});
+HR_REGISTER_PROPERTY(PropertySpec{
+    "OPS-1", "op forwards against float64 on this device; ops and a training step twice bitwise (DET-1)", 2.0,
+    run_ops_conformance});
 
 }  // namespace hr

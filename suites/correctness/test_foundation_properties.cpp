@@ -18,20 +18,32 @@ void expect_all_pass(const std::vector<hr::Measurement>& ms) {
 TEST(FoundationProperties, Ops3PhiloxOnTheCpu) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   const auto ms = run_property("OPS-3", dev);
-  // The known-answer vector always; with CUDA also cuRAND (u32, uniform) and the negative control.
-  ASSERT_EQ(ms.size(), HEADROOM_HAVE_CUDA ? 4u : 1u);
+  // The known-answer vector and its one-bit control always; with CUDA also cuRAND
+  // (u32, uniform), the gross counter-order control and the host stream's one-bit control.
+  ASSERT_EQ(ms.size(), HEADROOM_HAVE_CUDA ? 6u : 2u);
   expect_all_pass(ms);
-  int negative = 0;
-  for (const auto& m : ms) negative += m.negative_control;
-  EXPECT_EQ(negative, HEADROOM_HAVE_CUDA ? 1 : 0);
+  int negative = 0, subtle = 0;
+  for (const auto& m : ms) {
+    negative += m.negative_control;
+    if (m.control != "subtle") continue;
+    ++subtle;
+    EXPECT_EQ(m.error, 1.0) << hr::test::describe(m);  // one flipped bit: one mismatching word
+  }
+  EXPECT_EQ(negative, HEADROOM_HAVE_CUDA ? 3 : 1);
+  EXPECT_EQ(subtle, HEADROOM_HAVE_CUDA ? 2 : 1);
 }
 
 TEST(FoundationProperties, cuda_Ops3DeviceDrawsEqualTheHost) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
   const auto ms = run_property("OPS-3", dev);
-  bool device_check = false;
-  for (const auto& m : ms) device_check = device_check || (m.backend == "cuda" && m.config.value("check", "") == "device_vs_host");
+  bool device_check = false, device_control = false;
+  for (const auto& m : ms) {
+    const bool device = m.backend == "cuda" && m.config.value("check", "") == "device_vs_host";
+    device_check = device_check || (device && !m.negative_control);
+    device_control = device_control || (device && m.control == "subtle");
+  }
   EXPECT_TRUE(device_check);
+  EXPECT_TRUE(device_control);
   expect_all_pass(ms);
 }
 

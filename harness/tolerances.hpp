@@ -258,4 +258,34 @@ inline constexpr double kMlpRunningStatsRelL2 = 1e-5;
 // bound, which a subtle control (kSubtleControlMaxPower) can show being caught.
 inline constexpr double kBitwiseMismatches = 0.5;
 
+// ---- MEM: memory by consumer ----
+// MEM-1 (and MEM-2's flip budgets, which are total peaks): the analytical bytes
+// against the tracker, relative to the measured bytes. Nothing here is an
+// estimate: the tracker counts the bytes each allocation requests (what an
+// allocator rounds them to is MEM-3's business) and the model counts the same
+// tensors from shapes and dtypes, integers summed exactly in double (< 2^53). On the
+// CPU the error is therefore 0: measured 0 on every configuration of the quick grid
+// (19 configurations, 3 checks each) at 20 seeds, and on every MEM-2 flip. On a GPU
+// the kernels' own buffers differ (no fp32 copies of 16-bit operands; partial-sum
+// buffers of the reductions) and are predicted per backend from the same shapes;
+// cuBLAS's workspace is not ours and never reaches the tracker; the one
+// data-dependent buffer (the embedding gradient's index of distinct ids) is bounded
+// and comes after every activation is freed, never at a peak. So the bound is no
+// noise allowance but the resolution the check must have: the smallest term the
+// model predicts, one LayerNorm's fp32 statistics (8 bytes a row), is >= 4.0e-4 of
+// the activations at the boundary on the quick grid (d_model 128), so >= 4x this
+// bound; the subtle controls (every LayerNorm's statistics forgotten or charged to
+// workspace) are caught at 9-56x. At the full grid's sizes (d_model 512) one
+// LayerNorm's statistics are ~1e-4 of the activations: there the check resolves a
+// block's statistics.
+inline constexpr double kMemoryModelRelError = 1e-4;
+// MEM-3: the tracker's total peak against the CUDA pool's own high-water mark of
+// used bytes over a training step. The pool hands out each allocation rounded up to
+// its granularity (cudaMallocAsync aligns to 256 bytes), so 0 <= pool - tracker <
+// live allocations x granularity. MEM-3's quick step holds 346 allocations at its
+// 171 MB peak: on a CPU emulation of such a pool that is 2.2e-5 at a 256-byte
+// granularity and 8.8e-4 at 2 KiB; PROPERTIES.md MEM-3's 1% admits up to 4.9 KiB
+// per live allocation. The details report the rounding per live allocation.
+inline constexpr double kPoolPeakRelError = 0.01;
+
 }  // namespace hr::tol

@@ -1,9 +1,19 @@
-// The analytical memory model (see memory_model.hpp). The activation formulas
-// follow the tensors each model keeps (harness/models/*.hpp list them); they are
-// derived per layer, not read back from the allocator.
+// The analytical memory model (see memory_model.hpp). Two derivations: the
+// per-layer closed form (layer_terms; the activations a block keeps, peaked over
+// the forward pass and each checkpoint segment's recompute), and a replay of the
+// step's allocations by size, in the order harness/models/{transformer,mlp}.cpp,
+// harness/step/checkpoint.cpp and the kernels make and free them, which adds the
+// temporaries and so the workspace and total peaks. Tests hold the two to the same
+// activation bytes; MEM-1 holds both to the tracker.
 #include "harness/step/memory_model.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "harness/check.hpp"
 
@@ -15,7 +25,7 @@ size_t MemoryPrediction::of(Consumer c) const {
     case Consumer::gradients: return gradients;
     case Consumer::optimizer_state: return optimizer_state;
     case Consumer::activations: return activations;
-    case Consumer::workspace: return 0;
+    case Consumer::workspace: return workspace;
   }
   return 0;
 }
@@ -43,17 +53,23 @@ int64_t parameter_count(const StepConfig& cfg) {
 
 namespace {
 
+constexpr Consumer kAct = Consumer::activations;
+constexpr Consumer kWs = Consumer::workspace;
+
+// ---- the closed form -------------------------------------------------------------
+
 // Peak activation bytes of a stack of n blocks, each keeping `own` bytes besides
 // its input, whose outputs (= next inputs) are `boundary` bytes, under
 // checkpointing every k blocks (0 = none). `head` is what is kept after the
 // stack (at the end of the forward pass, all of it alive); `input` is the
-// stack's input (kept: the first block or segment needs it).
+// stack's input (kept: the first block or segment needs it). *at_boundary: what
+// is alive when the loss has been computed.
 double stack_peak(int64_t n, int64_t k, double own, double boundary, double input, double head,
-                  nlohmann::json& b) {
+                  double* at_boundary, nlohmann::json& b) {
   if (k <= 0) {
-    // Everything alive at the end of the forward pass.
     b["blocks_kept"] = n;
-    return input + static_cast<double>(n) * (own + boundary) + head;
+    *at_boundary = input + static_cast<double>(n) * (own + boundary) + head;
+    return *at_boundary;
   }
   k = std::min(k, n);
   const int64_t segments = (n + k - 1) / k;
@@ -72,77 +88,634 @@ double stack_peak(int64_t n, int64_t k, double own, double boundary, double inpu
   b["segments"] = segments;
   b["forward_peak"] = fwd;
   b["recompute_peak"] = bwd;
+  *at_boundary = fwd;
   return std::max(fwd, bwd);
+}
+
+// ---- the replay --------------------------------------------------------------------
+
+// Buffers by size, in allocation order: current and peak bytes per consumer and in
+// total, as MemoryTracker keeps them, and the phase of the step each peak fell in.
+class Ledger {
+ public:
+  using Id = size_t;
+  static constexpr Id kNone = static_cast<Id>(-1);
+
+  Id alloc(Consumer c, double bytes) {
+    bufs_.push_back({c, bytes, true});
+    const int i = static_cast<int>(c);
+    cur_[i] += bytes;
+    total_ += bytes;
+    if (cur_[i] > peak_[i]) peak_[i] = cur_[i], peak_at_[i] = phase_;
+    if (total_ > total_peak_) total_peak_ = total_, total_peak_at_ = phase_;
+    return bufs_.size() - 1;
+  }
+  void free(Id id) {
+    if (id == kNone) return;
+    Buf& b = bufs_.at(id);
+    HR_CHECK(b.live, "memory model: buffer {} freed twice", id);
+    b.live = false;
+    cur_[static_cast<int>(b.c)] -= b.bytes;
+    total_ -= b.bytes;
+  }
+  // An op's own buffers: allocated together, freed before it returns.
+  void scratch(double bytes) {
+    if (bytes > 0) free(alloc(kWs, bytes));
+  }
+  void phase(std::string p) { phase_ = std::move(p); }
+
+  double current(Consumer c) const { return cur_[static_cast<int>(c)]; }
+  double peak(Consumer c) const { return peak_[static_cast<int>(c)]; }
+  const std::string& peak_at(Consumer c) const { return peak_at_[static_cast<int>(c)]; }
+  double total() const { return total_; }
+  double total_peak() const { return total_peak_; }
+  const std::string& total_peak_at() const { return total_peak_at_; }
+
+ private:
+  struct Buf {
+    Consumer c;
+    double bytes;
+    bool live;
+  };
+  std::vector<Buf> bufs_;
+  std::array<double, kNumConsumers> cur_{}, peak_{};
+  std::array<std::string, kNumConsumers> peak_at_;
+  double total_ = 0, total_peak_ = 0;
+  std::string phase_ = "setup", total_peak_at_;
+};
+
+// Partial-sum layouts of the CUDA reductions (kernels/common/cuda_rowwise.cuh,
+// kernels/elementwise/elementwise.cu, kernels/reduce/reduce.cu).
+double cuda_col_sum_floats(double n, double c, int k) {
+  const double rows_per_chunk = std::max(64.0, std::ceil(n / 256.0));
+  return k * std::ceil(n / rows_per_chunk) * c;
+}
+double cuda_bias_grad_chunks(double rows) { return std::clamp(std::floor((rows + 63) / 64), 1.0, 512.0); }
+double cuda_sum_blocks(double n) { return std::min(std::ceil(n / (256.0 * 4)), 1024.0); }
+
+// The kernels' own buffers: what an op allocates besides its outputs (always workspace).
+struct Kernels {
+  Ledger& L;
+  bool cuda;
+  bool widen;  // CPU products widen 16-bit operands to fp32 (kernels/matmul/matmul.cpp)
+
+  // c = a b (element counts): fp32 copies of a and b, and an fp32 result buffer
+  // unless c is fp32 itself (a parameter gradient).
+  void gemm(double a, double b, double c, bool c_f32) const {
+    if (widen) L.scratch(4 * (a + b + (c_f32 ? 0 : c)));
+  }
+  void linear_forward(double n, double in, double out) const { gemm(n * in, out * in, n * out, false); }
+  void linear_backward(double n, double in, double out, bool dx, bool bias) const {
+    if (dx) gemm(n * out, out * in, n * in, false);  // dx = dy W
+    gemm(n * out, n * in, out * in, true);           // dW += dy^T x (fp32)
+    if (bias && cuda) L.scratch(4 * cuda_bias_grad_chunks(n) * out);
+  }
+  void layernorm_backward(double n, double c) const {
+    if (cuda) L.scratch(4 * cuda_col_sum_floats(n, c, 2));
+  }
+  void batchnorm_forward_train(double n, double c) const {
+    if (cuda) L.scratch(4 * cuda_col_sum_floats(n, c, 1));
+  }
+  void batchnorm_backward(double n, double c) const {
+    if (cuda) L.scratch(4 * (cuda_col_sum_floats(n, c, 2) + 2 * c));
+  }
+  void cross_entropy_forward(double rows) const {
+    if (cuda) L.scratch(4 * rows);  // per-row losses (the CPU sums on the host)
+  }
+  void mse_forward(double n) const {
+    if (cuda) L.scratch(4 * n + 8 * (cuda_sum_blocks(n) + 1));  // per-element losses + the sum's partials
+  }
+  void attention_mem_efficient_forward(double t, double d) const {
+    if (!cuda) L.scratch(4 * (3 * t * d + d));  // one (b, h)'s q, k, v in fp32 and one output row
+  }
+  void attention_mem_efficient_backward(double bh, double t, double d) const {
+    if (cuda) L.scratch(4 * bh * t);  // row_dot
+    else L.scratch(4 * (7 * t * d + d));
+  }
+  // Inverse indices of the embedding gradient (CUDA): distinct rows, offsets, tokens.
+  // Distinct ids depend on the data: min(tokens, rows) bounds them. The moment is
+  // after every activation is freed, below the workspace peak of any block's backward.
+  void embedding_backward(double tokens, double rows) const {
+    if (cuda) L.scratch(4 * (2 * std::min(tokens, rows) + 1 + tokens));
+  }
+};
+
+// Dimensions shared by the two replays.
+struct Common {
+  double s;           // bytes of the compute dtype
+  double stats_row;   // fp32 mean and rstd per row: 8 (0 under PredictionFault::omit_norm_stats)
+  int64_t n_blocks;
+  int64_t k;          // blocks per segment (n_blocks without checkpointing)
+  bool ck;
+};
+
+// One block's kept tensors, by ledger id (kNone for those it does not have).
+struct Kept {
+  std::vector<Ledger::Id> ids;
+  Ledger::Id x = Ledger::kNone;  // the block input, when the state is its only holder
+};
+
+class TransformerReplay {
+ public:
+  TransformerReplay(Ledger& L, const Kernels& k, const StepConfig& cfg, const Common& c)
+      : L_(L), k_(k), cfg_(cfg), c_(c) {
+    const TransformerConfig& t = cfg.transformer;
+    B_ = static_cast<double>(cfg.micro_batch);
+    T_ = static_cast<double>(cfg.seq_len);
+    N_ = B_ * T_;
+    C_ = static_cast<double>(t.d_model);
+    H_ = static_cast<double>(t.heads);
+    D_ = C_ / H_;
+    R_ = static_cast<double>(t.mlp_ratio) * C_;
+    V_ = static_cast<double>(t.vocab);
+  }
+
+  // One micro-batch's forward + backward; *boundary gets the activations alive after the loss.
+  void pass(double* boundary) {
+    const double NCs = N_ * C_ * c_.s;
+    L_.phase("embedding");
+    const Ledger::Id x0 = L_.alloc(kAct, NCs);
+    std::vector<Kept> st(static_cast<size_t>(c_.n_blocks));
+    std::vector<Ledger::Id> seg_input;
+    Ledger::Id cur = x0;
+    for (int64_t first = 0; first < c_.n_blocks; first += c_.k) {
+      const int64_t end = std::min(first + c_.k, c_.n_blocks);
+      seg_input.push_back(cur);
+      for (int64_t i = first; i < end; ++i) {
+        L_.phase(fmt::format("block {} forward", i));
+        const Consumer out_c = (!c_.ck || i + 1 == end) ? kAct : kWs;
+        const Ledger::Id out = block_forward(!c_.ck, out_c, &st[static_cast<size_t>(i)]);
+        if (!c_.ck) st[static_cast<size_t>(i)].x = i > 0 ? cur : Ledger::kNone;
+        if (c_.ck && i > first) L_.free(cur);  // a temporary inside the segment
+        cur = out;
+      }
+    }
+    const Ledger::Id xL = cur;
+    L_.phase("final layernorm and logits");
+    const Ledger::Id lnf = L_.alloc(kAct, NCs), meanf = L_.alloc(kAct, N_ * c_.stats_row / 2),
+                     rstdf = L_.alloc(kAct, N_ * c_.stats_row / 2);
+    const Ledger::Id logits = L_.alloc(kAct, N_ * V_ * c_.s);
+    k_.linear_forward(N_, C_, V_);
+    L_.phase("loss");
+    k_.cross_entropy_forward(N_);
+    *boundary = L_.current(kAct);
+
+    L_.phase("logits backward");
+    const Ledger::Id dlnf = L_.alloc(kWs, NCs);
+    const Ledger::Id dlogits = L_.alloc(kWs, N_ * V_ * c_.s);
+    L_.free(logits);
+    k_.linear_backward(N_, C_, V_, true, false);
+    L_.free(dlogits);
+    L_.free(lnf);
+    L_.phase("final layernorm backward");
+    const Ledger::Id dxL = L_.alloc(kWs, NCs);
+    k_.layernorm_backward(N_, C_);
+    L_.free(dlnf), L_.free(meanf), L_.free(rstdf), L_.free(xL);
+
+    // The stack backward (harness/step/checkpoint.cpp): dxL stays held by the caller.
+    Ledger::Id d = dxL;
+    bool d_owned = false;
+    const int64_t segments = static_cast<int64_t>(seg_input.size());
+    for (int64_t si = segments - 1; si >= 0; --si) {
+      const int64_t first = si * c_.k, end = std::min(first + c_.k, c_.n_blocks);
+      if (c_.ck) {
+        Ledger::Id rc = seg_input[static_cast<size_t>(si)];
+        for (int64_t i = first; i < end; ++i) {
+          L_.phase(fmt::format("block {} recompute", i));
+          const Ledger::Id out = block_forward(true, i + 1 == end ? kWs : kAct, &st[static_cast<size_t>(i)]);
+          st[static_cast<size_t>(i)].x = i > first ? rc : Ledger::kNone;
+          rc = out;
+        }
+        L_.free(rc);  // the last recomputed output: the next segment's input exists already
+      }
+      for (int64_t i = end - 1; i >= first; --i) {
+        L_.phase(fmt::format("block {} backward", i));
+        const Ledger::Id dx = block_backward(st[static_cast<size_t>(i)]);
+        if (d_owned) L_.free(d);
+        d = dx;
+        d_owned = true;
+      }
+      if (c_.ck && si > 0) L_.free(seg_input[static_cast<size_t>(si)]);
+    }
+    L_.free(dxL);
+    L_.free(x0);
+    L_.phase("embedding backward");
+    k_.embedding_backward(N_, V_);
+    k_.embedding_backward(N_, T_);
+    L_.free(d);
+  }
+
+  nlohmann::json layer_terms() const {
+    const double NCs = N_ * C_ * c_.s;
+    const double attention = cfg_.transformer.memory_efficient_attention ? B_ * H_ * T_ * 4 : B_ * H_ * T_ * T_ * c_.s;
+    nlohmann::json t = {{"block_input", NCs},
+                        {"ln1_out", NCs},
+                        {"ln1_mean_rstd_fp32", N_ * c_.stats_row},
+                        {"q_k_v", 3 * NCs},
+                        {"attention_out", NCs},
+                        {cfg_.transformer.memory_efficient_attention ? "attention_row_lse_fp32" : "attention_probs",
+                         attention},
+                        {"x1_residual", NCs},
+                        {"ln2_out", NCs},
+                        {"ln2_mean_rstd_fp32", N_ * c_.stats_row},
+                        {"fc_out", R_ * N_ * c_.s},
+                        {"gelu_out", R_ * N_ * c_.s}};
+    double sum = 0;
+    for (const auto& [name, v] : t.items()) sum += v.get<double>();
+    return {{"per_layer", t},
+            {"per_layer_total", sum},
+            {"formula", "N C s (8 + 2 r) + 2 N 8 + attention (N = b T tokens, s bytes, r mlp_ratio)"},
+            {"head", {{"last_block_out", NCs},
+                      {"lnf_out", NCs},
+                      {"lnf_mean_rstd_fp32", N_ * c_.stats_row},
+                      {"logits", N_ * V_ * c_.s}}}};
+  }
+
+  // The closed form of the activation peak and of the activations at the boundary.
+  double closed_form(double* at_boundary, nlohmann::json& b) const {
+    const double NCs = N_ * C_ * c_.s;
+    const double attention = cfg_.transformer.memory_efficient_attention ? B_ * H_ * T_ * 4 : B_ * H_ * T_ * T_ * c_.s;
+    const double own = NCs * (7 + 2 * static_cast<double>(cfg_.transformer.mlp_ratio)) + 2 * N_ * c_.stats_row +
+                       attention;
+    const double head = NCs + N_ * c_.stats_row + N_ * V_ * c_.s;
+    return stack_peak(cfg_.transformer.layers, cfg_.checkpoint.every_k_blocks, own, NCs, NCs, head, at_boundary, b);
+  }
+
+ private:
+  // harness/models/transformer.cpp block_forward: keep = the tensors are activations.
+  Ledger::Id block_forward(bool keep, Consumer out_c, Kept* st) {
+    const Consumer a = keep ? kAct : kWs;
+    const double NCs = N_ * C_ * c_.s, stats = N_ * c_.stats_row / 2;
+    std::vector<Ledger::Id> ids;
+    ids.push_back(L_.alloc(a, NCs));  // ln1
+    ids.push_back(L_.alloc(a, stats)), ids.push_back(L_.alloc(a, stats));
+    for (int h = 0; h < 3; ++h) {  // q, k, v: a projection into a temporary, split into heads
+      const Ledger::Id lin = L_.alloc(kWs, NCs);
+      k_.linear_forward(N_, C_, C_);
+      ids.push_back(L_.alloc(a, NCs));
+      L_.free(lin);
+    }
+    ids.push_back(L_.alloc(a, NCs));  // attention out
+    if (cfg_.transformer.memory_efficient_attention) {
+      ids.push_back(L_.alloc(a, B_ * H_ * T_ * 4));  // row log-sum-exp
+      k_.attention_mem_efficient_forward(T_, D_);
+    } else {
+      ids.push_back(L_.alloc(a, B_ * H_ * T_ * T_ * c_.s));  // probabilities
+      const Ledger::Id scores = L_.alloc(kWs, B_ * H_ * T_ * T_ * c_.s);
+      k_.gemm(N_ * C_, N_ * C_, B_ * H_ * T_ * T_, false);  // q k^T
+      L_.free(scores);
+      k_.gemm(B_ * H_ * T_ * T_, N_ * C_, N_ * C_, false);  // p v
+    }
+    ids.push_back(L_.alloc(a, NCs));  // x1
+    {
+      const Ledger::Id merged = L_.alloc(kWs, NCs), proj = L_.alloc(kWs, NCs);
+      k_.linear_forward(N_, C_, C_);
+      L_.free(proj), L_.free(merged);
+    }
+    ids.push_back(L_.alloc(a, NCs));  // ln2
+    ids.push_back(L_.alloc(a, stats)), ids.push_back(L_.alloc(a, stats));
+    ids.push_back(L_.alloc(a, N_ * R_ * c_.s));  // fc out
+    k_.linear_forward(N_, C_, R_);
+    ids.push_back(L_.alloc(a, N_ * R_ * c_.s));  // gelu out
+    const Ledger::Id out = L_.alloc(out_c, NCs);
+    {
+      Ledger::Id m = L_.alloc(kWs, NCs);
+      k_.linear_forward(N_, R_, C_);
+      if (cfg_.transformer.dropout > 0.f) {
+        const Ledger::Id dropped = L_.alloc(kWs, NCs);
+        L_.free(m);
+        m = dropped;
+      }
+      L_.free(m);
+    }
+    if (keep) {
+      st->ids = std::move(ids);
+    } else {
+      for (Ledger::Id id : ids) L_.free(id);
+    }
+    return out;
+  }
+
+  // harness/models/transformer.cpp block_backward; the incoming gradient stays
+  // held by the caller throughout. Frees the state as the code does.
+  Ledger::Id block_backward(Kept& st) {
+    const double NCs = N_ * C_ * c_.s;
+    const auto& id = st.ids;  // ln1 mean1 rstd1 q k v att saved x1 ln2 mean2 rstd2 fc act
+    const bool dropout = cfg_.transformer.dropout > 0.f;
+    const Ledger::Id dx1 = L_.alloc(kWs, NCs);
+    {
+      const Ledger::Id dm = dropout ? L_.alloc(kWs, NCs) : Ledger::kNone;
+      const Ledger::Id dact = L_.alloc(kWs, N_ * R_ * c_.s);
+      k_.linear_backward(N_, R_, C_, true, true);
+      L_.free(dm);
+      L_.free(id[13]);  // act
+      const Ledger::Id dfc = L_.alloc(kWs, N_ * R_ * c_.s);
+      L_.free(dact);
+      L_.free(id[12]);  // fc
+      const Ledger::Id dln2 = L_.alloc(kWs, NCs);
+      k_.linear_backward(N_, C_, R_, true, true);
+      L_.free(dfc);
+      L_.free(id[9]);  // ln2
+      k_.layernorm_backward(N_, C_);
+      L_.free(id[8]), L_.free(id[10]), L_.free(id[11]);  // x1, mean2, rstd2
+      L_.free(dln2);
+    }
+    const Ledger::Id dq = L_.alloc(kWs, NCs), dk = L_.alloc(kWs, NCs), dv = L_.alloc(kWs, NCs);
+    {
+      const Ledger::Id merged = L_.alloc(kWs, NCs), dmerged = L_.alloc(kWs, NCs);
+      k_.linear_backward(N_, C_, C_, true, true);
+      L_.free(merged);
+      const Ledger::Id datt = L_.alloc(kWs, NCs);
+      L_.free(dmerged);
+      const double bhtt = B_ * H_ * T_ * T_;
+      if (cfg_.transformer.memory_efficient_attention) {
+        k_.attention_mem_efficient_backward(B_ * H_, T_, D_);
+      } else {
+        k_.gemm(bhtt, N_ * C_, N_ * C_, false);  // dV = P^T dO
+        const Ledger::Id dscores = L_.alloc(kWs, bhtt * c_.s);
+        const Ledger::Id dprobs = L_.alloc(kWs, bhtt * c_.s);
+        k_.gemm(N_ * C_, N_ * C_, bhtt, false);  // dP = dO V^T
+        L_.free(dprobs);
+        k_.gemm(bhtt, N_ * C_, N_ * C_, false);  // dQ = dS K
+        k_.gemm(bhtt, N_ * C_, N_ * C_, false);  // dK = dS^T Q
+        L_.free(dscores);
+      }
+      for (int j = 3; j <= 7; ++j) L_.free(id[static_cast<size_t>(j)]);  // q, k, v, att, saved
+      L_.free(datt);
+    }
+    const Ledger::Id dln1 = L_.alloc(kWs, NCs);
+    {
+      const Ledger::Id tmp = L_.alloc(kWs, NCs), lin = L_.alloc(kWs, NCs);
+      for (Ledger::Id dh : {dq, dk, dv}) {
+        L_.free(dh);
+        k_.linear_backward(N_, C_, C_, true, true);
+      }
+      L_.free(id[0]);  // ln1
+      L_.free(tmp), L_.free(lin);
+    }
+    const Ledger::Id dx = L_.alloc(kWs, NCs);
+    k_.layernorm_backward(N_, C_);
+    L_.free(id[1]), L_.free(id[2]);  // mean1, rstd1
+    L_.free(st.x);
+    L_.free(dln1), L_.free(dx1);
+    return dx;
+  }
+
+  Ledger& L_;
+  const Kernels& k_;
+  const StepConfig& cfg_;
+  Common c_;
+  double B_, T_, N_, C_, H_, D_, R_, V_;
+};
+
+class MlpReplay {
+ public:
+  MlpReplay(Ledger& L, const Kernels& k, const StepConfig& cfg, const Common& c) : L_(L), k_(k), cfg_(cfg), c_(c) {
+    const MlpConfig& m = cfg.mlp;
+    N_ = static_cast<double>(cfg.micro_batch);
+    W_ = static_cast<double>(m.width);
+    In_ = static_cast<double>(m.in_dim);
+    Out_ = static_cast<double>(m.out_dim);
+    vb_ =
+        m.bn_virtual_batch <= 0 || m.bn_virtual_batch >= cfg.micro_batch ? N_ : static_cast<double>(m.bn_virtual_batch);
+  }
+
+  void pass(double* boundary) {
+    const double NWs = N_ * W_ * c_.s;
+    L_.phase("input cast");
+    const Ledger::Id x0 = L_.alloc(kAct, N_ * In_ * c_.s);
+    std::vector<Kept> st(static_cast<size_t>(c_.n_blocks));
+    std::vector<Ledger::Id> seg_input;
+    Ledger::Id cur = x0;
+    for (int64_t first = 0; first < c_.n_blocks; first += c_.k) {
+      const int64_t end = std::min(first + c_.k, c_.n_blocks);
+      seg_input.push_back(cur);
+      for (int64_t i = first; i < end; ++i) {
+        L_.phase(fmt::format("block {} forward", i));
+        const Consumer out_c = (!c_.ck || i + 1 == end) ? kAct : kWs;
+        const Ledger::Id out = block_forward(i, !c_.ck, false, out_c, &st[static_cast<size_t>(i)]);
+        if (!c_.ck) st[static_cast<size_t>(i)].x = i > 0 ? cur : Ledger::kNone;
+        if (c_.ck && i > first) L_.free(cur);
+        cur = out;
+      }
+    }
+    const Ledger::Id xL = cur;
+    L_.phase("head and loss");
+    const Ledger::Id pred = L_.alloc(kAct, N_ * Out_ * c_.s);
+    k_.linear_forward(N_, W_, Out_);
+    if (cfg_.mlp.task == MlpTask::regression) {
+      k_.mse_forward(N_ * Out_);
+    } else {
+      k_.cross_entropy_forward(N_);
+    }
+    *boundary = L_.current(kAct);
+
+    L_.phase("head backward");
+    const Ledger::Id dpred = L_.alloc(kWs, N_ * Out_ * c_.s);
+    L_.free(pred);
+    const Ledger::Id dxL = L_.alloc(kWs, NWs);
+    k_.linear_backward(N_, W_, Out_, true, true);
+    L_.free(dpred), L_.free(xL);
+
+    Ledger::Id d = dxL;
+    bool d_owned = false;
+    const int64_t segments = static_cast<int64_t>(seg_input.size());
+    for (int64_t si = segments - 1; si >= 0; --si) {
+      const int64_t first = si * c_.k, end = std::min(first + c_.k, c_.n_blocks);
+      if (c_.ck) {
+        Ledger::Id rc = seg_input[static_cast<size_t>(si)];
+        for (int64_t i = first; i < end; ++i) {
+          L_.phase(fmt::format("block {} recompute", i));
+          const Ledger::Id out = block_forward(i, true, true, i + 1 == end ? kWs : kAct, &st[static_cast<size_t>(i)]);
+          st[static_cast<size_t>(i)].x = i > first ? rc : Ledger::kNone;
+          rc = out;
+        }
+        L_.free(rc);
+      }
+      for (int64_t i = end - 1; i >= first; --i) {
+        L_.phase(fmt::format("block {} backward", i));
+        const Ledger::Id dx = block_backward(i, st[static_cast<size_t>(i)]);
+        if (d_owned) L_.free(d);
+        d = dx;
+        d_owned = true;
+      }
+      if (c_.ck && si > 0) L_.free(seg_input[static_cast<size_t>(si)]);
+    }
+    L_.free(d);  // undefined for block 0 (its input needs no gradient)
+    L_.free(x0), L_.free(dxL);
+  }
+
+  double norm_stats_bytes() const {
+    if (cfg_.mlp.norm == NormKind::layernorm) return N_ * c_.stats_row;
+    if (cfg_.mlp.norm == NormKind::batchnorm) return (N_ / vb_) * W_ * c_.stats_row;
+    return 0;
+  }
+
+  nlohmann::json layer_terms() const {
+    const double NWs = N_ * W_ * c_.s;
+    nlohmann::json t = {{"block_input", NWs}, {"linear_out", NWs}};
+    if (cfg_.mlp.norm != NormKind::none) {
+      t["norm_out"] = NWs;
+      t[cfg_.mlp.norm == NormKind::layernorm ? "layernorm_mean_rstd_fp32" : "batchnorm_mean_rstd_fp32_per_chunk"] =
+          norm_stats_bytes();
+    }
+    double sum = 0;
+    for (const auto& [name, v] : t.items()) sum += v.get<double>();
+    return {{"per_layer", t},
+            {"per_layer_total", sum},
+            {"note", "block 0's input is the input cast to the compute dtype, N in_dim s"},
+            {"head", {{"last_block_out", NWs}, {"prediction", N_ * Out_ * c_.s}}}};
+  }
+
+  double closed_form(double* at_boundary, nlohmann::json& b) const {
+    const double NWs = N_ * W_ * c_.s;
+    const double own = NWs * (cfg_.mlp.norm == NormKind::none ? 1 : 2) + norm_stats_bytes();
+    return stack_peak(cfg_.mlp.layers - 1, cfg_.checkpoint.every_k_blocks, own, NWs, N_ * In_ * c_.s,
+                      N_ * Out_ * c_.s, at_boundary, b);
+  }
+
+ private:
+  // harness/models/mlp.cpp block_forward.
+  Ledger::Id block_forward(int64_t i, bool keep, bool recompute, Consumer out_c, Kept* st) {
+    const Consumer a = keep ? kAct : kWs;
+    const double NWs = N_ * W_ * c_.s, in = i == 0 ? In_ : W_;
+    std::vector<Ledger::Id> ids;
+    ids.push_back(L_.alloc(a, NWs));  // linear out
+    k_.linear_forward(N_, in, W_);
+    std::vector<Ledger::Id> scratch;
+    if (cfg_.mlp.norm == NormKind::layernorm) {
+      ids.push_back(L_.alloc(a, NWs));
+      ids.push_back(L_.alloc(a, N_ * c_.stats_row / 2)), ids.push_back(L_.alloc(a, N_ * c_.stats_row / 2));
+    } else if (cfg_.mlp.norm == NormKind::batchnorm) {
+      const double chunks = N_ / vb_;
+      ids.push_back(L_.alloc(a, NWs));
+      ids.push_back(L_.alloc(a, chunks * W_ * c_.stats_row / 2));
+      ids.push_back(L_.alloc(a, chunks * W_ * c_.stats_row / 2));
+      // A recompute normalises into scratch copies of the running statistics.
+      if (recompute && !cfg_.checkpoint.update_bn_stats_on_recompute)
+        scratch.push_back(L_.alloc(kWs, 4 * W_)), scratch.push_back(L_.alloc(kWs, 4 * W_));
+      for (double c = 0; c < chunks; ++c) k_.batchnorm_forward_train(vb_, W_);
+    }
+    const Ledger::Id out = L_.alloc(out_c, NWs);
+    if (cfg_.mlp.dropout > 0.f) L_.free(L_.alloc(kWs, NWs));  // GELU out, dropout's input
+    for (Ledger::Id id : scratch) L_.free(id);
+    if (keep) {
+      st->ids = std::move(ids);
+    } else {
+      for (Ledger::Id id : ids) L_.free(id);
+    }
+    return out;
+  }
+
+  Ledger::Id block_backward(int64_t i, Kept& st) {
+    const double NWs = N_ * W_ * c_.s, in = i == 0 ? In_ : W_;
+    const auto& id = st.ids;  // h [n mean rstd]
+    const Ledger::Id dg = cfg_.mlp.dropout > 0.f ? L_.alloc(kWs, NWs) : Ledger::kNone;
+    const Ledger::Id dn = L_.alloc(kWs, NWs);
+    L_.free(dg);
+    Ledger::Id dh = dn;
+    if (cfg_.mlp.norm != NormKind::none) {
+      dh = L_.alloc(kWs, NWs);
+      if (cfg_.mlp.norm == NormKind::layernorm) {
+        k_.layernorm_backward(N_, W_);
+      } else {
+        for (double c = 0; c < N_ / vb_; ++c) k_.batchnorm_backward(vb_, W_);
+      }
+      L_.free(dn);
+      L_.free(id[1]), L_.free(id[2]), L_.free(id[3]);
+    }
+    const bool need_dx = i > 0;
+    const Ledger::Id dx = need_dx ? L_.alloc(kWs, N_ * in * c_.s) : Ledger::kNone;
+    k_.linear_backward(N_, in, W_, need_dx, true);
+    L_.free(st.x), L_.free(id[0]);
+    L_.free(dh);
+    return dx;
+  }
+
+  Ledger& L_;
+  const Kernels& k_;
+  const StepConfig& cfg_;
+  Common c_;
+  double N_, W_, In_, Out_, vb_;
+};
+
+double batch_bytes(const StepConfig& cfg) {
+  const double rows = static_cast<double>(cfg.batch);
+  if (cfg.model == ModelKind::transformer) return 3 * rows * static_cast<double>(cfg.seq_len) * 4;  // ids, pos, targets
+  const double x = rows * static_cast<double>(cfg.mlp.in_dim) * 4;
+  return x + (cfg.mlp.task == MlpTask::regression ? rows * static_cast<double>(cfg.mlp.out_dim) * 4 : rows * 4);
 }
 
 }  // namespace
 
-MemoryPrediction predict_memory(const StepConfig& cfg) {
+MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, PredictionFault fault) {
   validate(cfg);
+  HR_ARG_CHECK(cfg.adapters.kind == AdapterKind::none, "adapters: the memory model does not cover adapters");
   MemoryPrediction p;
   const int64_t P = parameter_count(cfg);
   p.parameters = P;
   const size_t s = dtype_size(cfg.precision.compute);
   const bool copies = cfg.precision.master_weights && cfg.precision.compute != DType::f32;
   const size_t master_s = cfg.precision.master_weights ? 4 : s;
-  p.weights = static_cast<size_t>(P) * (master_s + (copies ? s : 0));
-  p.gradients = static_cast<size_t>(P) * 4;
+  double weights = static_cast<double>(P) * static_cast<double>(master_s + (copies ? s : 0));
+  if (cfg.model == ModelKind::mlp && cfg.mlp.norm == NormKind::batchnorm)
+    weights += static_cast<double>((cfg.mlp.layers - 1) * 2 * cfg.mlp.width * 4);  // running mean and variance
+  const double gradients = static_cast<double>(P) * 4;
+  double optimizer = 0;
   switch (cfg.optimizer.kind) {
-    case OptimizerKind::adamw: p.optimizer_state = static_cast<size_t>(P) * 8; break;
-    case OptimizerKind::sgd: p.optimizer_state = cfg.optimizer.sgd.momentum != 0.f ? static_cast<size_t>(P) * 4 : 0; break;
-    case OptimizerKind::custom: p.optimizer_state = 0; break;  // not modelled
+    case OptimizerKind::adamw: optimizer = static_cast<double>(P) * 8; break;
+    case OptimizerKind::sgd: optimizer = cfg.optimizer.sgd.momentum != 0.f ? static_cast<double>(P) * 4 : 0; break;
+    case OptimizerKind::custom: optimizer = 0; break;  // not modelled
   }
-  nlohmann::json& b = p.breakdown;
-  const double S = static_cast<double>(s);
 
-  if (cfg.model == ModelKind::mlp) {
-    const MlpConfig& m = cfg.mlp;
-    const double N = static_cast<double>(cfg.micro_batch), W = static_cast<double>(m.width);
-    if (m.norm == NormKind::batchnorm) p.weights += static_cast<size_t>(m.layers - 1) * 2 * static_cast<size_t>(m.width) * 4;
-    // Per block, besides its input: linear out N W s; with a norm its output N W s
-    // and its statistics (LayerNorm: mean, rstd fp32 per row, 8 N; BatchNorm: fp32
-    // per channel per virtual batch, 8 W * chunks).
-    double own = N * W * S;
-    if (m.norm == NormKind::layernorm) own += N * W * S + 8 * N;
-    if (m.norm == NormKind::batchnorm) {
-      const int64_t vb = m.bn_virtual_batch > 0 ? m.bn_virtual_batch : cfg.micro_batch;
-      own += N * W * S + 8 * W * static_cast<double>(cfg.micro_batch / vb);
+  Ledger L;
+  const Kernels k{L, backend == BackendKind::cuda, backend == BackendKind::cpu && s != 4};
+  L.alloc(Consumer::weights, weights);
+  L.alloc(Consumer::gradients, gradients);
+  L.alloc(Consumer::optimizer_state, optimizer);
+  L.alloc(kWs, batch_bytes(cfg));
+
+  Common c{};
+  c.s = static_cast<double>(s);
+  c.stats_row = fault == PredictionFault::omit_norm_stats ? 0 : 8;
+  c.n_blocks = cfg.model == ModelKind::mlp ? cfg.mlp.layers - 1 : cfg.transformer.layers;
+  c.ck = cfg.checkpoint.enabled();
+  c.k = c.ck ? std::min(cfg.checkpoint.every_k_blocks, c.n_blocks) : c.n_blocks;
+
+  double boundary = 0, boundary_closed = 0, peak_closed = 0;
+  nlohmann::json closed = nlohmann::json::object();
+  for (int64_t m = 0; m < cfg.accum_steps(); ++m) {
+    double b = 0;
+    if (cfg.model == ModelKind::transformer) {
+      TransformerReplay r(L, k, cfg, c);
+      r.pass(&b);
+      if (m == 0) p.layer_terms = r.layer_terms(), peak_closed = r.closed_form(&boundary_closed, closed);
+    } else {
+      MlpReplay r(L, k, cfg, c);
+      r.pass(&b);
+      if (m == 0) p.layer_terms = r.layer_terms(), peak_closed = r.closed_form(&boundary_closed, closed);
     }
-    const double boundary = N * W * S;                                  // block output (GELU [+ dropout])
-    const double input = N * static_cast<double>(m.in_dim) * S;         // the input cast to the compute dtype
-    const double head = N * static_cast<double>(m.out_dim) * S;         // the prediction
-    b = {{"per_block_own", own}, {"per_block_output", boundary}, {"input", input}, {"head", head}};
-    p.activations = static_cast<size_t>(stack_peak(m.layers - 1, cfg.checkpoint.every_k_blocks, own, boundary,
-                                                    input, head, b));
-    return p;
+    if (m == 0) boundary = b;
   }
+  // After the micro-batches: unscaling (CUDA: a 4-byte flag per gradient) and the
+  // optimizer allocate nothing that reaches an earlier peak.
 
-  // Transformer, per micro-batch of b rows of T tokens: N = b T, C = d_model,
-  // H heads, r = mlp_ratio, V = vocab.
-  const TransformerConfig& t = cfg.transformer;
-  const double bsz = static_cast<double>(cfg.micro_batch), T = static_cast<double>(cfg.seq_len);
-  const double N = bsz * T, C = static_cast<double>(t.d_model), H = static_cast<double>(t.heads);
-  const double r = static_cast<double>(t.mlp_ratio), V = static_cast<double>(t.vocab);
-  // Per block, besides its input x:
-  //   LN1 out, q, k, v, attention out, x1, LN2 out      7 N C s
-  //   fc out and GELU out                               2 r N C s
-  //   LN1 and LN2 mean, rstd (fp32)                     16 N
-  //   attention: naive keeps the probabilities          b H T T s
-  //              memory-efficient keeps the row LSE     b H T 4
-  // = N C s (7 + 2r) + 16 N + attention; with the block output (N C s) that is
-  // s b T C (8 + 2r + 16/(C s) + H T / C) for naive attention: the
-  // Korthikanti form s b h (34 + 5 a s / h) without masks (dropout is replayed)
-  // and with one copy of the scores (the softmax keeps only its output).
-  const double attention = t.memory_efficient_attention ? bsz * H * T * 4 : bsz * H * T * T * S;
-  const double own = N * C * S * (7 + 2 * r) + 16 * N + attention;
-  const double boundary = N * C * S;  // block output = next block's input
-  const double input = N * C * S;     // embedding output
-  // Final LayerNorm out (N C s) + its mean, rstd (8 N) + logits (N V s).
-  const double head = N * C * S + 8 * N + N * V * S;
-  b = {{"per_block_own", own}, {"per_block_attention", attention}, {"per_block_output", boundary},
-       {"input", input},       {"head", head}};
-  p.activations =
-      static_cast<size_t>(stack_peak(t.layers, cfg.checkpoint.every_k_blocks, own, boundary, input, head, b));
+  auto bytes = [](double v) { return static_cast<size_t>(v); };
+  p.weights = bytes(L.peak(Consumer::weights));
+  p.gradients = bytes(L.peak(Consumer::gradients));
+  p.optimizer_state = bytes(L.peak(Consumer::optimizer_state));
+  p.activations = bytes(L.peak(kAct));
+  p.workspace = bytes(L.peak(kWs));
+  p.total_peak = bytes(L.total_peak());
+  p.batch_bytes = bytes(batch_bytes(cfg));
+  p.boundary_activations = bytes(boundary);
+  p.layer_terms["closed_form"] = closed;
+  p.layer_terms["closed_form"]["activation_peak"] = peak_closed;
+  p.layer_terms["closed_form"]["boundary_activations"] = boundary_closed;
+  p.timeline = {{"total_peak_at", L.total_peak_at()},
+                {"activations_peak_at", L.peak_at(kAct)},
+                {"workspace_peak_at", L.peak_at(kWs)},
+                {"backend", backend_name(backend)}};
   return p;
 }
 

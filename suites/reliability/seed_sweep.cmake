@@ -2,7 +2,7 @@
 # CPU) at every seed of SEEDS must pass, since a correct machine that fails at
 # another seed would be called "not fit" by chance. Prints each seed's summary and
 # names the failing measurements of any seed that fails.
-#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... -P seed_sweep.cmake
+#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... [-DONLY=<regex>] -P seed_sweep.cmake
 if(NOT HEADROOM OR NOT OUT OR NOT SEEDS)
   message(FATAL_ERROR "seed_sweep.cmake: HEADROOM, OUT and SEEDS are required")
 endif()
@@ -10,7 +10,11 @@ string(REPLACE "," ";" SEEDS "${SEEDS}")
 set(failed_seeds "")
 foreach(seed IN LISTS SEEDS)
   set(dir "${OUT}/seed_${seed}")
-  execute_process(COMMAND ${HEADROOM} run --preset quick --backend cpu --seed ${seed} --out ${dir}
+  set(only "")
+  if(ONLY)
+    set(only --only ${ONLY})
+  endif()
+  execute_process(COMMAND ${HEADROOM} run --preset quick --backend cpu --seed ${seed} --out ${dir} ${only}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   string(REGEX MATCH "[0-9]+ of [0-9]+ measurements passed[^\n]*" line "${out}")
   message(STATUS "seed ${seed}: exit ${rc}: ${line}")

@@ -101,6 +101,11 @@ struct SweepSpec {
   std::string title;
   double expected_seconds_quick = 1.0;
   std::function<std::vector<SweepPoint>(RunContext&)> run;
+  // Optional: measures one point of this sweep again from the point as recorded
+  // (its sweep, dtype, model and config), on ctx.device. `headroom validate` calls
+  // it to confirm a suspected step-time regression before calling it one. Returns
+  // nullopt when the configuration is not one this sweep would run.
+  std::function<std::optional<SweepPoint>(RunContext&, const SweepPoint&)> remeasure;
 };
 
 std::vector<PropertySpec>& property_registry();

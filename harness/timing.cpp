@@ -1,11 +1,19 @@
-// Timing statistics.
+// Timing statistics, the timed loop, and the slowdown injection that lets a test
+// show that a comparison catches a real regression.
 #include "harness/timing.hpp"
 
+#include <cblas.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <sstream>
+#include <thread>
+
+#include <time.h>
 
 #include "harness/check.hpp"
 
@@ -18,7 +26,34 @@ double quantile(const std::vector<double>& sorted, double q) {
   const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
+// CPU time of the whole process (every thread), in seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  HR_CHECK(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 }  // namespace
+
+double reference_work_cpu_seconds() {
+  constexpr int kM = 2048, kK = 192, kN = 64, kProducts = 8;
+  // Fixed, non-trivial operands (values in [-1, 1]); built once.
+  static const std::vector<float> a = [] {
+    std::vector<float> v(static_cast<size_t>(kM) * kK);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 0.1));
+    return v;
+  }();
+  static const std::vector<float> b = [] {
+    std::vector<float> v(static_cast<size_t>(kK) * kN);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::cos(0.53 * static_cast<double>(i) + 0.2));
+    return v;
+  }();
+  thread_local std::vector<float> c(static_cast<size_t>(kM) * kN);
+  const double cpu0 = process_cpu_seconds();
+  for (int i = 0; i < kProducts; ++i)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kM, kN, kK, 1.0f, a.data(), kK, b.data(), kN, 0.0f,
+                c.data(), kN);
+  return process_cpu_seconds() - cpu0;
+}
 
 TimeStats summarize_times(std::vector<double> samples) {
   TimeStats t;
@@ -47,24 +82,95 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
                opt.min_reps, opt.max_reps);
   for (int i = 0; i < opt.warmup; ++i) fn();
   dev.synchronize();
+  HR_ARG_CHECK(opt.injected_slowdown >= 1.0 && std::isfinite(opt.injected_slowdown),
+               "an injected slowdown must be a finite factor >= 1, got {}", opt.injected_slowdown);
+  const int runs_per_rep = static_cast<int>(std::floor(opt.injected_slowdown));
+  const double wait_fraction = opt.injected_slowdown - runs_per_rep;
+  const bool on_host = dev.kind() == BackendKind::cpu;
   auto timer = dev.make_timer();
-  std::vector<double> samples;
+  std::vector<double> samples, cpu_samples, ref_cpu_samples;
   double total = 0;
   while (static_cast<int>(samples.size()) < opt.max_reps &&
          (static_cast<int>(samples.size()) < opt.min_reps || total < opt.min_total_s)) {
+    const double cpu0 = on_host ? process_cpu_seconds() : 0.0;
     timer->start();
-    fn();
+    const auto host0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < runs_per_rep; ++i) fn();
+    if (wait_fraction > 0) {
+      // The rest of the injected factor as a wait inside the timed region: on a GPU
+      // the device idles, so its event timer sees the wait; on the CPU the wait
+      // spins, so the CPU time sees it as well as the wall clock.
+      dev.synchronize();
+      const std::chrono::duration<double> one_run = (std::chrono::steady_clock::now() - host0) / runs_per_rep;
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(one_run * wait_fraction);
+      if (on_host) {
+        const double cpu_until = process_cpu_seconds() + one_run.count() * wait_fraction;
+        while (process_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + one_run * 10) {
+        }
+      } else {
+        std::this_thread::sleep_until(until);
+      }
+    }
     const double s = timer->stop_seconds();
+    if (on_host) cpu_samples.push_back(process_cpu_seconds() - cpu0);
+    // The machine's speed right after the repetition, outside the timed region.
+    if (on_host && opt.reference_work) ref_cpu_samples.push_back(reference_work_cpu_seconds());
     samples.push_back(s);
     total += s;
   }
-  return summarize_times(std::move(samples));
+  TimeStats t = summarize_times(std::move(samples));
+  t.cpu_samples_s = std::move(cpu_samples);
+  t.ref_cpu_samples_s = std::move(ref_cpu_samples);
+  return t;
 }
 
 void to_json(nlohmann::json& j, const TimeStats& t) {
   j = nlohmann::json{{"reps", t.reps},         {"median_s", t.median_s}, {"mean_s", t.mean_s},
                      {"min_s", t.min_s},       {"max_s", t.max_s},       {"stddev_s", t.stddev_s},
-                     {"mad_s", t.mad_s},       {"rel_spread", t.rel_spread}, {"noisy", t.noisy}};
+                     {"mad_s", t.mad_s},       {"rel_spread", t.rel_spread}, {"noisy", t.noisy},
+                     {"samples_s", t.samples_s}};
+  if (!t.cpu_samples_s.empty()) j["cpu_samples_s"] = t.cpu_samples_s;
+  if (!t.ref_cpu_samples_s.empty()) j["ref_cpu_samples_s"] = t.ref_cpu_samples_s;
+}
+
+double injected_slowdown(const std::string& spec, const std::string& sweep, const nlohmann::json& config) {
+  std::stringstream entries(spec);
+  std::string entry;
+  while (std::getline(entries, entry, ';')) {
+    if (entry.empty()) continue;
+    // SWEEP[:KEY=VALUE[,KEY=VALUE...]]:FACTOR
+    const auto first = entry.find(':'), last = entry.rfind(':');
+    HR_ARG_CHECK(first != std::string::npos, "{}: '{}' is not SWEEP[:KEY=VALUE,...]:FACTOR", kInjectSlowdownEnv,
+                 entry);
+    const std::string name = entry.substr(0, first);
+    const std::string conditions = first == last ? "" : entry.substr(first + 1, last - first - 1);
+    const std::string factor_text = entry.substr(last + 1);
+    char* end = nullptr;
+    const double factor = std::strtod(factor_text.c_str(), &end);
+    HR_ARG_CHECK(!factor_text.empty() && end != nullptr && *end == '\0' && std::isfinite(factor) && factor >= 1.0,
+                 "{}: the factor of '{}' must be a number >= 1, got '{}'", kInjectSlowdownEnv, entry, factor_text);
+    if (name != sweep) continue;
+    bool all = true;
+    std::stringstream conds(conditions);
+    std::string cond;
+    while (all && std::getline(conds, cond, ',')) {
+      const auto eq = cond.find('=');
+      HR_ARG_CHECK(eq != std::string::npos && eq > 0, "{}: '{}' in '{}' is not KEY=VALUE", kInjectSlowdownEnv, cond,
+                   entry);
+      const std::string key = cond.substr(0, eq), value = cond.substr(eq + 1);
+      auto it = config.is_object() ? config.find(key) : config.end();
+      all = config.is_object() && it != config.end() &&
+            (it->is_string() ? it->get<std::string>() == value : it->dump() == value);
+    }
+    if (all) return factor;
+  }
+  return 1.0;
+}
+
+double injected_slowdown(const std::string& sweep, const nlohmann::json& config) {
+  const char* spec = std::getenv(kInjectSlowdownEnv);
+  return spec == nullptr ? 1.0 : injected_slowdown(spec, sweep, config);
 }
 
 }  // namespace hr

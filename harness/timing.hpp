@@ -1,11 +1,19 @@
 // Timing a region on a Device: warm-up runs first, then repetitions each timed on
 // its own (CUDA events on the GPU, a steady clock on the CPU), summarised by the
-// median and the spread. A result whose spread is too large says so.
+// median and the spread, with the samples kept so that a comparison can test two
+// runs' samples against each other. On the CPU each repetition's process CPU time
+// is kept too: other work on a shared machine stretches the wall clock by however
+// much of the cores it takes, but not the CPU time the work itself needs. That CPU
+// time still moves with the machine's state (a busy sibling hyperthread, clocks):
+// on request a fixed reference work (OpenBLAS products on fixed buffers, no
+// headroom code) runs after each repetition, so a comparison can judge the ratio.
+// A result whose spread is too large says so.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "harness/device.hpp"
@@ -19,7 +27,14 @@ struct TimeStats {
   double mad_s = 0;           // median absolute deviation
   double rel_spread = 0;      // (p90 - p10) / median; noise measure used by comparisons
   bool noisy = false;         // rel_spread above kNoisyRelSpread
-  std::vector<double> samples_s;
+  std::vector<double> samples_s;  // every repetition, in the order timed (results.json "samples_s")
+  // CPU backend: the process's CPU time (user + system, every thread) of each
+  // repetition, in the same order (results.json "cpu_samples_s"); empty on a GPU.
+  std::vector<double> cpu_samples_s;
+  // CPU backend with TimingOptions::reference_work: the CPU time of the reference
+  // work run right after each repetition, in the same order (results.json
+  // "ref_cpu_samples_s"); the machine's speed at that moment.
+  std::vector<double> ref_cpu_samples_s;
 };
 void to_json(nlohmann::json& j, const TimeStats& t);
 
@@ -33,9 +48,38 @@ struct TimingOptions {
   int min_reps = 5;
   int max_reps = 50;
   double min_total_s = 0.2;  // keep repeating (up to max_reps) until this much was timed
+  // Fault injection for testing comparisons (see injected_slowdown): each timed
+  // repetition takes this many times its own time. 1 = none.
+  double injected_slowdown = 1.0;
+  // CPU backend: run the reference work (reference_work_cpu_seconds) after each
+  // repetition, outside the timed region, and keep its CPU time.
+  bool reference_work = false;
 };
+
+// Runs the fixed reference work once (8 single-precision products 2048x192 by
+// 192x64 through CBLAS on fixed buffers, ~8 ms on one 2020s core, on the BLAS
+// threads as set) and returns the process CPU time it took.
+double reference_work_cpu_seconds();
 
 // Times fn() on `dev`; fn must enqueue all its work on the device's stream.
 TimeStats time_region(Device& dev, const std::function<void()>& fn, const TimingOptions& opt = {});
+
+// The environment variable that injects a real slowdown into chosen sweep points,
+// so that `headroom validate` can be shown to catch one:
+//   HEADROOM_INJECT_SLOWDOWN='SWEEP[:KEY=VALUE[,KEY=VALUE...]]:FACTOR[;...]'
+// e.g. 'BM-MB:micro_batch=4:2' runs micro-batch 4's timed region twice per
+// repetition. The integer part of FACTOR repeats the work, a fractional part adds a
+// wait of that fraction of the repetition's time (a busy wait on the CPU, so that
+// the CPU time grows as well); the point records the factor in its metrics
+// ("injected_slowdown").
+inline constexpr const char* kInjectSlowdownEnv = "HEADROOM_INJECT_SLOWDOWN";
+
+// The factor HEADROOM_INJECT_SLOWDOWN asks for the point (sweep, config): the
+// first entry whose sweep matches and whose every KEY=VALUE equals the config's
+// value (numbers as JSON writes them, strings unquoted); 1 when none matches or the
+// variable is unset. A malformed value throws InvalidArgument.
+double injected_slowdown(const std::string& sweep, const nlohmann::json& config);
+// The same for a given specification string (the variable's value), for tests.
+double injected_slowdown(const std::string& spec, const std::string& sweep, const nlohmann::json& config);
 
 }  // namespace hr

@@ -850,11 +850,14 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
     for (const auto& w : c.warnings) s += "<li>" + esc(w) + "</li>";
     s += "</ul>";
   }
-  s += fmt::format(R"(<p class="lead" style="margin-top:12px">Thresholds: a step-time change within max({:.0f}%, the )"
-                   R"(combined noise of both runs) is the same; memory peaks agree within {:.0f}%. {} points matched: )"
-                   R"({} regressions, {} improvements, {} noisy, {} missing, {} new.</p>)",
-                   c.options.time_floor * 100, c.options.memory_tolerance * 100, c.matched_points, c.regressions,
-                   c.improvements, c.noisy, c.missing, c.added);
+  s += fmt::format(R"(<p class="lead" style="margin-top:12px">Thresholds: a step time differs when its median moved )"
+                   R"(by more than {:.0f}% and a rank test over both runs' samples gives p &lt; {:g}; a larger change )"
+                   R"(the test cannot confirm is noisy, and a slower one is re-measured before validate calls it a )"
+                   R"(regression. Memory peaks agree within {:.0f}%; check power may grow up to {:g}x. {} points )"
+                   R"(matched: {} regressions, {} improvements, {} noisy, {} missing, {} new.</p>)",
+                   c.options.time_floor * 100, c.options.time_alpha, c.options.memory_tolerance * 100,
+                   c.options.power_growth, c.matched_points, c.regressions, c.improvements, c.noisy, c.missing,
+                   c.added);
   s += R"(<table class="kv"><thead><tr><th></th><th>Baseline</th><th>This run</th></tr></thead><tbody>)";
   auto row = [&](const char* k, const std::string& a, const std::string& bb) {
     s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", esc(k), esc(a), esc(bb));
@@ -879,9 +882,12 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
       std::string point = row.sweep;
       for (const auto* part : {&row.backend, &row.dtype, &row.model})
         if (!part->empty()) point += " " + *part;
-      const bool time = row.quantity == "step time", status = row.quantity == "status";
+      const bool time = row.quantity == "step time" || row.quantity == "step cpu time",
+                 status = row.quantity == "status",
+                 power = row.quantity == "power";
       auto val = [&](double v) {
         if (status || std::isnan(v)) return std::string("-");
+        if (power) return fmt::format("{:.3g}x bound", v);
         return time ? fmt_seconds(v) : fmt_bytes_short(v);
       };
       const char* badge = row.verdict == "regression" ? "b-bad"

@@ -50,7 +50,11 @@ int main(int argc, char** argv) {
   val_cmd->add_option("--baseline", val.baseline, "results.json of a trusted device")->required();
   auto* val_results = val_cmd->add_option("--results", val.results, "judge this results.json instead of running now");
   val_cmd->add_option("--html", val.html, "with --results: write the report with the verdict here");
-  val_cmd->add_option("--time-floor", val.compare.time_floor, "a step-time change within this fraction is the same")
+  val_cmd->add_option("--time-floor", val.compare.time_floor,
+                      "minimum effect: a step-time change within this fraction is the same")
+      ->capture_default_str();
+  val_cmd->add_option("--time-alpha", val.compare.time_alpha,
+                      "significance level of the rank test over both runs' step-time samples")
       ->capture_default_str();
   add_run_options(val_cmd, val.run);
 
@@ -59,6 +63,13 @@ int main(int argc, char** argv) {
   cmp_cmd->add_option("A", cmp_a, "baseline results.json")->required();
   cmp_cmd->add_option("B", cmp_b, "results.json to judge")->required();
   cmp_cmd->add_option("--html", cmp_html, "write the report of B with the comparison here");
+  hr::CompareOptions cmp_opt;
+  cmp_cmd->add_option("--time-floor", cmp_opt.time_floor,
+                      "minimum effect: a step-time change within this fraction is the same")
+      ->capture_default_str();
+  cmp_cmd->add_option("--time-alpha", cmp_opt.time_alpha,
+                      "significance level of the rank test over both runs' step-time samples")
+      ->capture_default_str();
 
   hr::DumpCommand dump;
   auto* dump_cmd = app.add_subcommand(
@@ -102,7 +113,7 @@ int main(int argc, char** argv) {
     }
     return hr::command_validate(val, std::cout, std::cerr);
   }
-  if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr);
+  if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr, cmp_opt);
   if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
   if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
 

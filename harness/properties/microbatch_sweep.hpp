@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "harness/registry.hpp"
@@ -29,11 +30,18 @@ MicroBatchSweep microbatch_sweep_smoke_config();
 
 // One point: builds the step, runs one warm-up step, then times steps with
 // time_region; memory peaks are those of the timed steps (reset after warm-up).
+// On the CPU, BLAS runs on one thread for the point (metrics "blas_threads"): a
+// multithreaded BLAS on a shared machine makes step times swing several-fold.
 // Out of memory (budget or device) gives status "out_of_memory" with the reason.
 SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing);
 
 // Every point, then each point's "relative_per_sample_throughput" (its samples/s
 // over the largest micro-batch's).
 std::vector<SweepPoint> run_microbatch_sweep(Device& dev, const MicroBatchSweep& sweep, uint64_t seed);
+
+// One recorded point measured again (the sweep's remeasure hook, for `headroom
+// validate`): the preset's configuration at the point's micro-batch; nullopt when
+// the point is not one this preset and device would run.
+std::optional<SweepPoint> remeasure_microbatch_point(RunContext& ctx, const SweepPoint& point);
 
 }  // namespace hr::props

@@ -1,13 +1,18 @@
 // Comparing a run against a baseline run: the verdict of `headroom validate` and
 // the table of `headroom compare`. Conformance is absolute (every measurement of
 // the run must pass); time and memory are relative to the baseline, per matching
-// sweep point (same sweep, backend, dtype, model and config), with thresholds
-// drawn from the noise both runs recorded so that noise is not called a regression.
+// sweep point (same sweep, backend, dtype, model and config); a property's check
+// power (the smallest error its caught controls showed) must not be lost or grow.
+// A step time is judged by a rank test over both runs' samples and a minimum
+// effect, and validate re-measures a point judged slower before calling it a
+// regression, so that a shared machine's drift is not called one.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,18 +21,29 @@
 namespace hr {
 
 struct CompareOptions {
-  // A time change within this fraction is "same" whatever the noise: below it no
-  // two runs on two machines are expected to agree.
+  // The minimum effect: a step-time change (of the median) within this fraction is
+  // "same" however significant; below it no two runs on two machines are expected
+  // to agree.
   double time_floor = 0.05;
   // Memory is deterministic: peaks agree within this fraction or differ.
   double memory_tolerance = 0.01;
+  // Significance level of the two-sided Mann-Whitney U test over both runs' step-time
+  // samples: a change beyond time_floor with p at or above this is "noisy".
+  double time_alpha = 0.01;
+  // A property's power (smallest error / bound over its caught controls) may grow up
+  // to this factor; beyond it the check only sees larger errors than it did.
+  double power_growth = 2.0;
 };
 
 // One compared quantity of one sweep point.
 struct CompareRow {
   std::string sweep, backend, dtype, model;
   nlohmann::json config = nlohmann::json::object();
-  std::string quantity;  // "step time" | "peak bytes" | "peak <consumer>" | "status"
+  // "step time" | "step cpu time" | "peak bytes" | "peak <consumer>" | "status" |
+  // "power". "step cpu time": a CPU-backend point judged on the process's CPU time
+  // per step (both runs recorded it); "power": sweep holds the property ID, config is
+  // empty, baseline / current are powers.
+  std::string quantity;
   double baseline = std::numeric_limits<double>::quiet_NaN();
   double current = std::numeric_limits<double>::quiet_NaN();
   double change = std::numeric_limits<double>::quiet_NaN();     // current / baseline - 1
@@ -35,6 +51,12 @@ struct CompareRow {
   // "same" | "better" | "regression" | "noisy" | "missing" | "new"
   std::string verdict;
   std::string note;
+  // Step time: the two-sided Mann-Whitney U p-value of the two runs' samples (NaN
+  // without samples), and validate's re-measurement of a point judged slower: its
+  // median and its change against the baseline (NaN when not re-measured).
+  double p_value = std::numeric_limits<double>::quiet_NaN();
+  double remeasured = std::numeric_limits<double>::quiet_NaN();
+  double remeasured_change = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct Comparison {
@@ -42,6 +64,7 @@ struct Comparison {
   std::vector<std::string> failures;  // each a reason the run is not fit
   std::vector<std::string> warnings;  // flags that do not decide the verdict
   int matched_points = 0, regressions = 0, improvements = 0, noisy = 0, missing = 0, added = 0;
+  int remeasured = 0, drifted = 0;  // step times re-measured; of them, not confirmed
   int conformance_failed = 0;
   bool same_device = true;
   CompareOptions options;
@@ -51,9 +74,54 @@ struct Comparison {
 // Per-run relative timing noise: max(rel_spread, 4 * mad / median). Both estimate
 // the width of the middle 80% of the samples ((p90 - p10) is ~2.6 sigma for a
 // normal; so is 4 * MAD); the larger guards against a spread taken from few reps.
+// Used only for files without samples (written before samples were recorded).
 double timing_noise(const TimeStats& t);
 
-Comparison compare_results(const Results& baseline, const Results& current, const CompareOptions& opt = {});
+// Two-sided Mann-Whitney U test of samples a against samples b (normal
+// approximation with tie and continuity corrections; samples are step times, so
+// ties are rare). u_a counts the pairs where a's sample is larger (ties count 1/2):
+// u_a / (n_a n_b) near 1 means a is slower.
+struct RankTest {
+  double u_a = 0;
+  double z = 0;
+  double p_two_sided = 1;
+};
+RankTest mann_whitney_u(const std::vector<double>& a, const std::vector<double>& b);
+
+// The step-time verdict of one point from both runs' time statistics. The samples
+// judged are the CPU-time samples when both runs have them (CPU backend: a shared
+// machine's other work stretches the wall clock, not the CPU time the step needs),
+// each divided by the reference work's CPU time after it when both runs have that
+// (the machine's own speed, which moves by +-20% on a shared 2-core VM, cancels);
+// otherwise the timer's (device time on a GPU):
+// - with samples in both: change = median ratio - 1; "regression" / "better" when
+//   |change| > time_floor and the rank test gives p < time_alpha; "noisy" when
+//   |change| > time_floor but p >= time_alpha (undecidable); "same" otherwise;
+// - without (older files): the noise threshold max(time_floor, sqrt(n_b^2 + n_c^2))
+//   of timing_noise, "noisy" when either spread is above kNoisyRelSpread.
+struct TimeJudgement {
+  std::string verdict;  // "same" | "better" | "regression" | "noisy"
+  bool cpu_time = false;               // judged on the CPU-time samples
+  bool relative_to_reference = false;  // ... each over the reference work's after it
+  // The medians judged, in seconds; relative to the reference: the median ratio
+  // times the baseline's median reference time (this run at the baseline's speed).
+  double baseline_s = 0, current_s = 0;
+  double change = std::numeric_limits<double>::quiet_NaN();
+  double threshold = std::numeric_limits<double>::quiet_NaN();
+  double p_value = std::numeric_limits<double>::quiet_NaN();
+  std::string note;
+};
+TimeJudgement judge_step_time(const TimeStats& baseline, const TimeStats& current, const CompareOptions& opt = {});
+
+// Measures a point of the current run again (validate: the registered sweep's
+// remeasure hook on the device under test); nullopt when it cannot.
+using Remeasure = std::function<std::optional<SweepPoint>(const SweepPoint&)>;
+
+// With remeasure, a step time judged a regression is measured again and judged
+// again against the baseline: a regression only when the re-measurement is one
+// too; otherwise "noisy" (the machine drifted between the measurements).
+Comparison compare_results(const Results& baseline, const Results& current, const CompareOptions& opt = {},
+                           const Remeasure& remeasure = {});
 
 // The comparison as plain text (table, flags, verdict) for stdout.
 std::string format_comparison_text(const Results& baseline, const Results& current, const Comparison& c);

@@ -169,6 +169,16 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
   t.rel_spread = opt_num(j, "rel_spread");
   auto it = j.find("noisy");
   t.noisy = it != j.end() && it->is_boolean() ? it->get<bool>() : t.rel_spread > kNoisyRelSpread;
+  // The samples, when recorded (files written before they were have only the summary).
+  auto samples = j.find("samples_s");
+  if (samples != j.end() && samples->is_array())
+    for (const auto& v : *samples) t.samples_s.push_back(json_to_double(v));
+  auto cpu_samples = j.find("cpu_samples_s");
+  if (cpu_samples != j.end() && cpu_samples->is_array())
+    for (const auto& v : *cpu_samples) t.cpu_samples_s.push_back(json_to_double(v));
+  auto ref_samples = j.find("ref_cpu_samples_s");
+  if (ref_samples != j.end() && ref_samples->is_array())
+    for (const auto& v : *ref_samples) t.ref_cpu_samples_s.push_back(json_to_double(v));
   return t;
 }
 

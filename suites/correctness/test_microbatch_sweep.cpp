@@ -63,6 +63,42 @@ TEST(MicroBatchSweepRegistry, RegisteredAsBmMb) {
   EXPECT_EQ(std::count_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-MB"; }), 1);
 }
 
+// validate re-measures a point judged slower through the registered hook: the same
+// configuration, timed again with the preset's repetitions (and, on the CPU, the
+// CPU time and the reference work beside each); nothing for a point of another
+// preset or sweep.
+TEST(MicroBatchSweepRegistry, RemeasuresOneRecordedPoint) {
+  auto dev = hr::make_device("cpu");
+  const auto& sweeps = hr::sweep_registry();
+  const auto spec = std::find_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-MB"; });
+  ASSERT_NE(spec, sweeps.end());
+  ASSERT_TRUE(spec->remeasure);
+  hr::RunContext ctx{*dev, hr::Preset::quick, 1234, {}};
+  const auto sweep = hr::props::microbatch_sweep_config(hr::Preset::quick, hr::BackendKind::cpu);
+  hr::StepConfig cfg = sweep.base;
+  cfg.micro_batch = 16;
+  hr::TimingOptions once;
+  once.warmup = 0;
+  once.min_reps = once.max_reps = 1;
+  const hr::SweepPoint recorded = hr::props::measure_microbatch_point(*dev, cfg, 1234, once);
+  const auto again = spec->remeasure(ctx, recorded);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->config, recorded.config);
+  EXPECT_EQ(again->status, "ok") << again->reason;
+  ASSERT_TRUE(again->time.has_value());
+  EXPECT_GE(again->time->reps, sweep.timing.min_reps);  // the preset's repetitions, not the recorded point's
+  EXPECT_LE(again->time->reps, sweep.timing.max_reps);
+  EXPECT_EQ(again->time->cpu_samples_s.size(), again->time->samples_s.size());
+  EXPECT_EQ(again->time->ref_cpu_samples_s.size(), again->time->samples_s.size());
+  EXPECT_EQ(again->metrics["blas_threads"], 1);
+  hr::SweepPoint other = recorded;
+  other.config["d_model"] = 999;
+  EXPECT_FALSE(spec->remeasure(ctx, other).has_value());
+  other = recorded;
+  other.config["micro_batch"] = 3;
+  EXPECT_FALSE(spec->remeasure(ctx, other).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(, MicroBatchSweep, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
                          hr::test::backend_param_name);
 

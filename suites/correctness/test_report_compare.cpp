@@ -1,18 +1,25 @@
 // Baseline comparison and the commands' exit codes: a matching pair is fit (0), a
 // regressed pair is not (1), a baseline of another schema is bad input (2); the
-// noise-aware time threshold, the memory tolerance, conformance failures, flags;
-// and `run` end to end on the CPU.
+// step-time decision rule (rank test, minimum effect, re-measurement) on synthetic
+// sample sets, the older noise threshold for files without samples, the memory
+// tolerance, check power, conformance failures, flags; and `run` end to end on the CPU.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 
+#include "harness/check.hpp"
 #include "harness/results/commands.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
+#include "harness/timing.hpp"
 
 namespace {
 
@@ -83,6 +90,371 @@ TEST(ReportCompare, ANoisyTimingIsFlaggedNotJudged) {
   EXPECT_TRUE(c.fit());
   EXPECT_EQ(c.noisy, 1);
   EXPECT_FALSE(c.warnings.empty());
+}
+
+// ---- The step-time decision rule on synthetic sample sets ----------------------------
+
+// n step times drawn around median_s with relative log-normal noise sigma, of which
+// drift_n are multiplied by drift (a shared machine's burst of other work).
+// Box-Muller over mt19937_64, so the sets are the same on every platform.
+std::vector<double> draw_times(uint64_t seed, int n, double median_s, double sigma, int drift_n = 0,
+                               double drift = 1) {
+  std::mt19937_64 gen(seed);
+  auto uniform = [&] { return (static_cast<double>(gen() >> 11) + 0.5) * 0x1.0p-53; };
+  std::vector<double> s;
+  for (int i = 0; i < n; ++i) {
+    const double z = std::sqrt(-2 * std::log(uniform())) * std::cos(2 * M_PI * uniform());
+    s.push_back(median_s * std::exp(sigma * z) * (i < drift_n ? drift : 1.0));
+  }
+  return s;
+}
+
+hr::Results with_samples(const std::vector<double>& samples_s) {
+  auto r = with_point(0.1, 0.01, 1000);
+  r.sweep_points[0].time = hr::summarize_times(samples_s);
+  return r;
+}
+
+// A remeasure hook that draws a fresh sample set, as validate's re-measurement would.
+hr::Remeasure remeasure_with(std::function<std::vector<double>()> draw, int* calls) {
+  return [draw, calls](const hr::SweepPoint& p) -> std::optional<hr::SweepPoint> {
+    ++*calls;
+    hr::SweepPoint again = p;
+    again.time = hr::summarize_times(draw());
+    return again;
+  };
+}
+
+TEST(ReportCompare, MannWhitneyUAgainstHandComputedValues) {
+  // Fully separated samples of 3: U = 0, p = erfc(4 / sqrt(5.25) / sqrt(2)) = 0.0809
+  // (continuity-corrected normal approximation, as scipy's method="asymptotic").
+  const auto t = hr::mann_whitney_u({1, 2, 3}, {4, 5, 6});
+  EXPECT_DOUBLE_EQ(t.u_a, 0);
+  EXPECT_NEAR(t.p_two_sided, 0.0809, 1e-4);
+  EXPECT_LT(t.z, 0);
+  EXPECT_NEAR(hr::mann_whitney_u({4, 5, 6}, {1, 2, 3}).p_two_sided, 0.0809, 1e-4);
+  // Ties: a = {1, 2, 2}, b = {2, 3}; U_a by counting pairs = 1 (two ties of 1/2);
+  // tie-corrected variance 6/12 * (6 - 24/20) = 2.4, p = erfc(1.5 / sqrt(2.4) / sqrt(2)).
+  const std::vector<double> a{1, 2, 2}, b{2, 3};
+  double pairs = 0;
+  for (double x : a)
+    for (double y : b) pairs += x > y ? 1.0 : x == y ? 0.5 : 0.0;
+  const auto tied = hr::mann_whitney_u(a, b);
+  EXPECT_DOUBLE_EQ(tied.u_a, pairs);
+  EXPECT_NEAR(tied.p_two_sided, 0.33292, 1e-4);
+  // Every sample equal: no evidence.
+  EXPECT_DOUBLE_EQ(hr::mann_whitney_u({1, 1, 1}, {1, 1}).p_two_sided, 1.0);
+  // 20 against 20 separated: far below any level used.
+  EXPECT_LT(hr::mann_whitney_u(draw_times(1, 20, 0.2, 0.03), draw_times(2, 20, 0.1, 0.03)).p_two_sided, 1e-6);
+}
+
+TEST(ReportCompare, FewSamplesShiftedByAThirdAreUndecidableNotARegression) {
+  // The shared 2-core machine's case: three samples a run, this run's 30% slower.
+  // The old rule (a threshold from each run's own small spread) called it a
+  // regression; three samples cannot decide it (the smallest two-sided p of 3 vs 3
+  // is 0.08), so it is noisy.
+  const std::vector<double> base{0.100, 0.101, 0.102}, cur{0.130, 0.131, 0.132};
+  const auto c = hr::compare_results(with_samples(base), with_samples(cur));
+  ASSERT_NE(row(c, "step time"), nullptr);
+  EXPECT_EQ(row(c, "step time")->verdict, "noisy") << row(c, "step time")->note;
+  EXPECT_TRUE(c.fit());
+  EXPECT_EQ(c.noisy, 1);
+  // The same statistics without their samples fall back to the older rule, which
+  // calls it a regression: the rank test is what changed the verdict.
+  auto old_b = with_samples(base), old_c = with_samples(cur);
+  old_b.sweep_points[0].time->samples_s.clear();
+  old_c.sweep_points[0].time->samples_s.clear();
+  EXPECT_EQ(row(hr::compare_results(old_b, old_c), "step time")->verdict, "regression");
+}
+
+TEST(ReportCompare, DriftInAMinorityOfSamplesIsNotARegression) {
+  // 7 of this run's 20 samples 30% slower (other work on the machine), at 3% noise;
+  // the baseline had 2 such of its own. The median barely moves and the ranks
+  // overlap: mostly the same; the few draws judged slower at first (the median up
+  // just past the 5% minimum effect) are not confirmed by a re-measurement with
+  // drift of its own. Never a regression, over 200 draws.
+  int regressions = 0, same = 0, suspected = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const auto base = with_samples(draw_times(seed, 20, 0.1, 0.03, 2, 1.3));
+    const auto cur = with_samples(draw_times(seed + 1000, 20, 0.1, 0.03, 7, 1.3));
+    const auto first = hr::compare_results(base, cur);
+    suspected += row(first, "step time")->verdict == "regression";
+    same += row(first, "step time")->verdict == "same";
+    int calls = 0;
+    const auto c = hr::compare_results(
+        base, cur, {}, remeasure_with([&] { return draw_times(seed + 2000, 20, 0.1, 0.03, 7, 1.3); }, &calls));
+    regressions += row(c, "step time")->verdict == "regression";
+  }
+  EXPECT_EQ(regressions, 0);
+  EXPECT_LE(suspected, 4);  // the rank test alone lets through ~1%
+  EXPECT_GT(same, 150);     // mostly judged, not waved through as noisy
+}
+
+TEST(ReportCompare, TwoNoisyRunsOfTheSameSpeedAreNotARegression) {
+  // Both runs with 25% log-normal noise and the same median: the medians of 10
+  // samples differ by chance, often beyond the 5% minimum effect; with validate's
+  // re-measurement (a fresh draw of the same speed) none is called a regression.
+  int regressions = 0, suspected = 0, remeasured = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const auto base = with_samples(draw_times(seed, 10, 0.1, 0.25));
+    const auto cur = with_samples(draw_times(seed + 1000, 10, 0.1, 0.25));
+    suspected += row(hr::compare_results(base, cur), "step time")->verdict == "regression";
+    int calls = 0;
+    uint64_t again = seed + 2000;
+    const auto c = hr::compare_results(base, cur, {}, remeasure_with([&] { return draw_times(again++, 10, 0.1, 0.25); }, &calls));
+    regressions += row(c, "step time")->verdict == "regression";
+    remeasured += calls;
+  }
+  EXPECT_EQ(regressions, 0);
+  EXPECT_EQ(remeasured, suspected);  // only the suspected points are measured again
+}
+
+TEST(ReportCompare, ACleanTwofoldSlowdownIsARegression) {
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    const auto base = with_samples(draw_times(seed, 10, 0.1, 0.03));
+    const auto cur = with_samples(draw_times(seed + 1000, 10, 0.2, 0.03));
+    // From files (no re-measurement possible): the rank test and the effect decide.
+    const auto files = hr::compare_results(base, cur);
+    EXPECT_EQ(row(files, "step time")->verdict, "regression");
+    EXPECT_LT(row(files, "step time")->p_value, 1e-3);
+    // In validate: re-measured, still twice as slow, confirmed.
+    int calls = 0;
+    const auto c = hr::compare_results(base, cur, {},
+                                       remeasure_with([&] { return draw_times(seed + 2000, 10, 0.2, 0.03); }, &calls));
+    EXPECT_EQ(calls, 1);
+    ASSERT_EQ(row(c, "step time")->verdict, "regression") << row(c, "step time")->note;
+    EXPECT_NEAR(row(c, "step time")->remeasured_change, 1.0, 0.1);
+    EXPECT_FALSE(c.fit());
+    ASSERT_EQ(c.failures.size(), 1u);
+    EXPECT_NE(c.failures[0].find("micro_batch=4"), std::string::npos) << c.failures[0];
+    EXPECT_NE(c.failures[0].find("confirmed on re-measurement"), std::string::npos) << c.failures[0];
+  }
+}
+
+TEST(ReportCompare, ASlowdownTheReMeasurementDoesNotConfirmIsNoisy) {
+  // The run was 40% slower for all its samples (the machine was busy), the
+  // re-measurement is back at the baseline's speed: the machine drifted.
+  const auto base = with_samples(draw_times(1, 10, 0.1, 0.03));
+  const auto cur = with_samples(draw_times(2, 10, 0.14, 0.03));
+  int calls = 0;
+  const auto c = hr::compare_results(base, cur, {}, remeasure_with([] { return draw_times(3, 10, 0.1, 0.03); }, &calls));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(row(c, "step time")->verdict, "noisy");
+  EXPECT_NE(row(c, "step time")->note.find("drifted"), std::string::npos) << row(c, "step time")->note;
+  EXPECT_TRUE(c.fit());
+  EXPECT_EQ(c.remeasured, 1);
+  EXPECT_EQ(c.drifted, 1);
+  std::string all;
+  for (const auto& w : c.warnings) all += w + "\n";
+  EXPECT_NE(all.find("did not stay slower on re-measurement"), std::string::npos) << all;
+  // A hook that cannot re-measure leaves the first judgement, and says so.
+  const auto none = hr::compare_results(base, cur, {}, [](const hr::SweepPoint&) { return std::nullopt; });
+  EXPECT_EQ(row(none, "step time")->verdict, "regression");
+  EXPECT_NE(row(none, "step time")->note.find("not re-measured"), std::string::npos);
+}
+
+TEST(ReportCompare, ASmallSignificantChangeIsTheSameAndFasterIsBetter) {
+  // 3% slower with 1% noise: significant, but within the 5% minimum effect.
+  const auto small = hr::compare_results(with_samples(draw_times(1, 20, 0.100, 0.01)),
+                                         with_samples(draw_times(2, 20, 0.103, 0.01)));
+  EXPECT_LT(row(small, "step time")->p_value, 0.01);
+  EXPECT_EQ(row(small, "step time")->verdict, "same");
+  const auto faster = hr::compare_results(with_samples(draw_times(1, 10, 0.1, 0.03)),
+                                          with_samples(draw_times(2, 10, 0.07, 0.03)));
+  EXPECT_EQ(row(faster, "step time")->verdict, "better");
+  EXPECT_TRUE(faster.fit());
+}
+
+TEST(ReportCompare, OnTheCpuTheCpuTimeIsJudged) {
+  // A CPU point: the wall clock twice as long (the machine busy with other work),
+  // the CPU time per step unchanged: the same. The CPU time doubled: a regression.
+  auto cpu_point = [](uint64_t seed, double wall_s, double cpu_s) {
+    auto r = with_samples(draw_times(seed, 10, wall_s, 0.2));
+    r.sweep_points[0].time->cpu_samples_s = draw_times(seed + 500, 10, cpu_s, 0.03);
+    return r;
+  };
+  const auto busy = hr::compare_results(cpu_point(1, 0.1, 0.05), cpu_point(2, 0.2, 0.05));
+  ASSERT_NE(row(busy, "step cpu time"), nullptr);
+  EXPECT_EQ(row(busy, "step time"), nullptr);
+  EXPECT_EQ(row(busy, "step cpu time")->verdict, "same");
+  EXPECT_NEAR(row(busy, "step cpu time")->baseline, 0.05, 0.005);
+  EXPECT_TRUE(busy.fit());
+  const auto slower = hr::compare_results(cpu_point(1, 0.1, 0.05), cpu_point(2, 0.1, 0.1));
+  EXPECT_EQ(row(slower, "step cpu time")->verdict, "regression");
+  EXPECT_NE(slower.failures[0].find("CPU-time samples"), std::string::npos) << slower.failures[0];
+  const std::string text = hr::format_comparison_text(cpu_point(1, 0.1, 0.05), cpu_point(2, 0.1, 0.1), slower);
+  EXPECT_NE(text.find(" ms cpu ("), std::string::npos) << text;
+  // Only one run with CPU time (an older file): the wall-clock samples are judged.
+  auto old = cpu_point(1, 0.1, 0.05);
+  old.sweep_points[0].time->cpu_samples_s.clear();
+  EXPECT_NE(row(hr::compare_results(old, cpu_point(2, 0.1, 0.05)), "step time"), nullptr);
+}
+
+TEST(ReportCompare, OnTheCpuStepsAreJudgedRelativeToTheReferenceWork) {
+  // Each repetition sees the machine at some speed (10% log-normal, times machine):
+  // the step's CPU time (work_s, 2% noise of its own) and the reference work's right
+  // after it (8 ms) both scale with it.
+  auto point = [](uint64_t seed, double work_s, double machine) {
+    const auto speed = draw_times(seed, 10, machine, 0.10);
+    const auto step_noise = draw_times(seed + 500, 10, 1.0, 0.02), ref_noise = draw_times(seed + 700, 10, 1.0, 0.02);
+    auto r = with_samples(draw_times(seed + 900, 10, 1.5 * work_s * machine, 0.2));
+    auto& t = *r.sweep_points[0].time;
+    for (int i = 0; i < 10; ++i) {
+      t.cpu_samples_s.push_back(work_s * speed[i] * step_noise[i]);
+      t.ref_cpu_samples_s.push_back(0.008 * speed[i] * ref_noise[i]);
+    }
+    return r;
+  };
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    // The machine 30% slower during this run (a busy sibling hyperthread), the same
+    // work: the same, where the CPU time alone calls it a regression.
+    const auto busy = hr::compare_results(point(seed, 0.1, 1.0), point(seed + 1000, 0.1, 1.3));
+    EXPECT_EQ(row(busy, "step cpu time")->verdict, "same") << row(busy, "step cpu time")->note;
+    EXPECT_NEAR(row(busy, "step cpu time")->current, 0.1, 0.01);  // at the baseline's speed
+    auto without = point(seed + 1000, 0.1, 1.3);
+    without.sweep_points[0].time->ref_cpu_samples_s.clear();
+    EXPECT_EQ(row(hr::compare_results(point(seed, 0.1, 1.0), without), "step cpu time")->verdict, "regression");
+    // Twice the work, on a machine twice as fast: the CPU time is unchanged, the
+    // step relative to the reference doubled: a regression.
+    const auto hidden = hr::compare_results(point(seed, 0.1, 1.0), point(seed + 1000, 0.2, 0.5));
+    EXPECT_EQ(row(hidden, "step cpu time")->verdict, "regression");
+    EXPECT_NE(hidden.failures[0].find("relative to the reference work"), std::string::npos) << hidden.failures[0];
+  }
+}
+
+TEST(ReportCompare, TheReferenceWorkIsRecordedOnRequest) {
+  auto dev = hr::make_device("cpu");
+  std::mt19937 gen(11);
+  std::vector<float> x(4096);
+  auto region = [&] {
+    for (auto& v : x) v = v * 0.5f + static_cast<float>(gen() % 7);
+  };
+  hr::TimingOptions opt;
+  opt.warmup = 0;
+  opt.min_reps = opt.max_reps = 5;
+  EXPECT_TRUE(hr::time_region(*dev, region, opt).ref_cpu_samples_s.empty());
+  opt.reference_work = true;
+  const auto t = hr::time_region(*dev, region, opt);
+  ASSERT_EQ(t.ref_cpu_samples_s.size(), 5u);
+  for (double s : t.ref_cpu_samples_s) EXPECT_GT(s, 0);
+}
+
+TEST(ReportCompare, SamplesSurviveResultsJson) {
+  auto r = with_samples({0.1, 0.11, 0.12});
+  r.sweep_points[0].time->cpu_samples_s = {0.05, 0.06, 0.07};
+  r.sweep_points[0].time->ref_cpu_samples_s = {0.008, 0.009, 0.007};
+  const auto back = hr::results_from_json(hr::results_to_json(r));
+  ASSERT_TRUE(back.sweep_points[0].time.has_value());
+  EXPECT_EQ(back.sweep_points[0].time->samples_s, (std::vector<double>{0.1, 0.11, 0.12}));
+  EXPECT_EQ(back.sweep_points[0].time->cpu_samples_s, (std::vector<double>{0.05, 0.06, 0.07}));
+  EXPECT_EQ(back.sweep_points[0].time->ref_cpu_samples_s, (std::vector<double>{0.008, 0.009, 0.007}));
+}
+
+// ---- Fault injection ----------------------------------------------------------------
+
+TEST(ReportCompare, InjectedSlowdownNamesItsPoints) {
+  const nlohmann::json mb4{{"micro_batch", 4}, {"accum_steps", 8}, {"optimizer", "adamw"}};
+  const nlohmann::json mb8{{"micro_batch", 8}, {"accum_steps", 4}, {"optimizer", "adamw"}};
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:micro_batch=4:2", "BM-MB", mb4), 2.0);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:micro_batch=4:2", "BM-MB", mb8), 1.0);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:micro_batch=4:2", "BM-SEQ", mb4), 1.0);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:1.5", "BM-MB", mb8), 1.5);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:micro_batch=4,optimizer=adamw:3;BM-MB:2.5", "BM-MB", mb4), 3.0);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("BM-MB:micro_batch=4,optimizer=adamw:3;BM-MB:2.5", "BM-MB", mb8), 2.5);
+  EXPECT_DOUBLE_EQ(hr::injected_slowdown("", "BM-MB", mb4), 1.0);
+  EXPECT_THROW(hr::injected_slowdown("BM-MB:micro_batch=4:fast", "BM-MB", mb4), hr::InvalidArgument);
+  EXPECT_THROW(hr::injected_slowdown("BM-MB:micro_batch=4:0.5", "BM-MB", mb4), hr::InvalidArgument);
+  EXPECT_THROW(hr::injected_slowdown("BM-MB", "BM-MB", mb4), hr::InvalidArgument);
+  EXPECT_THROW(hr::injected_slowdown("BM-MB:micro_batch:2", "BM-MB", mb4), hr::InvalidArgument);
+}
+
+TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
+  // A region that waits 3-5 ms (random, non-zero): the factor multiplies each
+  // repetition's own time (2 = the region twice; 1.5 = once plus half its time).
+  auto dev = hr::make_device("cpu");
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<int> us(3000, 5000);
+  auto region = [&] { std::this_thread::sleep_for(std::chrono::microseconds(us(gen))); };
+  hr::TimingOptions opt;
+  opt.warmup = 0;
+  opt.min_reps = opt.max_reps = 8;
+  const double plain = hr::time_region(*dev, region, opt).median_s;
+  opt.injected_slowdown = 2.0;
+  const double twice = hr::time_region(*dev, region, opt).median_s;
+  opt.injected_slowdown = 1.5;
+  const hr::TimeStats half = hr::time_region(*dev, region, opt);
+  const double half_more = half.median_s;
+  EXPECT_GT(twice / plain, 1.6);
+  EXPECT_GT(half_more / plain, 1.25);
+  EXPECT_LT(half_more / twice, 0.95);
+  // The CPU time of each repetition is kept; the fractional wait spins, so the
+  // sleeping region's CPU time grows by about half its wall time.
+  ASSERT_EQ(half.cpu_samples_s.size(), 8u);
+  EXPECT_GT(hr::summarize_times(half.cpu_samples_s).median_s, 0.3 * plain);
+  opt.injected_slowdown = 0.5;
+  EXPECT_THROW(hr::time_region(*dev, region, opt), hr::InvalidArgument);
+}
+
+// ---- Check power ----------------------------------------------------------------------
+
+// A property group GA-1 cuda fp32 mlp: a check, and controls caught with these powers
+// (gross first, then subtle); a NaN power is a control that was not caught.
+hr::Results with_controls(std::vector<double> powers) {
+  auto r = with_point(0.1, 0.01, 1000);
+  auto tag = [](hr::Measurement m) {
+    m.backend = "cuda", m.dtype = "fp32", m.model = "mlp";
+    return m;
+  };
+  r.measurements = {tag(hr::make_check("GA-1", "accumulated gradient", 3e-7, 1e-5))};
+  for (size_t i = 0; i < powers.size(); ++i) {
+    const double err = std::isnan(powers[i]) ? 0.5e-5 : powers[i] * 1e-5;
+    r.measurements.push_back(tag(i == 0 ? hr::make_negative_control("GA-1", "no division by K", err, 1e-5)
+                                        : hr::make_subtle_control("GA-1", "divide by K+1", err, 1e-5)));
+  }
+  hr::compute_totals(r);
+  return r;
+}
+
+TEST(ReportCompare, CheckPowerIsTheSmallestCaughtControlAndMayNotBeLost) {
+  const auto base = with_controls({4000, 3.0});  // power 3: the subtle control
+  const auto same = hr::compare_results(base, with_controls({3500, 4.5}));
+  ASSERT_NE(row(same, "power"), nullptr);
+  EXPECT_EQ(row(same, "power")->verdict, "same");
+  EXPECT_DOUBLE_EQ(row(same, "power")->baseline, 3.0);
+  EXPECT_DOUBLE_EQ(row(same, "power")->current, 4.5);
+  EXPECT_TRUE(same.fit());
+  // The subtle control gone: power 4000, more than twice 3: the check only sees
+  // gross errors now.
+  const auto grew = hr::compare_results(base, with_controls({4000}));
+  EXPECT_EQ(row(grew, "power")->verdict, "regression");
+  EXPECT_FALSE(grew.fit());
+  ASSERT_EQ(grew.failures.size(), 1u);
+  EXPECT_NE(grew.failures[0].find("GA-1 cuda fp32 mlp"), std::string::npos) << grew.failures[0];
+  EXPECT_NE(grew.failures[0].find("only sees errors"), std::string::npos) << grew.failures[0];
+  // Just over twice: a regression; just under: the same.
+  EXPECT_EQ(row(hr::compare_results(base, with_controls({4000, 6.3})), "power")->verdict, "regression");
+  EXPECT_EQ(row(hr::compare_results(base, with_controls({4000, 5.7})), "power")->verdict, "same");
+  // No control left with a power (none run, or not caught): lost.
+  const auto lost = hr::compare_results(base, with_controls({}));
+  EXPECT_EQ(row(lost, "power")->verdict, "regression");
+  EXPECT_NE(row(lost, "power")->note.find("power lost"), std::string::npos);
+  EXPECT_FALSE(lost.fit());
+  EXPECT_EQ(row(hr::compare_results(base, with_controls({NAN, NAN})), "power")->verdict, "regression");
+  // A smaller power is better; a power the baseline lacked is new; neither decides.
+  EXPECT_EQ(row(hr::compare_results(base, with_controls({4000, 1.2})), "power")->verdict, "better");
+  const auto added = hr::compare_results(with_controls({}), base);
+  EXPECT_EQ(row(added, "power")->verdict, "new");
+  EXPECT_TRUE(added.fit());
+  // The property not in this run at all is a missing measurement (a warning), not lost power.
+  auto absent = base;
+  absent.measurements = {hr::make_check("CK-1", "other", 0, 0)};
+  const auto c = hr::compare_results(base, absent);
+  EXPECT_EQ(row(c, "power"), nullptr);
+  EXPECT_TRUE(c.fit());
+  // The text table prints it like the other rows.
+  const std::string text = hr::format_comparison_text(base, with_controls({4000}), grew);
+  EXPECT_NE(text.find("GA-1 cuda fp32 mlp"), std::string::npos) << text;
+  EXPECT_NE(text.find("check power 3x -> 4000x"), std::string::npos) << text;
 }
 
 TEST(ReportCompare, MemoryIsComparedWithinOnePercent) {

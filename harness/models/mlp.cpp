@@ -3,6 +3,7 @@
 // activation gradients are workspace and released as soon as used.
 #include "harness/models/mlp.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "harness/check.hpp"
@@ -16,6 +17,19 @@
 #include "kernels/mse/mse.hpp"
 
 namespace hr {
+namespace {
+
+// Fault (MlpConfig::fault_ln_batch_leak): h <- (1 - a) h + a * (h's mean row), so
+// what LayerNorm then normalises per row depends on the other rows of the batch.
+void leak_batch_mean(Tensor& h, float a) {
+  Tensor mean_row = Tensor::zeros(h.device(), {h.dim(1)}, DType::f32, Consumer::workspace);
+  ops::bias_grad(h, mean_row);  // column sums
+  ops::scale(mean_row, a / static_cast<float>(h.dim(0)), mean_row);
+  ops::scale(h, 1.f - a, h);
+  ops::add_bias(h, mean_row);
+}
+
+}  // namespace
 
 struct MlpModel::State final : BlockState {
   Tensor x;             // block input [N, in]
@@ -91,6 +105,7 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
   ops::linear_forward(x, P(w_[l]).compute, P(b_[l]).compute, st->h);
   Tensor gelu_in = st->h;
   if (cfg_.norm == NormKind::layernorm) {
+    if (cfg_.fault_ln_batch_leak != 0.f) leak_batch_mean(st->h, cfg_.fault_ln_batch_leak);
     st->n = Tensor::empty(dev, {N, W}, dtype_, a);
     st->mean = Tensor::empty(dev, {N}, DType::f32, stats_c);
     st->rstd = Tensor::empty(dev, {N}, DType::f32, stats_c);
@@ -99,6 +114,20 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
     gelu_in = st->n;
   } else if (cfg_.norm == NormKind::batchnorm) {
     const int64_t vb = virtual_batch(N), chunks = N / vb;
+    if (chunks > 1 && cfg_.fault_ghost_bn_neighbour_leak != 0.f) {
+      // Fault: virtual batch c normalises h_c + leak (h_{c+1} - h_c) (the last wraps to 0).
+      // The difference is formed in fp32, so the mix rounds once into the compute dtype.
+      Tensor mixed = st->h.clone(a);
+      Tensor diff = Tensor::empty(dev, {vb, W}, DType::f32, Consumer::workspace);
+      for (int64_t c = 0; c < chunks; ++c) {
+        Tensor m_c = mixed.slice(c * vb, (c + 1) * vb);
+        const int64_t next = (c + 1) % chunks;
+        ops::cast(st->h.slice(next * vb, (next + 1) * vb), diff);
+        ops::axpy(-1.f, st->h.slice(c * vb, (c + 1) * vb), diff);
+        ops::axpy(cfg_.fault_ghost_bn_neighbour_leak, diff, m_c);
+      }
+      st->h = mixed;
+    }
     st->n = Tensor::empty(dev, {N, W}, dtype_, a);
     st->mean = Tensor::empty(dev, {chunks, W}, DType::f32, stats_c);
     st->rstd = Tensor::empty(dev, {chunks, W}, DType::f32, stats_c);
@@ -112,6 +141,13 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
              r_c = st->rstd.slice(c, c + 1).reshape({W});
       ops::batchnorm_forward_train(st->h.slice(c * vb, (c + 1) * vb), P(gamma_[l]).compute, P(beta_[l]).compute,
                                    cfg_.norm_eps, cfg_.bn_momentum, rm, rv, n_c, m_c, r_c);
+    }
+    // Fault (MlpConfig::fault_bn_recompute_channels): the recompute's update of the
+    // first channels reaches the real running statistics.
+    const int64_t touched = std::min(W, cfg_.fault_bn_recompute_channels);
+    if (recompute && update_stats_ && !update && touched > 0) {
+      running_mean_[l].slice(0, touched).copy_from(rm.slice(0, touched));
+      running_var_[l].slice(0, touched).copy_from(rv.slice(0, touched));
     }
     gelu_in = st->n;
   }

@@ -46,6 +46,18 @@ struct MlpConfig {
   // Ghost batch norm: statistics over virtual batches of this many rows inside a
   // micro-batch (0 = the whole micro-batch). BN-2's positive control.
   int64_t bn_virtual_batch = 0;
+  // Faults injected on purpose for the BN properties' subtle negative controls
+  // (PROPERTIES.md POWER); zero in a correct model.
+  // BN-1: every row entering LayerNorm is mixed with this fraction of the batch's
+  // mean row, a per-sample norm that leaks across the batch.
+  float fault_ln_batch_leak = 0.f;
+  // BN-2: ghost BatchNorm's virtual batch c normalises its rows mixed with this
+  // fraction of the next virtual batch's rows (its statistics take in a neighbour).
+  float fault_ghost_bn_neighbour_leak = 0.f;
+  // BN-3: a checkpoint recompute updates the running statistics of this many
+  // channels (the first) of every BatchNorm again (checkpoint.update_bn_stats_on_recompute:
+  // all of them).
+  int64_t fault_bn_recompute_channels = 0;
 };
 
 // Decoder-only transformer (GPT-2 shape, pre-LayerNorm). Per block:

@@ -84,9 +84,9 @@ constexpr const char* kDropoutNote =
     "the masks would differ from the full batch's by construction";
 
 // GA-1's subtle control: gradients accumulated in a 16-bit buffer, the fault fp32
-// accumulation exists to avoid. fp32 compute takes an fp16 buffer, 16-bit compute a
-// buffer of its own dtype (tol::kGradAccumSubtleBuffer says why and at which K).
-DType subtle_buffer_dtype(DType compute) { return compute == DType::f32 ? DType::f16 : compute; }
+// accumulation exists to avoid. fp32 compute takes an fp16 buffer, fp16 compute a
+// bf16 one, bf16 compute its own (tol::kGradAccumSubtleBuffer says why and at which K).
+DType subtle_buffer_dtype(DType compute) { return compute == DType::f32 ? DType::f16 : DType::bf16; }
 
 StepConfig with_buffer(StepConfig c, DType buffer) {
   c.precision.grad_accum = buffer;

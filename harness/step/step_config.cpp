@@ -107,6 +107,12 @@ void validate(const StepConfig& c) {
                    c.micro_batch);
       HR_ARG_CHECK(vb >= 2, "mlp.bn_virtual_batch: BatchNorm needs at least 2 rows per (virtual) batch, got {}", vb);
     }
+    HR_ARG_CHECK(m.fault_ln_batch_leak >= 0.f && m.fault_ln_batch_leak <= 1.f,
+                 "mlp.fault_ln_batch_leak: a fraction in [0, 1], got {}", m.fault_ln_batch_leak);
+    HR_ARG_CHECK(m.fault_ghost_bn_neighbour_leak >= 0.f && m.fault_ghost_bn_neighbour_leak <= 1.f,
+                 "mlp.fault_ghost_bn_neighbour_leak: a fraction in [0, 1], got {}", m.fault_ghost_bn_neighbour_leak);
+    HR_ARG_CHECK(m.fault_bn_recompute_channels >= 0, "mlp.fault_bn_recompute_channels: must be >= 0, got {}",
+                 m.fault_bn_recompute_channels);
   } else {
     const TransformerConfig& t = c.transformer;
     check_positive(t.vocab, "transformer.vocab");
@@ -156,6 +162,11 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                 {"norm", norm_kind_name(m.norm)}, {"task", mlp_task_name(m.task)},
                 {"dropout", m.dropout},     {"norm_eps", m.norm_eps},
                 {"bn_momentum", m.bn_momentum}, {"bn_virtual_batch", m.bn_virtual_batch}};
+    // Injected faults (negative controls) only when set, so a correct configuration reads as before.
+    if (m.fault_ln_batch_leak != 0.f) j["mlp"]["fault_ln_batch_leak"] = m.fault_ln_batch_leak;
+    if (m.fault_ghost_bn_neighbour_leak != 0.f)
+      j["mlp"]["fault_ghost_bn_neighbour_leak"] = m.fault_ghost_bn_neighbour_leak;
+    if (m.fault_bn_recompute_channels != 0) j["mlp"]["fault_bn_recompute_channels"] = m.fault_bn_recompute_channels;
   } else {
     const TransformerConfig& t = c.transformer;
     j["transformer"] = {{"vocab", t.vocab},
@@ -247,6 +258,9 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(m, "norm_eps", c.mlp.norm_eps, "mlp.");
     get(m, "bn_momentum", c.mlp.bn_momentum, "mlp.");
     get(m, "bn_virtual_batch", c.mlp.bn_virtual_batch, "mlp.");
+    get(m, "fault_ln_batch_leak", c.mlp.fault_ln_batch_leak, "mlp.");
+    get(m, "fault_ghost_bn_neighbour_leak", c.mlp.fault_ghost_bn_neighbour_leak, "mlp.");
+    get(m, "fault_bn_recompute_channels", c.mlp.fault_bn_recompute_channels, "mlp.");
   }
   if (j.contains("transformer")) {
     const auto& t = j["transformer"];

@@ -15,10 +15,10 @@
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/matmul/matmul.hpp"
+#include "suites/bench/bench_support.hpp"
 
 #if HEADROOM_HAVE_CUDA
 #include "harness/cuda_check.cuh"
-#include "suites/bench/bench_support.hpp"
 #endif
 
 namespace hr {

@@ -72,7 +72,7 @@ const std::map<std::string, std::string> kGpuOnly = {
 
 // Properties whose subtle control is still to come. The test fails when one of
 // them gains a subtle control (shrink the list) and when any other lacks one.
-const std::set<std::string> kSubtleControlPending = {"BN-1", "BN-2", "BN-3"};
+const std::set<std::string> kSubtleControlPending = {};
 
 TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);

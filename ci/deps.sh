@@ -2,8 +2,10 @@
 # with are present. As root it installs what is missing; otherwise it prints the
 # exact install line and stops. The CUDA toolkit is optional (it is not a Debian
 # package of the version headroom targets); without nvcc the build is CPU-only.
+# libgfortran-12-dev: the static Fortran runtime that OpenBLAS's static library
+# needs (HEADROOM_PORTABLE, see CMakeLists.txt).
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev)
+  libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev)
 HEADROOM_DEBS_TEST=(chromium python3)
 
 headroom_install_deps() {

@@ -73,6 +73,12 @@ class Device {
   virtual void* cuda_stream() const { return nullptr; }
   virtual void* cublas_handle() const { return nullptr; }
 
+  // Evicts what the device caches between timed samples, so that a sample reads its
+  // operands from memory and not from a cache the previous sample warmed (nvbench's
+  // practice; the H200's 60 MB L2 holds many benchmark operands whole). CUDA: writes
+  // a buffer of twice the L2 size on the stream; the CPU: nothing.
+  virtual void flush_caches() {}
+
   // The stream-ordered pool's own high-water mark of used bytes (CUDA), for the
   // MEM-3 cross-check against the tracker; nullopt on the CPU.
   virtual std::optional<size_t> pool_used_high_bytes() { return std::nullopt; }

@@ -111,6 +111,14 @@ SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t
                             {"seq_len", cfg.seq_len},
                             {"d_model", cfg.transformer.d_model},
                             {"layers", cfg.transformer.layers},
+                            // The rest of the model, so that a peer (ci/peer/torch_step.py)
+                            // can build the same one from the point alone.
+                            {"vocab", cfg.transformer.vocab},
+                            {"heads", cfg.transformer.heads},
+                            {"max_positions", cfg.transformer.max_positions},
+                            {"mlp_ratio", cfg.transformer.mlp_ratio},
+                            {"dropout", cfg.transformer.dropout},
+                            {"attention", cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
                             {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}};
   TimingOptions timed = timing;
   timed.injected_slowdown = injected_slowdown(p.sweep, p.config);

@@ -1,123 +1,29 @@
-// Memory-efficient attention and the head moves on the GPU. Forward: one block per
-// (b*h, tile of kRows query rows), one thread per query row; K and V pass through
-// shared memory kChunk keys at a time (fp32, zero-padded to the head-dim bucket
-// kD), the online softmax state lives in registers. Backward (FlashAttention-2):
-// D_i = rowsum(dO * O), then one kernel computes dQ per query tile and another dK,
-// dV per key tile, each thread owning its row: deterministic, no atomics.
+// Memory-efficient attention on the GPU: the dispatch by dtype and head-dim bucket,
+// D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
+// themselves (attention_kernels.cuh) are compiled per bucket in their own files.
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "harness/cuda_check.cuh"
 #include "kernels/attention/attention_cuda.hpp"
+#include "kernels/attention/attention_launch.hpp"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/float16.hpp"
-#include "kernels/softmax/softmax_math.hpp"
 
 namespace hr::ops::cuda {
 namespace {
 
-constexpr int kRows = 64;   // rows per block, one per thread
-constexpr int kChunk = 32;  // rows of the other operand staged in shared memory per step
-
-struct MaskArgs {
-  bool causal;
-  const int32_t* kv_len;  // [B] or nullptr
-  const int32_t* seg;     // [B, T] or nullptr
-};
+using attn_kernels::kRows;
+using attn_kernels::Launch;
+using attn_kernels::MaskArgs;
+using attn_kernels::backward_launch;
+using attn_kernels::forward_launch;
 
 MaskArgs mask_args(const AttnMask& m) {
   return MaskArgs{m.causal, m.key_valid_len.defined() ? m.key_valid_len.data_as<int32_t>() : nullptr,
                   m.segment_ids.defined() ? m.segment_ids.data_as<int32_t>() : nullptr};
-}
-
-__device__ sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
-  return sm::RowMask{m.causal, t, m.kv_len ? m.kv_len[b] : INT32_MAX, m.seg ? m.seg + static_cast<int64_t>(b) * T
-                                                                             : nullptr};
-}
-
-// Rows [r0, r0 + kChunk) of a [T, D] matrix into shared memory as fp32, zero-padded
-// past T and past D (so dot products over kD need no bounds).
-template <typename S, int kD>
-__device__ void stage_rows(const S* src, int r0, int T, int D, float (*dst)[kD]) {
-  for (int i = threadIdx.x; i < kChunk * kD; i += blockDim.x) {
-    const int r = i / kD, c = i % kD, row = r0 + r;
-    dst[r][c] = (row < T && c < D) ? to_float(src[static_cast<int64_t>(row) * D + c]) : 0.f;
-  }
-}
-
-template <typename S, int kD>
-__device__ void load_row(const S* src, bool active, int D, float (&dst)[kD]) {
-#pragma unroll
-  for (int d = 0; d < kD; ++d) dst[d] = (active && d < D) ? to_float(src[d]) : 0.f;
-}
-
-template <int kD>
-__device__ float dot_row(const float (&a)[kD], const float* b) {
-  float s = 0.f;
-#pragma unroll
-  for (int d = 0; d < kD; ++d) s += a[d] * b[d];
-  return s;
-}
-
-template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
-    mem_efficient_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
-                                 MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ out,
-                                 float* __restrict__ lse) {
-  __shared__ float ks[kChunk][kD];
-  __shared__ float vs[kChunk][kD];
-  const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
-  const bool active = t < T;
-  const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float qr[kD], acc[kD];
-  load_row<S, kD>(q + base + static_cast<int64_t>(t) * D, active, D, qr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) acc[d] = 0.f;
-  const sm::RowMask rm = row_mask(mask, b, t, T);
-  float m = -INFINITY, l = 0.f;
-  const int t_last = min(T, t0 + kRows) - 1;  // a causal block sees no key past its last row
-  for (int s0 = 0; s0 < T; s0 += kChunk) {
-    if (mask.causal && s0 > t_last) break;  // uniform across the block
-    __syncthreads();                         // the previous chunk is consumed
-    stage_rows<S, kD>(k + base, s0, T, D, ks);
-    stage_rows<S, kD>(v + base, s0, T, D, vs);
-    __syncthreads();
-    if (!active) continue;
-    float sc[kChunk];
-    uint32_t ok = 0;
-    float chunk_max = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int s = s0 + j;
-      sc[j] = 0.f;
-      if (s < T && sm::allowed(rm, s)) {
-        ok |= 1u << j;
-        sc[j] = scale * dot_row<kD>(qr, ks[j]);
-        chunk_max = fmaxf(chunk_max, sc[j]);
-      }
-    }
-    const float factor = attn::online_rescale(m, l, chunk_max);
-    if (ok == 0) continue;
-#pragma unroll
-    for (int d = 0; d < kD; ++d) acc[d] *= factor;
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      if (!(ok & (1u << j))) continue;
-      const float p = attn::online_weight(sc[j], m);
-      l += p;
-#pragma unroll
-      for (int d = 0; d < kD; ++d) acc[d] += p * vs[j][d];
-    }
-  }
-  if (!active) return;
-  const float inv = attn::inv_row_sum(l);
-  S* o = out + base + static_cast<int64_t>(t) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) o[d] = from_float<S>(acc[d] * inv);
-  lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 }
 
 // D_i = rowsum(dO * O) per query row (rows = B * H * T).
@@ -130,113 +36,6 @@ __global__ void row_dot_kernel(const S* __restrict__ dout, const S* __restrict__
   for (int d = 0; d < D; ++d) s += to_float(dout[r * D + d]) * to_float(out[r * D + d]);
   row_dot[r] = s;
 }
-
-template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
-    mem_efficient_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
-                            const S* __restrict__ dout, const float* __restrict__ lse,
-                            const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
-                            S* __restrict__ dq) {
-  __shared__ float ks[kChunk][kD];
-  __shared__ float vs[kChunk][kD];
-  const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
-  const bool active = t < T;
-  const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float qr[kD], gr[kD], dqr[kD];
-  load_row<S, kD>(q + base + static_cast<int64_t>(t) * D, active, D, qr);
-  load_row<S, kD>(dout + base + static_cast<int64_t>(t) * D, active, D, gr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) dqr[d] = 0.f;
-  const sm::RowMask rm = row_mask(mask, b, t, T);
-  const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
-  const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-  const int t_last = min(T, t0 + kRows) - 1;
-  for (int s0 = 0; s0 < T; s0 += kChunk) {
-    if (mask.causal && s0 > t_last) break;
-    __syncthreads();
-    stage_rows<S, kD>(k + base, s0, T, D, ks);
-    stage_rows<S, kD>(v + base, s0, T, D, vs);
-    __syncthreads();
-    if (!active) continue;
-#pragma unroll 4
-    for (int j = 0; j < kChunk; ++j) {
-      const int s = s0 + j;
-      if (s >= T || !sm::allowed(rm, s)) continue;
-      const float p = attn::prob_from_lse(scale * dot_row<kD>(qr, ks[j]), lse_t);
-      const float ds = attn::dscore_unscaled(p, dot_row<kD>(gr, vs[j]), dot_t);
-#pragma unroll
-      for (int d = 0; d < kD; ++d) dqr[d] += ds * ks[j][d];
-    }
-  }
-  if (!active) return;
-  S* o = dq + base + static_cast<int64_t>(t) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) o[d] = from_float<S>(scale * dqr[d]);
-}
-
-template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
-    mem_efficient_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
-                             const S* __restrict__ dout, const float* __restrict__ lse,
-                             const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
-                             S* __restrict__ dk, S* __restrict__ dv) {
-  __shared__ float qs[kChunk][kD];
-  __shared__ float gs[kChunk][kD];
-  __shared__ float lse_s[kChunk];
-  __shared__ float dot_s[kChunk];
-  const int bh = blockIdx.x, b = bh / H;
-  const int s_first = blockIdx.y * kRows, s = s_first + static_cast<int>(threadIdx.x);
-  const bool active = s < T;
-  const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float kr[kD], vr[kD], dkr[kD], dvr[kD];
-  load_row<S, kD>(k + base + static_cast<int64_t>(s) * D, active, D, kr);
-  load_row<S, kD>(v + base + static_cast<int64_t>(s) * D, active, D, vr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) dkr[d] = dvr[d] = 0.f;
-  // Causal: queries before this block's first key see none of its keys.
-  const int t_begin = mask.causal ? (s_first / kChunk) * kChunk : 0;
-  for (int t0 = t_begin; t0 < T; t0 += kChunk) {
-    __syncthreads();
-    stage_rows<S, kD>(q + base, t0, T, D, qs);
-    stage_rows<S, kD>(dout + base, t0, T, D, gs);
-    for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
-      const int t = t0 + i;
-      lse_s[i] = t < T ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
-      dot_s[i] = t < T ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-#pragma unroll 4
-    for (int j = 0; j < kChunk; ++j) {
-      const int t = t0 + j;
-      if (t >= T || !sm::allowed(row_mask(mask, b, t, T), s)) continue;
-      const float p = attn::prob_from_lse(scale * dot_row<kD>(kr, qs[j]), lse_s[j]);
-      const float ds = attn::dscore_unscaled(p, dot_row<kD>(vr, gs[j]), dot_s[j]);
-#pragma unroll
-      for (int d = 0; d < kD; ++d) {
-        dvr[d] += p * gs[j][d];
-        dkr[d] += ds * qs[j][d];
-      }
-    }
-  }
-  if (!active) return;
-  S* ok = dk + base + static_cast<int64_t>(s) * D;
-  S* ov = dv + base + static_cast<int64_t>(s) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) {
-      ok[d] = from_float<S>(scale * dkr[d]);
-      ov[d] = from_float<S>(dvr[d]);
-    }
-}
-
-struct Launch {
-  int H, T, D;
-  dim3 grid;
-  cudaStream_t stream;
-};
 
 Launch launch_of(const Tensor& q) {
   HR_CHECK(q.dim(3) <= kMaxHeadDim, "memory-efficient attention on CUDA takes head dim <= {}, got {}", kMaxHeadDim,
@@ -262,43 +61,33 @@ void with_head_dim(int D, Fn&& fn) {
     fn(std::integral_constant<int, 128>{});
 }
 
-template <typename S, int kD>
-void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
-                    float scale, Tensor& out, Tensor& lse) {
-  mem_efficient_forward_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
-      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), m, l.H, l.T, l.D, scale, out.data_as<S>(),
-      lse.data_as<float>());
-  HR_CUDA_CHECK_LAUNCH();
-}
-
-template <typename S, int kD>
-void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                     const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
-                     Tensor& dv) {
-  mem_efficient_dq_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
-      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
-      row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dq.data_as<S>());
-  HR_CUDA_CHECK_LAUNCH();
-  mem_efficient_dkv_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
-      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
-      row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dk.data_as<S>(), dv.data_as<S>());
-  HR_CUDA_CHECK_LAUNCH();
-}
-
 // y (index order b, h, t, d) from x (b, t, h, d) or back: one element per thread,
-// moved as raw bits of `E` (2 or 4 bytes).
-template <typename E, bool kSplit>
-__global__ void head_move_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t n, int64_t H, int64_t T,
-                                 int64_t D) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// moved as raw bits of `E` (2 or 4 bytes). I is the index type: 32-bit wherever the
+// tensor allows, since the four divisions per element are the kernel's main cost
+// in 64 bits.
+template <typename E, bool kSplit, typename I>
+__global__ void head_move_kernel(const E* __restrict__ src, E* __restrict__ dst, I n, I H, I T, I D) {
+  const I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   // i indexes y [B, H, T, D].
-  const int64_t d = i % D, t = (i / D) % T, h = (i / (D * T)) % H, b = i / (D * T * H);
-  const int64_t j = ((b * T + t) * H + h) * D + d;  // the same element in x [B, T, H*D]
+  const I d = i % D, t = (i / D) % T, h = (i / (D * T)) % H, b = i / (D * T * H);
+  const I j = ((b * T + t) * H + h) * D + d;  // the same element in x [B, T, H*D]
   if (kSplit)
     dst[i] = src[j];
   else
     dst[j] = src[i];
+}
+
+template <typename E, bool kSplit>
+void head_move_launch(const Tensor& src, Tensor& dst, int64_t n, int64_t H, int64_t T, int64_t D,
+                      cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+  if (n <= INT32_MAX)
+    head_move_kernel<E, kSplit, uint32_t><<<blocks, 256, 0, stream>>>(
+        src.data_as<E>(), dst.data_as<E>(), static_cast<uint32_t>(n), static_cast<uint32_t>(H),
+        static_cast<uint32_t>(T), static_cast<uint32_t>(D));
+  else
+    head_move_kernel<E, kSplit, int64_t><<<blocks, 256, 0, stream>>>(src.data_as<E>(), dst.data_as<E>(), n, H, T, D);
 }
 
 template <bool kSplit>
@@ -306,13 +95,10 @@ void head_move(const Tensor& src, Tensor& dst, int64_t H, int64_t T, int64_t D) 
   const int64_t n = src.numel();
   if (n == 0) return;
   auto stream = static_cast<cudaStream_t>(src.device().cuda_stream());
-  const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   if (dtype_size(src.dtype()) == 2)
-    head_move_kernel<uint16_t, kSplit><<<blocks, 256, 0, stream>>>(src.data_as<uint16_t>(), dst.data_as<uint16_t>(),
-                                                                   n, H, T, D);
+    head_move_launch<uint16_t, kSplit>(src, dst, n, H, T, D, stream);
   else
-    head_move_kernel<uint32_t, kSplit><<<blocks, 256, 0, stream>>>(src.data_as<uint32_t>(), dst.data_as<uint32_t>(),
-                                                                   n, H, T, D);
+    head_move_launch<uint32_t, kSplit>(src, dst, n, H, T, D, stream);
   HR_CUDA_CHECK_LAUNCH();
 }
 

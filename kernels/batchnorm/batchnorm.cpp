@@ -132,6 +132,8 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
   HR_CHECK(x.dim(0) > 1, "{}: training needs more than 1 value per channel, got {}", op, x.str());
   check_affine(x, gamma, op, "gamma");
   check_affine(x, beta, op, "beta");
+  // The GPU kernels read gamma and beta as one weight type, taken from gamma.
+  HR_CHECK(beta.dtype() == gamma.dtype(), "{}: gamma {} and beta {} must share a dtype", op, gamma.str(), beta.str());
   check_stat(x, running_mean, op, "running_mean");
   check_stat(x, running_var, op, "running_var");
   check_stat(x, save_mean, op, "save_mean");
@@ -153,6 +155,8 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   check_x(x, op);
   check_affine(x, gamma, op, "gamma");
   check_affine(x, beta, op, "beta");
+  // The GPU kernels read gamma and beta as one weight type, taken from gamma.
+  HR_CHECK(beta.dtype() == gamma.dtype(), "{}: gamma {} and beta {} must share a dtype", op, gamma.str(), beta.str());
   check_stat(x, running_mean, op, "running_mean");
   check_stat(x, running_var, op, "running_var");
   check_like_x(x, y, op);

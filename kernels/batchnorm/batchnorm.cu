@@ -84,8 +84,10 @@ template <typename T, typename W>
 __global__ void normalize_kernel(const T* x, const float* mean, const float* rstd, const W* gamma, const W* beta,
                                  T* y, int64_t N, int64_t C) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C; i += stride) {
-    const int64_t c = i % C;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  gpu::RowColCursor at(first, stride, C);
+  for (int64_t i = first; i < N * C; i += stride, at.advance()) {
+    const int64_t c = at.col;
     y[i] = from_float<T>(norm::normalize(to_float(x[i]), mean[c], rstd[c], to_float(gamma[c]), to_float(beta[c])));
   }
 }
@@ -94,8 +96,10 @@ template <typename T, typename W>
 __global__ void dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean, const float* rstd,
                           const float* mdn, const float* mdnx, T* dx, int64_t N, int64_t C) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C; i += stride) {
-    const int64_t c = i % C;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  gpu::RowColCursor at(first, stride, C);
+  for (int64_t i = first; i < N * C; i += stride, at.advance()) {
+    const int64_t c = at.col;
     const float xhat = (to_float(x[i]) - mean[c]) * rstd[c];
     dx[i] = from_float<T>(norm::dx(to_float(dy[i]) * to_float(gamma[c]), xhat, rstd[c], mdn[c], mdnx[c]));
   }

@@ -26,6 +26,25 @@ inline cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Row and column of a grid-stride loop over a row-major [rows, cols] array, without
+// a 64-bit division and modulo per element (each some tens of instructions; these
+// kernels are memory-bound and should stay so): the thread's first index is split
+// once, and each stride moves row and column by the stride's own split.
+struct RowColCursor {
+  int64_t row, col;
+  int64_t d_row, d_col, cols;
+  __device__ RowColCursor(int64_t first, int64_t stride, int64_t cols_)
+      : row(first / cols_), col(first % cols_), d_row(stride / cols_), d_col(stride % cols_), cols(cols_) {}
+  __device__ void advance() {
+    row += d_row;
+    col += d_col;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+};
+
 // N elements of T moved as one aligned load/store.
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {

@@ -45,9 +45,11 @@ template <int N, typename TY, typename TB>
 __global__ void add_bias_kernel(TY* y, const TB* bias, int64_t n, int64_t cols) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t packs = n / N;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  gpu::RowColCursor at(first * N, stride * N, cols);  // at.col: the pack's first column
+  for (int64_t p = first; p < packs; p += stride, at.advance()) {
     Pack<TY, N> v = reinterpret_cast<Pack<TY, N>*>(y)[p];
-    const int64_t c0 = (p * N) % cols;
+    const int64_t c0 = at.col;
 #pragma unroll
     for (int k = 0; k < N; ++k) v.v[k] = from_float<TY>(ew::add(to_float(v.v[k]), to_float(bias[c0 + k])));
     reinterpret_cast<Pack<TY, N>*>(y)[p] = v;

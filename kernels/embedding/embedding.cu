@@ -16,8 +16,10 @@ template <typename T>
 __global__ void forward_kernel(const int32_t* ids, const int32_t* pos, const T* wte, const T* wpe, T* out,
                                int64_t tokens, int64_t C) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * C; i += stride) {
-    const int64_t tok = i / C, c = i % C;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  gpu::RowColCursor at(first, stride, C);  // at.row: the token, at.col: the channel
+  for (int64_t i = first; i < tokens * C; i += stride, at.advance()) {
+    const int64_t tok = at.row, c = at.col;
     out[i] = from_float<T>(emb::combine(to_float(wte[static_cast<int64_t>(ids[tok]) * C + c]),
                                         to_float(wpe[static_cast<int64_t>(pos[tok]) * C + c])));
   }

@@ -100,6 +100,8 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   const int64_t C = x.dim(-1), N = x.numel() / C;
   check_affine(x, gamma, C, op, "gamma");
   check_affine(x, beta, C, op, "beta");
+  // The GPU kernels read gamma and beta as one weight type, taken from gamma.
+  HR_CHECK(beta.dtype() == gamma.dtype(), "{}: gamma {} and beta {} must share a dtype", op, gamma.str(), beta.str());
   check_same_shape(x, y, op);
   check_same_device(x, y, op);
   HR_CHECK(y.dtype() == x.dtype(), "{}: y {} must have the dtype of x {}", op, y.str(), x.str());

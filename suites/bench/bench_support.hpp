@@ -5,6 +5,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,18 +21,37 @@ inline benchmark::internal::Benchmark* use_device_timing(benchmark::internal::Be
   return dev.is_cuda() ? b->UseManualTime() : b->UseRealTime();
 }
 
-// The timed loop: each iteration of fn() timed by device events on the GPU (for
-// UseManualTime), by Google Benchmark's wall clock on the CPU. Warm-up is the
-// caller's, since some reset the memory peaks between warm-up and timing.
+// The timed loop, per nvbench's practice. On the GPU each sample is timed by device
+// events with the caches flushed before it (Device::flush_caches), so a sample
+// reads its operands from memory, as a training step's first touch of a tensor
+// does. A sample shorter than kMinEventSpan is below the events' resolution (about
+// half a microsecond) and launch jitter: such work is timed as a batch of
+// repetitions between one pair of events (the later ones find the cache warm;
+// the counter l2_flushed says which way a case was timed), each iteration reporting
+// the batch's time over its repetitions. On the CPU, Google Benchmark's wall clock.
+// Warm-up is the caller's, since some reset the memory peaks between warm-up and
+// timing.
+inline constexpr double kMinEventSpan = 50e-6;  // seconds
+
 template <typename Fn>
 void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
   if (dev.is_cuda()) {
     const std::unique_ptr<Timer> timer = dev.make_timer();
+    // One probe sample decides between single flushed samples and batches.
+    dev.flush_caches();
+    timer->start();
+    fn();
+    const double probe_s = timer->stop_seconds();
+    int reps = 1;
+    if (probe_s < kMinEventSpan) reps = static_cast<int>(std::min(1000.0, std::ceil(kMinEventSpan / std::max(probe_s, 1e-7))));
     for (auto _ : state) {
+      dev.flush_caches();
       timer->start();
-      fn();
-      state.SetIterationTime(timer->stop_seconds());
+      for (int r = 0; r < reps; ++r) fn();
+      state.SetIterationTime(timer->stop_seconds() / reps);
     }
+    state.counters["reps_per_sample"] = reps;
+    state.counters["l2_flushed"] = reps == 1 ? 1 : 0;
   } else {
     for (auto _ : state) {
       fn();

@@ -178,6 +178,23 @@ TEST_P(BatchNormOp, TrainingRejectsASingleValuePerChannel) {
   EXPECT_THROW(hr::ops::batchnorm_forward_train(x, g, b, kEps, kMomentum, rm, rv, y, sm, sr), hr::Error);
 }
 
+// gamma and beta in different dtypes: refused (the GPU kernels take one weight type).
+TEST_P(BatchNormOp, RejectsGammaAndBetaOfDifferentDTypes) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  if (dt == DType::f32) GTEST_SKIP() << "fp32 activations take fp32 weights only: no second dtype to mix";
+  Tensor x = Tensor::from_host(dev, hr::test::random_nonzero(16, 2), {4, 4}, dt, Consumer::activations);
+  Tensor g32 = Tensor::zeros(dev, {4}, DType::f32, Consumer::weights);
+  Tensor b16 = Tensor::zeros(dev, {4}, dt, Consumer::weights);
+  Tensor rm = Tensor::zeros(dev, {4}, DType::f32, Consumer::weights), rv = Tensor::from_host(dev, std::vector<float>(4, 1.f), {4}, DType::f32, Consumer::weights),
+         sm = rm.clone(), sr = rm.clone();
+  Tensor y = Tensor::empty(dev, {4, 4}, dt, Consumer::activations);
+  EXPECT_THROW(hr::ops::batchnorm_forward_train(x, g32, b16, kEps, kMomentum, rm, rv, y, sm, sr), hr::Error);
+  EXPECT_THROW(hr::ops::batchnorm_forward_eval(x, g32, b16, kEps, rm, rv, y), hr::Error);
+  EXPECT_NO_THROW(hr::ops::batchnorm_forward_train(x, g32, g32, kEps, kMomentum, rm, rv, y, sm, sr));
+  EXPECT_NO_THROW(hr::ops::batchnorm_forward_eval(x, b16, b16, kEps, rm, rv, y));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, BatchNormOp, testing::ValuesIn(hr::test::all_backend_dtypes()),
                          hr::test::param_name);
 

@@ -163,6 +163,24 @@ TEST_P(LayerNormOp, RejectsMismatchedShapes) {
   EXPECT_THROW(hr::ops::layernorm_forward(x, g, b, kEps, y, m, r), hr::Error);
 }
 
+// gamma and beta in different dtypes (fp32 gamma, 16-bit beta): the GPU kernels
+// would read beta as gamma's type, so the op refuses the pair on every backend.
+TEST_P(LayerNormOp, RejectsGammaAndBetaOfDifferentDTypes) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  if (dt == DType::f32) GTEST_SKIP() << "fp32 activations take fp32 weights only: no second dtype to mix";
+  Tensor x = Tensor::from_host(dev, hr::test::random_nonzero(32, 1), {4, 8}, dt, Consumer::activations);
+  Tensor g = Tensor::zeros(dev, {8}, DType::f32, Consumer::weights);
+  Tensor b = Tensor::zeros(dev, {8}, dt, Consumer::weights);
+  Tensor y = Tensor::empty(dev, {4, 8}, dt, Consumer::activations);
+  Tensor m = Tensor::empty(dev, {4}, DType::f32, Consumer::activations);
+  Tensor r = Tensor::empty(dev, {4}, DType::f32, Consumer::activations);
+  EXPECT_THROW(hr::ops::layernorm_forward(x, g, b, kEps, y, m, r), hr::Error);
+  EXPECT_THROW(hr::ops::layernorm_forward(x, b, g, kEps, y, m, r), hr::Error);
+  EXPECT_NO_THROW(hr::ops::layernorm_forward(x, g, g, kEps, y, m, r));  // fp32 pair: fine
+  EXPECT_NO_THROW(hr::ops::layernorm_forward(x, b, b, kEps, y, m, r));  // 16-bit pair: fine
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, LayerNormOp, testing::ValuesIn(hr::test::all_backend_dtypes()),
                          hr::test::param_name);
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU bundle on a machine with none of the Debian packages headroom builds with:
+#   bare_bundle.sh SOURCE_DIR BUILD_DIR WORK_DIR
+# Packs BUILD_DIR with ci/gpu-bundle --from, unpacks it, and runs `ci/gpu-check
+# preflight` from the unpacked copy, which must report "no GPU" (exit 2) with the
+# binaries loading and `headroom info` running. As root, the preflight runs in a
+# chroot that holds only the bundle, glibc, libstdc++, libgcc, CUDA's libraries
+# and the few tools the script calls, so a library that a bare GPU machine lacks
+# cannot be found by accident; elsewhere it runs with a cleared environment.
+set -euo pipefail
+src=$1 build=$2 work=$3
+rm -rf "$work"
+mkdir -p "$work"
+"$src/ci/gpu-bundle" --from "$build" "$work/bundle.tar.gz"
+mkdir -p "$work/root/opt"
+tar -C "$work/root/opt" -xzf "$work/bundle.tar.gz"
+
+rootfs=$work/root
+if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
+  # Copies a file and the libraries it needs (per ldd) into the chroot; hard links
+  # where the file system allows (CUDA's libraries are hundreds of MB).
+  put() {
+    local f=$1 real
+    real=$(readlink -f "$f")
+    mkdir -p "$rootfs$(dirname "$f")"
+    [ -e "$rootfs$f" ] || cp -l "$real" "$rootfs$f" 2>/dev/null || cp "$real" "$rootfs$f"
+  }
+  put_with_libs() {
+    local f=$1 lib
+    put "$f"
+    for lib in $(ldd "$f" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}'); do put "$lib"; done
+  }
+  tools=(bash sh env date mkdir dirname basename sed awk grep tee tail head sort paste cut tr cat printf ldd uname)
+  for t in "${tools[@]}"; do
+    p=$(command -v "$t" || true)
+    [ -n "$p" ] && [ -f "$p" ] && put_with_libs "$p"
+  done
+  # ldd is a script run by bash; the loader itself.
+  put_with_libs /lib64/ld-linux-x86-64.so.2
+  # The libraries a bare GPU machine has: what the bundled binaries need, minus what
+  # the bundle carries (the check inside ci/gpu-bundle already refused anything else).
+  for b in "$rootfs"/opt/build-gpu/headroom "$rootfs"/opt/build-gpu/libheadroom_core.so; do
+    for lib in $(LD_LIBRARY_PATH="$rootfs/opt/build-gpu" ldd "$b" | awk '/=> \// {print $3}'); do
+      case $lib in "$rootfs"/*) ;; *) put "$lib" ;; esac
+    done
+  done
+  mkdir -p "$rootfs/tmp" "$rootfs/out"
+  # Nothing of Debian's libfmt, OpenBLAS, gfortran or Google Test may be inside.
+  if find "$rootfs" \( -name 'libfmt*' -o -name 'libopenblas*' -o -name 'libgfortran*' -o -name 'libquadmath*' \) |
+    grep -q .; then
+    echo "bare_bundle: a Debian-only library got into the chroot" >&2
+    exit 1
+  fi
+  set +e
+  env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp chroot "$rootfs" /opt/build-gpu/ci/gpu-check preflight /out
+  rc=$?
+  set -e
+  summary=$rootfs/out/summary.txt
+  how="in a chroot with only the C/C++ runtimes and CUDA's libraries"
+else
+  set +e
+  env -i PATH=/usr/bin:/bin HOME=/tmp "$rootfs/opt/build-gpu/ci/gpu-check" preflight "$work/out"
+  rc=$?
+  set -e
+  summary=$work/out/summary.txt
+  how="with a cleared environment (not root: no chroot)"
+fi
+cat "$summary"
+if [ $rc -ne 2 ]; then
+  echo "bare_bundle: preflight exited $rc, expected 2 (no GPU) $how" >&2
+  exit 1
+fi
+grep -q "no GPU" "$summary" && grep -q "headroom info runs" "$summary" || {
+  echo "bare_bundle: preflight's summary does not say 'no GPU' with the binaries running" >&2
+  exit 1
+}
+echo "bare_bundle: preflight from the bundle reports no GPU cleanly $how"

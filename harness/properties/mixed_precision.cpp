@@ -678,6 +678,148 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   return out;
 }
 
+// ---- MP-4 ----
+namespace {
+
+struct LostUpdates {
+  int64_t window = 0;  // elements whose update lies between 2 fp32 ulps and a quarter fp16 ulp of the weight
+  int64_t lost = 0;    // of those, unchanged by the step
+  nlohmann::json per_tensor = nlohmann::json::object();
+  double fraction() const { return window > 0 ? static_cast<double>(lost) / static_cast<double>(window) : NAN; }
+};
+
+// One real SGD step; which updates too small for fp16 survived.
+LostUpdates lost_updates(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  const NamedValues p0 = parameter_values(step);
+  HR_CHECK(!step.step(batch).skipped, "MP-4: the step overflowed");
+  const NamedValues g = gradient_values(step), p1 = parameter_values(step);
+  const double lr = cfg.optimizer.sgd.lr;
+  LostUpdates r;
+  for (size_t t = 0; t < p0.size(); ++t) {
+    int64_t w = 0, l = 0;
+    for (size_t i = 0; i < p0[t].second.size(); ++i) {
+      const double p = p0[t].second[i], upd = std::fabs(lr * static_cast<double>(g[t].second[i]));
+      const float p16 = round_to<half_t>(static_cast<float>(p));
+      if (p == 0 || p16 == 0.f || std::fabs(p) < 0x1p-14) continue;  // normal fp16 weights only
+      const double quarter_ulp16 = std::ldexp(1.0, std::ilogb(p16) - 10) / 4;
+      if (!(upd > 0x1p-22 * std::fabs(p) && upd < quarter_ulp16)) continue;
+      ++w;
+      l += std::memcmp(&p0[t].second[i], &p1[t].second[i], sizeof(float)) == 0 ? 1 : 0;
+    }
+    r.window += w;
+    r.lost += l;
+    r.per_tensor[p0[t].first] = nlohmann::json{{"window", w}, {"lost", l}};
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  StepConfig cfg = mp_mlp(DType::f16, kEffectiveBatch, Preset::quick);
+  cfg.optimizer.kind = OptimizerKind::sgd;
+  cfg.optimizer.sgd.lr = static_cast<float>(tol::kMpMasterLr);
+  const Batch batch = accum_batch(dev, cfg, seed);
+  const double bound = tol::kMpLostUpdateFraction;
+  auto measure = [&](Measurement m, const LostUpdates& r, const char* variant) {
+    describe(m, dev, DType::f16, "mlp");
+    m.config = nlohmann::json{{"lr", cfg.optimizer.sgd.lr}, {"optimizer", "sgd"}, {"weights", variant}};
+    m.metric = "lost_update_fraction";
+    m.tolerance_reason = tol::kMpLostUpdateReason;
+    m.details = nlohmann::json{{"updates_under_quarter_fp16_ulp", r.window}, {"lost", r.lost},
+                               {"per_tensor", r.per_tensor}};
+    out.push_back(std::move(m));
+  };
+  const LostUpdates kept = lost_updates(dev, cfg, batch);
+  measure(make_check("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights",
+                     kept.fraction(), bound),
+          kept, "fp32 masters");
+
+  StepConfig none = cfg;
+  none.precision.master_weights = false;
+  const LostUpdates lost = lost_updates(dev, none, batch);
+  measure(make_negative_control("MP-4", "without fp32 master weights the small updates are lost, and flagged",
+                                lost.fraction(), bound),
+          lost, "fp16 only");
+
+  StepConfig one = cfg;
+  one.precision.fault_no_master = tol::kMpNoMasterParam;
+  const LostUpdates partial = lost_updates(dev, one, batch);
+  measure(make_subtle_control("MP-4", fmt::format("one tensor ({}) without an fp32 master is flagged",
+                                                  tol::kMpNoMasterParam),
+                              partial.fraction(), bound),
+          partial, "fp32 masters but one");
+  return out;
+}
+
+// ---- MP-5 ----
+namespace {
+
+// Peak activation bytes of one step (the tracker's Consumer::activations).
+size_t activation_peak(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  dev.memory().reset_peak();
+  const size_t base = dev.memory().snapshot().current(Consumer::activations);
+  step.step(batch);
+  return dev.memory().snapshot().peak(Consumer::activations) - base;
+}
+
+}  // namespace
+
+std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  const double bound = tol::kMpActivationRatioRel;
+  for (const char* model : {"mlp", "transformer"}) {
+    const bool mlp = std::string(model) == "mlp";
+    auto config = [&](DType d) {
+      StepConfig c = mlp ? accum_mlp_config(d, kEffectiveBatch, preset) : accum_transformer_config(d, kEffectiveBatch, preset);
+      return c;
+    };
+    const StepConfig c32 = config(DType::f32);
+    const Batch batch = accum_batch(dev, c32, seed);
+    const double a32 = static_cast<double>(activation_peak(dev, c32, batch));
+    for (DType d : {DType::f16, DType::bf16}) {
+      const double a16 = static_cast<double>(activation_peak(dev, config(d), batch));
+      const double ratio = a16 / a32;
+      Measurement m = make_check("MP-5", "activation bytes in 16 bits are half of fp32's", std::fabs(ratio / 0.5 - 1.0),
+                                 bound);
+      describe(m, dev, d, model);
+      m.metric = "abs(ratio / 0.5 - 1)";
+      m.tolerance_reason = tol::kMpActivationRatioReason;
+      m.details = nlohmann::json{{"activation_bytes_fp32", a32}, {"activation_bytes_16bit", a16}, {"ratio", ratio}};
+      out.push_back(m);
+    }
+    if (mlp) continue;
+    // Controls (transformer, fp16): activations kept in fp32 (no autocast: the
+    // ratio is 1), and one kept tensor per block counted elsewhere.
+    {
+      const double ratio = a32 / a32;
+      Measurement g = make_negative_control("MP-5", "a 16-bit run that keeps its activations in fp32 is flagged",
+                                            std::fabs(ratio / 0.5 - 1.0), bound);
+      describe(g, dev, DType::f16, model);
+      g.metric = "abs(ratio / 0.5 - 1)";
+      g.tolerance_reason = tol::kMpActivationRatioReason;
+      g.details = nlohmann::json{{"ratio", ratio}};
+      out.push_back(g);
+    }
+    StepConfig c16 = config(DType::f16);
+    c16.kept_label_fault = KeptLabelFault::block_hidden;
+    const double ratio = static_cast<double>(activation_peak(dev, c16, batch)) / a32;
+    Measurement s = make_subtle_control(
+        "MP-5", "a 16-bit run whose MLP hidden activations are counted as workspace is flagged",
+        std::fabs(ratio / 0.5 - 1.0), bound);
+    describe(s, dev, DType::f16, model);
+    s.metric = "abs(ratio / 0.5 - 1)";
+    s.tolerance_reason = tol::kMpActivationRatioReason;
+    s.config = nlohmann::json{{"kept_label_fault", "block_hidden"}};
+    s.details = nlohmann::json{{"ratio", ratio}};
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace hr::props
 
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-1", "fp16 underflow of small gradients, and the loss scale that prevents it",
@@ -695,4 +837,12 @@ HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-3", "the dynamic loss scaler: skip, ba
 HR_REGISTER_PROPERTY(hr::PropertySpec{"GA-5", "an overflowing micro-batch skips its whole window", 0.2,
                                       [](hr::RunContext& c) {
                                         return hr::props::ga5_overflow_in_window(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-4", "fp32 master weights keep updates under an fp16 ulp", 0.1,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp4_master_weights(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-5", "16-bit activations take half the bytes of fp32", 0.3,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp5_activation_bytes(c.device, c.preset, c.seed);
                                       }});

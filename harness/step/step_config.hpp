@@ -57,6 +57,8 @@ struct PrecisionConfig {
   // Wrong on purpose (GA-5 / MP-3 negative controls, PROPERTIES.md POWER): how a
   // broken step handles a non-finite gradient. none is right.
   OverflowFault overflow_fault = OverflowFault::none;
+  // Wrong on purpose (MP-4's subtle control): this parameter keeps no fp32 master.
+  std::string fault_no_master;
 };
 
 enum class AdapterKind : uint8_t { none, lora };

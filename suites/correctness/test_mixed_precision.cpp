@@ -67,6 +67,20 @@ TEST_P(MixedPrecision, OverflowingMicroBatchSkipsTheWindow) {
   EXPECT_EQ(ms.front().details["unscale_passes"].get<int64_t>(), 3);
 }
 
+TEST_P(MixedPrecision, MasterWeightsKeepSmallUpdates) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp4_master_weights(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 3, 2);
+  EXPECT_GT(ms.front().details["updates_under_quarter_fp16_ulp"].get<int64_t>(), 5000);
+  EXPECT_EQ(ms[1].error, 1.0);  // without masters every such update is lost
+}
+
+TEST_P(MixedPrecision, SixteenBitActivationsAreHalf) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp5_activation_bytes(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 6, 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Step, MixedPrecision, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
                          hr::test::backend_param_name);
 

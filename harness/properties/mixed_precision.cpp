@@ -23,13 +23,12 @@ namespace {
 
 // ---- Shared pieces ----
 
-// The MLP of the accumulation properties at the quick size whatever the preset for
-// the mechanism checks (MP-3, GA-5: what they count must not grow with the model),
-// at the preset's size for the numerical ones (MP-1, MP-2, MP-4).
-StepConfig mp_mlp(DType dtype, int64_t micro_batch, Preset preset) {
-  StepConfig c = accum_mlp_config(dtype, micro_batch, preset);
-  return c;
-}
+// The MLP of the accumulation properties at its quick size whatever the run's
+// preset: MP-1 / MP-2's loss multiplier places this model's gradient histogram
+// against fp16's range (a wider model's gradients are smaller: at the full size
+// 99% would flush unscaled), and what the mechanism checks (MP-3, GA-5, MP-4)
+// count, elements of one tensor, must not grow with the model.
+StepConfig mp_mlp(DType dtype, int64_t micro_batch) { return accum_mlp_config(dtype, micro_batch, Preset::quick); }
 
 StepConfig with_static_scale(StepConfig c, double scale) {
   c.precision.scaler.dynamic = false;
@@ -127,7 +126,7 @@ struct Reference {
 };
 
 Reference mp_reference(Device& dev, Preset preset, uint64_t seed) {
-  Reference r{mp_mlp(DType::f32, kEffectiveBatch, preset), Batch{}, {}};
+  Reference r{mp_mlp(DType::f32, kEffectiveBatch), Batch{}, {}};
   r.cfg32.loss_multiplier = kMpLossMultiplier;
   r.batch = accum_batch(dev, r.cfg32, seed);
   r.g32 = gradients_at(dev, r.cfg32, r.batch);
@@ -287,7 +286,7 @@ namespace {
 // The mechanism checks' configuration: the quick MLP in fp16, AdamW (so the
 // optimizer has state to leave untouched), 4 micro-batches of 8.
 StepConfig scaler_config(Preset preset) {
-  StepConfig c = mp_mlp(DType::f16, kEffectiveBatch / 4, Preset::quick);
+  StepConfig c = mp_mlp(DType::f16, kEffectiveBatch / 4);
   c.optimizer.kind = OptimizerKind::adamw;
   return c;
 }
@@ -718,7 +717,7 @@ LostUpdates lost_updates(Device& dev, const StepConfig& cfg, const Batch& batch)
 
 std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
-  StepConfig cfg = mp_mlp(DType::f16, kEffectiveBatch, Preset::quick);
+  StepConfig cfg = mp_mlp(DType::f16, kEffectiveBatch);
   cfg.optimizer.kind = OptimizerKind::sgd;
   cfg.optimizer.sgd.lr = static_cast<float>(tol::kMpMasterLr);
   const Batch batch = accum_batch(dev, cfg, seed);

@@ -583,6 +583,7 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
     double skip_violations = 0;  // window 2: state changed, not skipped, scale not halved
     double leaked = 0;           // window 3's gradients against a fresh step's at the same state
     double unscale_error = 0;    // |unscale passes - steps|
+    double scale_violations = 0; // micro-batches of the window not run at its scale
     nlohmann::json details;
   };
   auto run = [&](const StepConfig& c) {
@@ -596,6 +597,11 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
     step.set_micro_batch_multipliers(overflow_at(K, 2));
     const StepResult r2 = step.step(b2);
     step.set_micro_batch_multipliers({});
+    // Every micro-batch of the overflowing window ran at the window's scale.
+    double off_scale = static_cast<double>(K) - static_cast<double>(step.micro_batch_scales().size());
+    for (double sc : step.micro_batch_scales()) off_scale += sc == scale0 ? 0 : 1;
+    w.scale_violations = std::fabs(off_scale);
+    nlohmann::json scales = step.micro_batch_scales();
     const double changed = mismatching_elements(before, state_values(step));
     w.skip_violations = changed + (r2.skipped ? 0 : 1) + (step.scaler().scale() == scale0 * c.precision.scaler.backoff ? 0 : 1);
     // The reference backs off as the skipped window did, without running it.
@@ -611,6 +617,7 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
                                {"window3_skipped", r3.skipped},
                                {"window3_gradient_elements_differing", w.leaked},
                                {"unscale_passes", step.unscale_passes()},
+                               {"window2_micro_batch_scales", scales},
                                {"steps", 3},
                                {"micro_batches_per_step", K},
                                {"overflow_micro_batch", 2},
@@ -650,6 +657,15 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   u.tolerance_reason = tol::kMpScalerReason;
   u.details = ok.details;
   out.push_back(u);
+
+  Measurement ps = make_check("GA-5", "every micro-batch of the window backpropagates at the window's loss scale",
+                              ok.scale_violations, tol::kBitwiseMismatches);
+  describe(ps, dev, DType::f16, "mlp");
+  ps.config = config("none");
+  ps.metric = "micro_batches_off_scale";
+  ps.tolerance_reason = tol::kMpScalerReason;
+  ps.details = ok.details;
+  out.push_back(ps);
 
   StepConfig drop = cfg;
   drop.precision.overflow_fault = OverflowFault::skip_micro_batch;

@@ -75,6 +75,7 @@ void TrainStep::zero_grad() {
     model_->params().zero_grad();
   }
   micro_batches_ = 0;
+  micro_scales_.clear();
   nonfinite_ = false;
   unscaled_ = false;
 }
@@ -106,6 +107,7 @@ double TrainStep::accumulate(const Batch& batch) {
       for (const Param& p : model_->params().all())
         if (p.grad.defined()) before.push_back(p.grad.to_host_f32());
     total += model_->forward_backward(micro, ls, opt);
+    micro_scales_.push_back(static_cast<double>(ls.loss_scale));
     ++micro_batches_;
     if (!before.empty()) {
       bool bad = false;

@@ -106,6 +106,8 @@ class TrainStep {
   // Unscale-and-check passes run so far: one per step, each a single pass over every
   // gradient with one shared non-finite flag (one device synchronisation).
   int64_t unscale_passes() const { return unscale_passes_; }
+  // The loss scale each micro-batch of the current (or last) window ran its backward at.
+  const std::vector<double>& micro_batch_scales() const { return micro_scales_; }
   int64_t steps_applied() const { return applied_; }
   int64_t steps_skipped() const { return skipped_; }
 
@@ -131,6 +133,7 @@ class TrainStep {
   int64_t applied_ = 0, skipped_ = 0;
   std::vector<double> micro_multipliers_;
   int64_t unscale_passes_ = 0;
+  std::vector<double> micro_scales_;
   bool last_skipped_ = false;
 };
 

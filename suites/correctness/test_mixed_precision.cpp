@@ -62,8 +62,9 @@ TEST_P(MixedPrecision, LossScalerStateMachine) {
 TEST_P(MixedPrecision, OverflowingMicroBatchSkipsTheWindow) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::ga5_overflow_in_window(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 5, 2);
+  hr::test::expect_all_passed(ms, 6, 2);
   EXPECT_TRUE(ms.front().details["fp32_gradients_finite_at_that_multiplier"].get<bool>());
+  EXPECT_EQ(ms.front().details["window2_micro_batch_scales"].size(), 4u);
   EXPECT_EQ(ms.front().details["unscale_passes"].get<int64_t>(), 3);
 }
 

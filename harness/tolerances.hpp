@@ -345,4 +345,83 @@ inline constexpr double kMemoryModelRelError = 1e-4;
 // per live allocation. The details report the rounding per live allocation.
 inline constexpr double kPoolPeakRelError = 0.01;
 
+// ---- MP: mixed precision (fp16 underflow, bf16, the loss scaler, master weights) ----
+// MP-1 / MP-2 measure the quick MLP's weight gradients at loss multiplier 2^-9
+// (harness/properties/mixed_precision.hpp kMpLossMultiplier): their exponents
+// span 2^-14..2^-36 (bulk at 2^-22), 9-11% of the values under 2^-24.
+// The loss scale MP-1 checks (PROPERTIES.md MP-1: 2^16, GradScaler's initial scale).
+inline constexpr double kMpLossScale = 0x1p16;
+// Flushed fraction: of the non-zero fp32 gradient values, those that are zero once
+// scaled and rounded to the 16-bit format. fp16 flushes everything under 2^-25
+// (half its smallest subnormal); scaled by 2^16 only values under 2^-41 flush,
+// 5 octaves below the histogram's lowest bin: measured 0 at seeds 1-20 (unscaled
+// 4.1%..5.4%). bf16 reaches 2^-133: 0. The bound allows the far tail of a wider
+// histogram, 0.1% of the values.
+inline constexpr double kMpUnderflowFraction = 1e-3;
+inline constexpr const char* kMpUnderflowFractionReason =
+    "MP-1/MP-2: at most 0.1% of the non-zero fp32 gradients may flush to zero (scaled by 2^16, fp16 flushes "
+    "under 2^-41, bf16 under 2^-133) (harness/tolerances.hpp kMpUnderflowFraction)";
+// MP-1's and MP-2's subtle control: a loss scale of 2^2, too small for these
+// gradients: what lies under 2^-27 flushes, 1.0%..1.5% of the values at seeds 1-20
+// (10-15x the bound).
+inline constexpr double kMpSubtleLossScale = 0x1p2;
+// The 16-bit step's unscaled gradients against the fp32 step's, max relative L2
+// over tensors (no loss scale for bf16; 2^16 for fp16). Every stored activation
+// and activation gradient is rounded (u/sqrt(3) rms, u = 2^-11 fp16, 2^-8 bf16),
+// ~2 per layer, compounding through the 4 layers to the first layer's weight
+// gradient: measured (seeds 1-20) 6.3e-4..8.8e-4 = 1.3u..1.8u fp16 and
+// 5.0e-3..7.4e-3 = 1.3u..1.9u bf16. Bounds: 8u fp16 (3.9e-3), 4u bf16 (1.6e-2).
+// Unscaled fp16 gradients (the gross control) lose 19%..27%: the activation
+// gradients go subnormal and keep a few bits (only ~0.04% become exactly zero).
+inline constexpr PerDType kMpGradRelL2{1e-5, 8.0 * 0x1p-11, 4.0 * 0x1p-8};
+inline constexpr const char* kMpGradRelL2Reason =
+    "MP-1/MP-2: the 16-bit step's gradients against fp32: 8u fp16 (at loss scale 2^16), 4u bf16 "
+    "(harness/tolerances.hpp kMpGradRelL2)";
+
+// MP-3 / GA-5: the scaler's state machine and the skipped step are exact: no
+// state element may change, every step's scale is GradScaler's rule to the bit,
+// the step counts are integers. Violations are counted (elements changed, steps
+// whose scale or skip differ, a step not skipped); the bound is
+// kBitwiseMismatches (0.5: none).
+inline constexpr const char* kMpScalerReason =
+    "MP-3/GA-5: exact: no state element changes on a skipped step, the scale follows GradScaler's rule "
+    "(harness/tolerances.hpp kBitwiseMismatches)";
+// The growth interval the trajectory runs at (GradScaler's 2000 would take 2000
+// steps to show a growth), its length and the steps that overflow.
+inline constexpr int64_t kMpGrowthInterval = 3;
+inline constexpr int64_t kMpTrajectorySteps = 12;
+inline constexpr int64_t kMpTrajectoryOverflowSteps[] = {1, 6};
+// The loss multiplier that makes one micro-batch overflow fp16 at scale 2^16.
+inline constexpr double kMpOverflowMultiplier = 0x1p24;
+// MP-3's run with one overflowing step against fp32 leaving it out: SGD steps,
+// their updates compared under kMpGradRelL2's fp16 bound (the updates are sums of
+// fp16-step gradients): measured 5.2e-4..5.5e-4 (0.14 of it); against fp32 applying
+// every step 0.36..0.41 (the gross control).
+inline constexpr int64_t kMpEquivalenceSteps = 4;
+
+// MP-4: of the weights whose SGD update lies between 2 fp32 ulps (2^-22 |w|) and
+// a quarter fp16 ulp, the fraction the step leaves unchanged. With fp32 masters
+// none can be lost (the update exceeds half an fp32 ulp); in fp16 each rounds back
+// to the weight. The bound is the check's resolution: one tensor of the quick MLP
+// (the last layer's 1024 weights, ~10% of the window) without a master must be seen.
+inline constexpr double kMpLostUpdateFraction = 2e-3;
+inline constexpr const char* kMpLostUpdateReason =
+    "MP-4: no update larger than 2 fp32 ulps may be lost with fp32 masters; 0.2% resolves one tensor "
+    "(harness/tolerances.hpp kMpLostUpdateFraction)";
+// The step's learning rate: |lr g| ~ 2^-17 |w| for the bulk of the quick MLP's
+// weights, under a quarter fp16 ulp and far above fp32's. Measured (seeds 1-2):
+// ~10300 of the 11264 weights in the window; 0 lost with masters, all without,
+// 7.1%..7.5% with the last layer's weights in fp16 only (36x the bound).
+inline constexpr double kMpMasterLr = 0x1p-7;
+inline constexpr const char* kMpNoMasterParam = "layers.3.weight";
+// MP-5: activation bytes of a 16-bit run over fp32's, |ratio / 0.5 - 1|. Every
+// kept activation halves, except the fp32 statistics of LayerNorm (8 bytes a
+// row in both runs) and integer tensors (masks, ids): measured exactly 0.5 on the
+// quick MLP (no norm) and 0.5035 (0.7%) on the quick transformer, at every seed
+// (the bytes depend on shapes only). The subtle control, each block's MLP hidden
+// activation charged to workspace, moves the transformer's ratio to 0.413 (8.7x).
+inline constexpr double kMpActivationRatioRel = 0.02;
+inline constexpr const char* kMpActivationRatioReason =
+    "MP-5 (PROPERTIES.md): 0.5 within 2% (harness/tolerances.hpp kMpActivationRatioRel)";
+
 }  // namespace hr::tol

@@ -760,6 +760,106 @@ std::string curve_q83(const Results& r) {
   return s + "</section>";
 }
 
+// ---- Mixed precision (MP-1, MP-3) ----------------------------------------------------------
+
+// The first measurement of `id` whose details hold `key`.
+const Measurement* measurement_with(const Results& r, const std::string& id, const char* key) {
+  for (const auto& m : r.measurements)
+    if (m.id == id && m.details.is_object() && m.details.contains(key) && !m.negative_control) return &m;
+  return nullptr;
+}
+
+// MP-1's exponent histogram of the fp32 gradients, unscaled and shifted by the loss
+// scale, with fp16's smallest subnormal (2^-24) and smallest normal (2^-14).
+std::string mp_histogram_chart(const Measurement& m) {
+  const json& h = m.details["exponent_histogram"];
+  if (!h.is_object() || h.empty()) return not_measured("an empty MP-1 exponent histogram");
+  const double scale = num_of(m.details, {"loss_scale"}).value_or(1.0);
+  const int shift = scale > 0 ? static_cast<int>(std::lround(std::log2(scale))) : 0;
+  Series plain{"fp32 gradients (count per exponent)", {}, palette()[0], false};
+  Series scaled{fmt::format("scaled by 2^{}", shift), {}, palette()[1], true};
+  double top = 0;
+  std::map<int, double> bins;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    try {
+      bins[std::stoi(it.key())] = json_to_double(*it);
+    } catch (...) {
+    }
+  }
+  for (const auto& [e, n] : bins) {
+    plain.points.emplace_back(e, n);
+    scaled.points.emplace_back(e + shift, n);
+    top = std::max(top, n);
+  }
+  Series sub{"2^-24: fp16's smallest subnormal (under 2^-25 flushes)", {{-24, 0}, {-24, top}}, "#dc2626", true};
+  Series nrm{"2^-14: fp16's smallest normal", {{-14, 0}, {-14, top}}, "#6b7280", true};
+  ChartOptions o;
+  o.title = "Exponents of the fp32 weight gradients (MP-1)";
+  o.x_label = "binary exponent e (|g| in [2^e, 2^(e+1)))";
+  o.y_label = "values";
+  o.width = 760;
+  return line_chart({plain, scaled, sub, nrm}, o);
+}
+
+// MP-3's scale trajectory: the scale each step ran at, GradScaler's rule beside it,
+// and the skipped steps.
+std::string mp_trajectory_chart(const Measurement& m) {
+  const json& t = m.details["trajectory"];
+  if (!t.is_object() || !t.contains("scale") || !t["scale"].is_array()) return not_measured("no MP-3 trajectory");
+  Series got{"loss scale (measured)", {}, palette()[0], false};
+  Series want{"GradScaler's rule", {}, palette()[2], true};
+  std::vector<std::string> skipped;
+  for (size_t i = 0; i < t["scale"].size(); ++i) {
+    try {
+      got.points.emplace_back(static_cast<double>(i), json_to_double(t["scale"][i]));
+      if (t.contains("expected_scale") && i < t["expected_scale"].size())
+        want.points.emplace_back(static_cast<double>(i), json_to_double(t["expected_scale"][i]));
+      if (t.contains("skipped") && i < t["skipped"].size() && t["skipped"][i].is_boolean() &&
+          t["skipped"][i].get<bool>())
+        skipped.push_back(std::to_string(i));
+    } catch (...) {
+    }
+  }
+  ChartOptions o;
+  o.title = fmt::format("Loss scale per step (growth interval {})",
+                        esc(fmt_num(num_of(t, {"growth_interval"}).value_or(NAN))));
+  o.x_label = "step";
+  o.y_label = "loss scale";
+  o.log_y = true;
+  std::string out = line_chart({got, want}, o);
+  std::string list;
+  for (const auto& k : skipped) list += (list.empty() ? "" : ", ") + k;
+  out += fmt::format("<p>Skipped steps (an overflowing micro-batch): {}.</p>", esc(list.empty() ? "none" : list));
+  return out;
+}
+
+std::string curve_mp(const Results& r) {
+  std::string s = section_open(
+      "curve-mp", "Mixed precision: fp16 underflow and the loss scale (MP-1, MP-3)",
+      "Where the fp32 gradients' exponents lie against fp16's range, without and with the loss scale "
+      "(Micikevicius et al. 2018: ~5% of weight gradients under 2^-24), and the dynamic scaler's trajectory: "
+      "back off by 0.5 at an overflow, grow by 2 after the growth interval of clean steps.");
+  const Measurement* h = measurement_with(r, "MP-1", "exponent_histogram");
+  const Measurement* t = measurement_with(r, "MP-3", "trajectory");
+  if (!h && !t) return s + not_measured("no MP-1 histogram or MP-3 trajectory") + "</section>";
+  std::string charts;
+  charts += h ? mp_histogram_chart(*h) : not_measured("no MP-1 exponent histogram");
+  charts += t ? mp_trajectory_chart(*t) : not_measured("no MP-3 scale trajectory");
+  s += R"(<div class="charts">)" + charts + "</div>";
+  if (h) {
+    const json& d = h->details;
+    s += fmt::format(
+        "<p>Of {} non-zero fp32 gradient values, {} lie under 2^-24 and {} flush to zero in fp16 unscaled; "
+        "scaled by {} {} flush.</p>",
+        esc(fmt_num(num_of(d, {"nonzero_values"}).value_or(NAN))),
+        esc(fmt_num(100 * num_of(d, {"fraction_below_2^-24"}).value_or(NAN)) + "%"),
+        esc(fmt_num(100 * num_of(d, {"flushed_fraction_unscaled"}).value_or(NAN)) + "%"),
+        esc(fmt_num(num_of(d, {"loss_scale"}).value_or(NAN))),
+        esc(fmt_num(100 * num_of(d, {"flushed_fraction_scaled"}).value_or(NAN)) + "%"));
+  }
+  return s + "</section>";
+}
+
 // ---- Trade table ---------------------------------------------------------------------------
 
 std::string trade_section(const Results& r) {
@@ -962,7 +1062,7 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
   for (const auto& [id, name] : std::initializer_list<std::pair<const char*, const char*>>{
            {"summary", "Summary"}, {"device", "Device"}, {"conformance", "Conformance"}, {"memory", "Memory"},
            {"curve-bm-mb", "Micro-batch"}, {"curve-ck-3", "Depth"}, {"curve-seq", "Sequence"},
-           {"curve-q8-3", "8-bit state"}, {"trade", "Trade"}, {"baseline", "Baseline"}, {"run", "Run"}})
+           {"curve-q8-3", "8-bit state"}, {"curve-mp", "Mixed precision"}, {"trade", "Trade"}, {"baseline", "Baseline"}, {"run", "Run"}})
     h += fmt::format(R"(<a href="#{}">{}</a>)", id, name);
   h += R"(</div></nav><main class="wrap">)";
   h += summary(r, opt);
@@ -973,6 +1073,7 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
   h += curve_ck3(r);
   h += curve_seq(r);
   h += curve_q83(r);
+  h += curve_mp(r);
   h += trade_section(r);
   h += baseline_section(r, opt);
   h += run_section(r);

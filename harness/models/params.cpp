@@ -41,7 +41,8 @@ std::vector<float> philox_uniform(uint64_t seed, uint64_t offset, int64_t n, flo
 Param& ParamSet::add(std::string name, Shape shape, const std::vector<float>& values, std::string init_desc,
                      bool weight_decay) {
   for (const Param& p : params_) HR_CHECK(p.name != name, "duplicate parameter name '{}'", name);
-  const DType master_dtype = storage_.master_weights ? DType::f32 : storage_.compute;
+  const bool master = storage_.master_weights && name != storage_.fault_no_master;
+  const DType master_dtype = master ? DType::f32 : storage_.compute;
   Param p;
   p.name = std::move(name);
   p.master = Tensor::from_host(*dev_, values, shape, master_dtype, Consumer::weights);

@@ -30,6 +30,9 @@ struct Param {
 struct ParamStorage {
   DType compute = DType::f32;  // dtype of compute copies and activations
   bool master_weights = true;  // false: the parameter lives only in the compute dtype (MP-4 control)
+  // Wrong on purpose (MP-4's subtle control): this one parameter has no fp32 master,
+  // as one registered after the optimizer took its copies keeps its 16-bit storage.
+  std::string fault_no_master;
 };
 
 class ParamSet {

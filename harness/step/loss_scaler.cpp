@@ -6,11 +6,11 @@ namespace hr {
 void DynamicLossScaler::update(bool found_nonfinite) {
   if (!cfg_.dynamic) return;
   if (found_nonfinite) {
-    scale_ *= cfg_.backoff;
+    if (!cfg_.fault_no_backoff) scale_ *= cfg_.backoff;
     tracker_ = 0;
     return;
   }
-  if (++tracker_ >= cfg_.growth_interval) {
+  if (++tracker_ >= cfg_.growth_interval + (cfg_.fault_growth_off_by_one ? 1 : 0)) {
     scale_ *= cfg_.growth;
     tracker_ = 0;
   }

@@ -35,6 +35,14 @@ enum class LossNormalization : uint8_t {
 const char* loss_normalization_name(LossNormalization n);
 LossNormalization parse_loss_normalization(const std::string& s);
 
+// Broken overflow handling, for negative controls only:
+// - skip_micro_batch: each micro-batch is checked on its own and an overflowing one
+//   is dropped while the rest of the window is applied (GA-5, gross);
+// - keep_last_grad: after a skipped step, zero_grad leaves the last trainable
+//   tensor's gradient in place, so the skipped window leaks into the next (GA-5, subtle);
+// - no_skip: the optimizer steps on non-finite gradients (MP-3, gross).
+enum class OverflowFault : uint8_t { none, skip_micro_batch, keep_last_grad, no_skip };
+
 struct PrecisionConfig {
   // fp32; fp16 (dynamic loss scaling, fp32 master weights); bf16 (fp32 master
   // weights). Weights used by the ops and activations are stored in `compute`;
@@ -46,6 +54,11 @@ struct PrecisionConfig {
   // 16-bit gradient buffers does: the broken variant GA-1's subtle control runs.
   DType grad_accum = DType::f32;
   LossScalerConfig scaler;     // applies with fp16 only
+  // Wrong on purpose (GA-5 / MP-3 negative controls, PROPERTIES.md POWER): how a
+  // broken step handles a non-finite gradient. none is right.
+  OverflowFault overflow_fault = OverflowFault::none;
+  // Wrong on purpose (MP-4's subtle control): this parameter keeps no fp32 master.
+  std::string fault_no_master;
 };
 
 enum class AdapterKind : uint8_t { none, lora };

@@ -14,7 +14,7 @@ namespace hr {
 
 std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   validate(cfg);
-  const ParamStorage storage{cfg.precision.compute, cfg.precision.master_weights};
+  const ParamStorage storage{cfg.precision.compute, cfg.precision.master_weights, cfg.precision.fault_no_master};
   if (cfg.model == ModelKind::mlp) return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed);
   return std::make_unique<TransformerModel>(dev, cfg.transformer, storage, cfg.init_seed);
 }
@@ -63,8 +63,19 @@ std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
 }
 
 void TrainStep::zero_grad() {
-  model_->params().zero_grad();
+  if (cfg_.precision.overflow_fault == OverflowFault::keep_last_grad && last_skipped_) {
+    // The broken variant: the last trainable tensor keeps the skipped window's gradient.
+    Tensor kept;
+    for (Param& p : model_->params().all())
+      if (p.grad.defined()) kept = p.grad;
+    std::vector<float> saved = kept.to_host_f32();
+    model_->params().zero_grad();
+    kept.copy_from(Tensor::from_host(*dev_, saved, kept.shape(), DType::f32, Consumer::workspace));
+  } else {
+    model_->params().zero_grad();
+  }
   micro_batches_ = 0;
+  micro_scales_.clear();
   nonfinite_ = false;
   unscaled_ = false;
 }
@@ -83,7 +94,7 @@ double TrainStep::accumulate(const Batch& batch) {
     const Batch micro = batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb);
     LossSpec ls;
     ls.count = counts[m];
-    ls.multiplier = cfg_.loss_multiplier;
+    ls.multiplier = cfg_.loss_multiplier * (m < micro_multipliers_.size() ? micro_multipliers_[m] : 1.0);
     ls.loss_scale = static_cast<float>(scale);
     PassOptions opt;
     opt.checkpoint = cfg_.checkpoint;
@@ -91,8 +102,23 @@ double TrainStep::accumulate(const Batch& batch) {
     opt.segment_forward_counts = &segment_counts_;
     opt.kept_label_fault = cfg_.kept_label_fault;
     if (forward_end_hook_) opt.on_forward_end = [this, m] { forward_end_hook_(static_cast<int64_t>(m)); };
+    std::vector<std::vector<float>> before;  // the skip_micro_batch fault's copy of the window so far
+    if (cfg_.precision.overflow_fault == OverflowFault::skip_micro_batch)
+      for (const Param& p : model_->params().all())
+        if (p.grad.defined()) before.push_back(p.grad.to_host_f32());
     total += model_->forward_backward(micro, ls, opt);
+    micro_scales_.push_back(static_cast<double>(ls.loss_scale));
     ++micro_batches_;
+    if (!before.empty()) {
+      bool bad = false;
+      for (const Param& p : model_->params().all())
+        if (p.grad.defined()) bad = ops::any_nonfinite(p.grad) || bad;
+      size_t i = 0;
+      if (bad)
+        for (Param& p : model_->params().all())
+          if (p.grad.defined())
+            p.grad.copy_from(Tensor::from_host(*dev_, before[i++], p.grad.shape(), DType::f32, Consumer::workspace));
+    }
     if (cfg_.precision.grad_accum != DType::f32) round_gradients_to(cfg_.precision.grad_accum);
   }
   last_loss_ += total;
@@ -127,15 +153,16 @@ void TrainStep::unscale() {
   unscaled_ = true;
   // Once per step, after every micro-batch: one pass over each gradient both
   // divides by the scale and looks for inf / NaN.
-  const float inv = static_cast<float>(1.0 / accumulated_scale_);
-  bool found = false;
-  for (Param& p : model_->params().all()) {
-    if (!p.grad.defined()) continue;
-    if (cfg_.loss_scaling()) {
-      found = ops::unscale_and_check(p.grad, inv) || found;
-    }
+  if (!cfg_.loss_scaling()) {
+    nonfinite_ = false;
+    return;
   }
-  nonfinite_ = found;
+  const float inv = static_cast<float>(1.0 / accumulated_scale_);
+  std::vector<Tensor*> grads;
+  for (Param& p : model_->params().all())
+    if (p.grad.defined()) grads.push_back(&p.grad);
+  nonfinite_ = ops::unscale_and_check_all(grads, inv);
+  ++unscale_passes_;
 }
 
 double TrainStep::forward_backward(const Batch& batch) {
@@ -154,7 +181,8 @@ StepResult TrainStep::apply() {
   unscale();
   r.found_nonfinite = nonfinite_;
   if (cfg_.loss_scaling()) scaler_.update(nonfinite_);
-  if (nonfinite_) {
+  last_skipped_ = nonfinite_ && cfg_.precision.overflow_fault != OverflowFault::no_skip;
+  if (last_skipped_) {
     r.skipped = true;
     ++skipped_;
   } else {

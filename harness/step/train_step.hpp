@@ -99,6 +99,15 @@ class TrainStep {
   // Called at each micro-batch's forward/backward boundary (loss computed, nothing of
   // the backward pass allocated yet) with the micro-batch's index; empty: no call.
   void set_forward_end_hook(std::function<void(int64_t micro_batch)> hook) { forward_end_hook_ = std::move(hook); }
+  // Extra factors on each micro-batch's loss multiplier (index = micro-batch of the
+  // window), e.g. one micro-batch whose gradients overflow fp16, or an inf / NaN
+  // injected into its loss (MP-3, GA-5). Empty (the default): 1 for every one.
+  void set_micro_batch_multipliers(std::vector<double> factors) { micro_multipliers_ = std::move(factors); }
+  // Unscale-and-check passes run so far: one per step, each a single pass over every
+  // gradient with one shared non-finite flag (one device synchronisation).
+  int64_t unscale_passes() const { return unscale_passes_; }
+  // The loss scale each micro-batch of the current (or last) window ran its backward at.
+  const std::vector<double>& micro_batch_scales() const { return micro_scales_; }
   int64_t steps_applied() const { return applied_; }
   int64_t steps_skipped() const { return skipped_; }
 
@@ -122,6 +131,10 @@ class TrainStep {
   bool nonfinite_ = false;
   bool unscaled_ = false;
   int64_t applied_ = 0, skipped_ = 0;
+  std::vector<double> micro_multipliers_;
+  int64_t unscale_passes_ = 0;
+  std::vector<double> micro_scales_;
+  bool last_skipped_ = false;
 };
 
 // Builds the model a configuration names (validates the configuration first).

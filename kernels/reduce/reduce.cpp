@@ -92,4 +92,21 @@ bool unscale_and_check(Tensor& g, float inv_scale) {
   });
 }
 
+bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale) {
+  if (grads.empty()) return false;
+  for (const Tensor* g : grads) {
+    HR_CHECK(g != nullptr, "unscale_and_check_all: null tensor");
+    check_input(*g, "unscale_and_check_all");
+    HR_CHECK(g->is_cuda() == grads.front()->is_cuda(), "unscale_and_check_all: tensors on different devices");
+  }
+#if HEADROOM_HAVE_CUDA
+  if (grads.front()->is_cuda()) return cuda::unscale_and_check_all(grads, inv_scale);
+#else
+  HR_CHECK(!grads.front()->is_cuda(), "unscale_and_check_all: this build of headroom has no CUDA backend");
+#endif
+  bool found = false;
+  for (Tensor* g : grads) found = unscale_and_check(*g, inv_scale) || found;  // host: no synchronisation
+  return found;
+}
+
 }  // namespace hr::ops

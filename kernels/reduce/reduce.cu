@@ -127,6 +127,24 @@ double device_sum(const Tensor& x, Term term, const char* op) {
   return result;
 }
 
+// Launches the check (and unscale) of one tensor, raising *flag on an inf / NaN.
+template <bool kUnscale>
+void launch_nonfinite(const Tensor& g, float inv_scale, unsigned* flag, cudaStream_t s, const char* op) {
+  const int64_t n = g.numel();
+  if (n == 0) return;
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int N = 16 / sizeof(T);
+    T* p = g.data_as<T>();
+    if (gpu::aligned16(p) && n >= N) {
+      nonfinite_kernel<kUnscale, N><<<gpu::grid_for(n / N), kThreads, 0, s>>>(p, n, inv_scale, flag);
+    } else {
+      nonfinite_kernel<kUnscale, 1><<<gpu::grid_for(n), kThreads, 0, s>>>(p, n, inv_scale, flag);
+    }
+    HR_CUDA_CHECK_LAUNCH();
+  });
+}
+
 template <bool kUnscale>
 bool device_nonfinite(const Tensor& g, float inv_scale, const char* op) {
   const int64_t n = g.numel();
@@ -157,5 +175,19 @@ double sum(const Tensor& x) { return device_sum(x, reduce::Identity{}, "sum"); }
 double squared_norm(const Tensor& x) { return device_sum(x, reduce::Square{}, "squared_norm"); }
 bool any_nonfinite(const Tensor& x) { return device_nonfinite<false>(x, 1.f, "any_nonfinite"); }
 bool unscale_and_check(Tensor& g, float inv_scale) { return device_nonfinite<true>(g, inv_scale, "unscale_and_check"); }
+
+bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale) {
+  // Every tensor's kernel raises the same flag on the first tensor's stream; the
+  // host reads it once.
+  const Tensor& first = *grads.front();
+  Workspace ws(first.device(), sizeof(unsigned));
+  unsigned* flag = ws.as<unsigned>();
+  const cudaStream_t s = gpu::stream_of(first);
+  HR_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned), s));
+  for (Tensor* g : grads) launch_nonfinite<true>(*g, inv_scale, flag, s, "unscale_and_check_all");
+  unsigned found = 0;
+  first.device().copy_to_host(&found, flag, sizeof found);
+  return found != 0;
+}
 
 }  // namespace hr::ops::cuda

@@ -3,6 +3,8 @@
 // tree on the GPU, so they are deterministic.
 #pragma once
 
+#include <vector>
+
 #include "harness/tensor.hpp"
 
 namespace hr::ops {
@@ -13,5 +15,9 @@ bool any_nonfinite(const Tensor& x);  // any inf or NaN
 // g *= inv_scale in place; returns true when any element of g (before scaling)
 // was inf or NaN. The scaler calls it once per gradient tensor per step.
 bool unscale_and_check(Tensor& g, float inv_scale);
+// The same over every tensor of a step at once: one shared non-finite flag read back
+// once (one device synchronisation per step, not one per tensor). All tensors must
+// live on one device.
+bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale);
 
 }  // namespace hr::ops

@@ -2,6 +2,8 @@
 // reduce.cpp after its checks). Each synchronises and returns the host value.
 #pragma once
 
+#include <vector>
+
 #include "harness/tensor.hpp"
 
 namespace hr::ops::cuda {
@@ -10,5 +12,6 @@ double sum(const Tensor& x);
 double squared_norm(const Tensor& x);
 bool any_nonfinite(const Tensor& x);
 bool unscale_and_check(Tensor& g, float inv_scale);
+bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale);
 
 }  // namespace hr::ops::cuda

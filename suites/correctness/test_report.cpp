@@ -183,6 +183,38 @@ TEST(Report, Q83CurveFromAMeasurementsDetails) {
   EXPECT_GE(count(q, "<polyline"), 3u);
 }
 
+// The mixed-precision section draws MP-1's exponent histogram (with fp16's 2^-24
+// and 2^-14 lines) and MP-3's scale trajectory from the measurements' details.
+TEST(Report, MixedPrecisionChartsFromMeasurementsDetails) {
+  hr::Results r;
+  r.device = {{"name", "cpu"}};
+  const std::string empty = section(hr::report::render_report(r), "curve-mp");
+  ASSERT_FALSE(empty.empty());
+  EXPECT_NE(empty.find("Not measured"), std::string::npos);
+  hr::Measurement h = hr::make_check("MP-1", "scaled", 0.0, 1e-3);
+  h.details = {{"exponent_histogram", {{"-30", 5}, {"-24", 40}, {"-20", 100}}},
+               {"loss_scale", 65536.0},
+               {"nonzero_values", 145},
+               {"fraction_below_2^-24", 0.03},
+               {"flushed_fraction_unscaled", 0.034},
+               {"flushed_fraction_scaled", 0.0}};
+  hr::Measurement t = hr::make_check("MP-3", "trajectory", 0.0, 0.5);
+  t.details = {{"trajectory",
+                {{"scale", {65536.0, 65536.0, 32768.0, 65536.0}},
+                 {"expected_scale", {65536.0, 65536.0, 32768.0, 65536.0}},
+                 {"skipped", {false, true, false, false}},
+                 {"growth_interval", 1}}}};
+  r.measurements = {h, t};
+  hr::compute_totals(r);
+  const std::string mp = section(hr::report::render_report(r), "curve-mp");
+  EXPECT_EQ(mp.find("Not measured"), std::string::npos);
+  EXPECT_NE(mp.find("2^-24: fp16"), std::string::npos);
+  EXPECT_NE(mp.find("2^-14: fp16"), std::string::npos);
+  EXPECT_NE(mp.find("scaled by 2^16"), std::string::npos);
+  EXPECT_NE(mp.find("Skipped steps (an overflowing micro-batch): 1."), std::string::npos);
+  EXPECT_GE(count(mp, "<polyline"), 6u);  // 4 histogram series + 2 trajectory series
+}
+
 TEST(ReportHtml, EscapesTheFiveCharacters) {
   EXPECT_EQ(hr::report::esc("<a href=\"x\">Tom & Jerry's</a>"),
             "&lt;a href=&quot;x&quot;&gt;Tom &amp; Jerry&#39;s&lt;/a&gt;");

@@ -14,6 +14,7 @@
 #include "harness/step/train_step.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/elementwise/elementwise.hpp"
+#include "kernels/reduce/reduce.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
 #include "harness/tolerances.hpp"
@@ -123,6 +124,34 @@ TEST_P(StepScaler, OverflowInAnyMicroBatchSkipsTheWholeStep) {
   EXPECT_EQ(step.scaler().scale(), s1);
   EXPECT_FALSE(step.step(batch).skipped);
   EXPECT_EQ(step.scaler().scale(), 2 * s1);
+}
+
+// A micro-batch that overflows fp16 for real (its loss times 2^24: the logits'
+// gradient exceeds 65504 at scale 2^16 and is stored as inf), not an inf written
+// into a gradient: the whole step is skipped with everything untouched, the scale
+// halves, and the same multiplier in fp32 stays finite.
+TEST_P(StepScaler, RealOverflowInOneMicroBatchSkipsTheStep) {
+  HR_TEST_DEVICE(dev, GetParam());
+  StepConfig cfg = test::tiny_transformer_config(DType::f16);
+  TrainStep step(dev, cfg);
+  const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 3);
+  ASSERT_FALSE(step.step(batch).skipped);
+  const auto before = all_state_bytes(step);
+  const double scale0 = step.scaler().scale();
+  step.set_micro_batch_multipliers({1.0, 0x1p24});
+  const StepResult r = step.step(batch);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_EQ(bitwise_mismatches(before, all_state_bytes(step)), 0u);
+  EXPECT_EQ(step.scaler().scale(), scale0 / 2);
+  EXPECT_EQ(step.unscale_passes(), 2);  // one per step, whatever the number of micro-batches
+  step.set_micro_batch_multipliers({});
+  EXPECT_FALSE(step.step(batch).skipped);
+
+  cfg.precision.compute = DType::f32;
+  TrainStep fp32(dev, cfg);
+  fp32.set_micro_batch_multipliers({1.0, 0x1p24});
+  fp32.forward_backward(batch);
+  for (const auto& [name, g] : fp32.gradients()) EXPECT_FALSE(ops::any_nonfinite(g)) << name;
 }
 
 // The loss scale multiplies the backward pass and is divided out once: the

@@ -1,0 +1,863 @@
+// MP-1..MP-5 and GA-5: mixed precision in the training step, on the MLP (its
+// gradients' magnitudes are set with the loss multiplier, so underflow and overflow
+// are produced by the step itself, not written into a tensor). Anchors:
+// PROPERTIES.md MP and GA-5; Micikevicius et al. 2018 (loss scaling, fp32 masters);
+// PyTorch GradScaler's defaults for the scaler. Each property runs its gross
+// negative control and a subtle one near its bound (PROPERTIES.md POWER).
+#include "harness/properties/mixed_precision.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "harness/check.hpp"
+#include "harness/properties/accum_support.hpp"
+#include "harness/tolerances.hpp"
+#include "kernels/common/float16.hpp"
+
+namespace hr::props {
+namespace {
+
+// ---- Shared pieces ----
+
+// The MLP of the accumulation properties at its quick size whatever the run's
+// preset: MP-1 / MP-2's loss multiplier places this model's gradient histogram
+// against fp16's range (a wider model's gradients are smaller: at the full size
+// 99% would flush unscaled), and what the mechanism checks (MP-3, GA-5, MP-4)
+// count, elements of one tensor, must not grow with the model.
+StepConfig mp_mlp(DType dtype, int64_t micro_batch) { return accum_mlp_config(dtype, micro_batch, Preset::quick); }
+
+StepConfig with_static_scale(StepConfig c, double scale) {
+  c.precision.scaler.dynamic = false;
+  c.precision.scaler.init_scale = scale;
+  return c;
+}
+
+NamedValues gradients_at(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  step.forward_backward(batch);
+  return gradient_values(step);
+}
+
+// Elements whose bits differ (NaN against the same NaN is equal), over named tensors.
+double mismatching_elements(const NamedValues& a, const NamedValues& b) {
+  HR_CHECK(a.size() == b.size(), "mismatching_elements: {} tensors against {}", a.size(), b.size());
+  double n = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    HR_CHECK(a[t].second.size() == b[t].second.size(), "mismatching_elements: sizes of '{}' differ", a[t].first);
+    for (size_t i = 0; i < a[t].second.size(); ++i)
+      n += std::memcmp(&a[t].second[i], &b[t].second[i], sizeof(float)) != 0 ? 1 : 0;
+  }
+  return n;
+}
+
+// Parameters (fp32 masters and 16-bit compute copies) and optimizer state.
+NamedValues state_values(TrainStep& step) {
+  NamedValues out = parameter_values(step);
+  for (const Param& p : step.params().all())
+    if (p.compute.data() != p.master.data()) out.emplace_back(p.name + ".compute", p.compute.to_host_f32());
+  for (const auto& [name, t] : step.optimizer().state()) out.emplace_back("opt." + name, t.to_host_f32());
+  return out;
+}
+
+// How the fp32 gradients' non-zero values fare in a 16-bit format after scaling.
+struct Underflow {
+  int64_t nonzero = 0;
+  int64_t flushed = 0;  // non-zero in fp32, zero once stored (after the scale)
+  double fraction() const { return nonzero > 0 ? static_cast<double>(flushed) / static_cast<double>(nonzero) : NAN; }
+};
+
+Underflow underflow_of(const NamedValues& g32, DType storage, double scale) {
+  Underflow u;
+  for (const auto& [name, v] : g32)
+    for (float x : v) {
+      if (x == 0.f) continue;
+      ++u.nonzero;
+      const float scaled = static_cast<float>(static_cast<double>(x) * scale);
+      const float stored = storage == DType::f16 ? round_to<half_t>(scaled) : round_to<bfloat16_t>(scaled);
+      u.flushed += stored == 0.f ? 1 : 0;
+    }
+  return u;
+}
+
+// Non-zero fp32 values that a real 16-bit run left at exactly zero.
+Underflow zeros_in_run(const NamedValues& g32, const NamedValues& g16) {
+  Underflow u;
+  for (size_t t = 0; t < g32.size(); ++t)
+    for (size_t i = 0; i < g32[t].second.size(); ++i) {
+      if (g32[t].second[i] == 0.f) continue;
+      ++u.nonzero;
+      u.flushed += g16[t].second[i] == 0.f ? 1 : 0;
+    }
+  return u;
+}
+
+// Histogram of the binary exponents (floor(log2 |g|)) of the non-zero values.
+nlohmann::json exponent_histogram(const NamedValues& g32, int64_t* below_2m24, int64_t* below_2m14) {
+  std::map<int, int64_t> h;
+  *below_2m24 = *below_2m14 = 0;
+  for (const auto& [name, v] : g32)
+    for (float x : v) {
+      if (x == 0.f || !std::isfinite(x)) continue;
+      const int e = std::ilogb(x);
+      ++h[e];
+      if (e < -24) ++*below_2m24;
+      if (e < -14) ++*below_2m14;
+    }
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [e, n] : h) j[std::to_string(e)] = n;
+  return j;
+}
+
+nlohmann::json mp_config(double loss_scale) {
+  return nlohmann::json{{"loss_multiplier", kMpLossMultiplier}, {"loss_scale", loss_scale}};
+}
+
+void describe_mp(Measurement& m, const Device& dev, DType dtype) { describe(m, dev, dtype, "mlp"); }
+
+// The fp32 gradients MP-1 and MP-2 measure against, and the batch.
+struct Reference {
+  StepConfig cfg32;
+  Batch batch;
+  NamedValues g32;
+};
+
+Reference mp_reference(Device& dev, Preset preset, uint64_t seed) {
+  Reference r{mp_mlp(DType::f32, kEffectiveBatch), Batch{}, {}};
+  r.cfg32.loss_multiplier = kMpLossMultiplier;
+  r.batch = accum_batch(dev, r.cfg32, seed);
+  r.g32 = gradients_at(dev, r.cfg32, r.batch);
+  return r;
+}
+
+StepConfig at_dtype(StepConfig c, DType d) {
+  c.precision.compute = d;
+  return c;
+}
+
+}  // namespace
+
+// ---- MP-1 ----
+std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  const Reference ref = mp_reference(dev, preset, seed);
+  const double scale = tol::kMpLossScale;
+  int64_t below24 = 0, below14 = 0;
+  const nlohmann::json hist = exponent_histogram(ref.g32, &below24, &below14);
+  const Underflow plain = underflow_of(ref.g32, DType::f16, 1.0);
+  const Underflow scaled = underflow_of(ref.g32, DType::f16, scale);
+
+  // The real fp16 steps: unscaled and scaled, their gradients against fp32.
+  const StepConfig cfg16 = at_dtype(ref.cfg32, DType::f16);
+  const NamedValues g_plain = gradients_at(dev, with_static_scale(cfg16, 1.0), ref.batch);
+  const NamedValues g_scaled = gradients_at(dev, with_static_scale(cfg16, scale), ref.batch);
+  const TensorsCompare c_scaled = compare_tensors(g_scaled, ref.g32);
+  const TensorsCompare c_plain = compare_tensors(g_plain, ref.g32);
+  const Underflow run_plain = zeros_in_run(ref.g32, g_plain), run_scaled = zeros_in_run(ref.g32, g_scaled);
+
+  nlohmann::json details{{"exponent_histogram", hist},
+                         {"nonzero_values", plain.nonzero},
+                         {"fraction_below_2^-24", static_cast<double>(below24) / static_cast<double>(plain.nonzero)},
+                         {"fraction_below_2^-14", static_cast<double>(below14) / static_cast<double>(plain.nonzero)},
+                         {"flushed_fraction_unscaled", plain.fraction()},
+                         {"flushed_fraction_scaled", scaled.fraction()},
+                         {"loss_scale", scale},
+                         {"run_zero_fraction_unscaled", run_plain.fraction()},
+                         {"run_zero_fraction_scaled", run_scaled.fraction()},
+                         {"run_rel_l2_unscaled", json_number(c_plain.max_rel_l2)},
+                         {"run_rel_l2_scaled", json_number(c_scaled.max_rel_l2)},
+                         {"anchor", "Micikevicius et al. 2018: ~5% of weight gradients under 2^-24"}};
+
+  const double ftol = tol::kMpUnderflowFraction;
+  Measurement f = make_check("MP-1", "with loss scale 2^16 almost no fp32 gradient flushes to zero in fp16",
+                             scaled.fraction(), ftol);
+  describe_mp(f, dev, DType::f16);
+  f.config = mp_config(scale);
+  f.metric = "flushed_fraction";
+  f.tolerance_reason = tol::kMpUnderflowFractionReason;
+  f.details = details;
+  out.push_back(f);
+
+  Measurement g = make_negative_control("MP-1", "without a loss scale the flushed fraction is flagged",
+                                        plain.fraction(), ftol);
+  describe_mp(g, dev, DType::f16);
+  g.config = mp_config(1.0);
+  g.metric = "flushed_fraction";
+  g.tolerance_reason = tol::kMpUnderflowFractionReason;
+  g.details = details;
+  out.push_back(g);
+
+  const double small = tol::kMpSubtleLossScale;
+  const Underflow partial = underflow_of(ref.g32, DType::f16, small);
+  Measurement s = make_subtle_control(
+      "MP-1", fmt::format("a loss scale of 2^{} that leaves the tail flushing is flagged", std::ilogb(small)),
+      partial.fraction(), ftol);
+  describe_mp(s, dev, DType::f16);
+  s.config = mp_config(small);
+  s.metric = "flushed_fraction";
+  s.tolerance_reason = tol::kMpUnderflowFractionReason;
+  s.details = nlohmann::json{{"flushed", partial.flushed}, {"nonzero_values", partial.nonzero}};
+  out.push_back(s);
+
+  const double etol = tol::kMpGradRelL2(DType::f16);
+  Measurement e = make_check("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32",
+                             c_scaled.max_rel_l2, etol);
+  describe_mp(e, dev, DType::f16);
+  e.config = mp_config(scale);
+  e.metric = "max_tensor_rel_l2";
+  e.tolerance_reason = tol::kMpGradRelL2Reason;
+  e.details = nlohmann::json{{"worst_tensor", c_scaled.worst}, {"per_tensor_rel_l2", c_scaled.per_tensor},
+                             {"run_zero_fraction", run_scaled.fraction()}};
+  out.push_back(e);
+
+  Measurement eg = make_negative_control("MP-1", "the fp16 step without a loss scale is flagged",
+                                         c_plain.max_rel_l2, etol);
+  describe_mp(eg, dev, DType::f16);
+  eg.config = mp_config(1.0);
+  eg.metric = "max_tensor_rel_l2";
+  eg.tolerance_reason = tol::kMpGradRelL2Reason;
+  eg.details = nlohmann::json{{"worst_tensor", c_plain.worst}, {"per_tensor_rel_l2", c_plain.per_tensor},
+                              {"run_zero_fraction", run_plain.fraction()}};
+  out.push_back(eg);
+  return out;
+}
+
+// ---- MP-2 ----
+std::vector<Measurement> mp2_bf16_range(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  const Reference ref = mp_reference(dev, preset, seed);
+  const Underflow bf = underflow_of(ref.g32, DType::bf16, 1.0);
+  const NamedValues g_bf = gradients_at(dev, at_dtype(ref.cfg32, DType::bf16), ref.batch);
+  const TensorsCompare c = compare_tensors(g_bf, ref.g32);
+  const Underflow run = zeros_in_run(ref.g32, g_bf);
+  const double ftol = tol::kMpUnderflowFraction;
+
+  Measurement f = make_check("MP-2", "no fp32 gradient flushes to zero in bf16 (no loss scale)", bf.fraction(), ftol);
+  describe_mp(f, dev, DType::bf16);
+  f.config = mp_config(1.0);
+  f.metric = "flushed_fraction";
+  f.tolerance_reason = tol::kMpUnderflowFractionReason;
+  f.details = nlohmann::json{{"flushed", bf.flushed}, {"nonzero_values", bf.nonzero},
+                             {"run_zero_fraction", run.fraction()}};
+  out.push_back(f);
+
+  Measurement e = make_check("MP-2", "gradients of the bf16 step match fp32 without a loss scale", c.max_rel_l2,
+                             tol::kMpGradRelL2(DType::bf16));
+  describe_mp(e, dev, DType::bf16);
+  e.config = mp_config(1.0);
+  e.metric = "max_tensor_rel_l2";
+  e.tolerance_reason = tol::kMpGradRelL2Reason;
+  e.details = nlohmann::json{{"worst_tensor", c.worst}, {"per_tensor_rel_l2", c.per_tensor},
+                             {"run_zero_fraction", run.fraction()}};
+  out.push_back(e);
+
+  // Controls: the same gradients stored in fp16 instead (bf16's range is the point).
+  const Underflow h = underflow_of(ref.g32, DType::f16, 1.0);
+  Measurement g = make_negative_control("MP-2", "the same gradients stored in fp16, unscaled, are flagged",
+                                        h.fraction(), ftol);
+  describe_mp(g, dev, DType::bf16);
+  g.config = mp_config(1.0);
+  g.config["storage"] = "fp16";
+  g.metric = "flushed_fraction";
+  g.tolerance_reason = tol::kMpUnderflowFractionReason;
+  out.push_back(g);
+
+  const double small = tol::kMpSubtleLossScale;
+  const Underflow hs = underflow_of(ref.g32, DType::f16, small);
+  Measurement s = make_subtle_control(
+      "MP-2", fmt::format("the same gradients stored in fp16 at loss scale 2^{} are flagged", std::ilogb(small)),
+      hs.fraction(), ftol);
+  describe_mp(s, dev, DType::bf16);
+  s.config = mp_config(small);
+  s.config["storage"] = "fp16";
+  s.metric = "flushed_fraction";
+  s.tolerance_reason = tol::kMpUnderflowFractionReason;
+  out.push_back(s);
+  return out;
+}
+
+
+// ---- MP-3 ----
+namespace {
+
+// The mechanism checks' configuration: the quick MLP in fp16, AdamW (so the
+// optimizer has state to leave untouched), 4 micro-batches of 8.
+StepConfig scaler_config(Preset preset) {
+  StepConfig c = mp_mlp(DType::f16, kEffectiveBatch / 4);
+  c.optimizer.kind = OptimizerKind::adamw;
+  return c;
+}
+
+// Makes micro-batch `m` of a window of K overflow in fp16 for real: its loss is
+// multiplied by 2^24, so at the scale 2^16 its loss gradient (~2^-9 of the loss
+// per output element) exceeds fp16's 65504 and is stored as inf. The fp32 step
+// takes the same multiplier without an inf (checked in the details).
+std::vector<double> overflow_at(int64_t K, int64_t m, double factor = tol::kMpOverflowMultiplier) {
+  std::vector<double> f(static_cast<size_t>(K), 1.0);
+  f[static_cast<size_t>(m)] = factor;
+  return f;
+}
+
+struct Injection {
+  std::string where;  // a parameter's name or "loss"
+  float value;        // inf or NaN
+};
+
+// One step with an inf / NaN injected; counts what a correct scaler must not do:
+// state elements changed, the step not skipped, the scale not backed off, the
+// growth counter not reset.
+nlohmann::json inject_once(TrainStep& step, const Batch& batch, const Injection& inj, double* violations) {
+  const NamedValues before = state_values(step);
+  const double scale0 = step.scaler().scale();
+  const double expected_scale = scale0 * step.config().precision.scaler.backoff;
+  step.zero_grad();
+  if (inj.where == "loss") {
+    // One target of the first micro-batch is inf / NaN: that micro-batch's loss is
+    // inf / NaN, and so is the loss gradient of its row.
+    Batch bad = batch;
+    std::vector<float> t = batch.targets_f32.to_host_f32();
+    t[0] = inj.value;
+    bad.targets_f32 = Tensor::from_host(step.device(), t, batch.targets_f32.shape(), DType::f32, Consumer::workspace);
+    step.accumulate(bad);
+  } else {
+    step.accumulate(batch);
+  }
+  if (inj.where != "loss") {
+    Tensor g = step.grad(inj.where);
+    std::vector<float> v = g.to_host_f32();
+    v[v.size() / 2] = inj.value;
+    g.copy_from(Tensor::from_host(step.device(), v, g.shape(), DType::f32, Consumer::workspace));
+  }
+  const StepResult r = step.apply();
+  const double changed = mismatching_elements(before, state_values(step));
+  const double v = changed + (r.skipped ? 0 : 1) + (step.scaler().scale() == expected_scale ? 0 : 1) +
+                   (step.scaler().growth_tracker() == 0 ? 0 : 1);
+  *violations += v;
+  return nlohmann::json{{"where", inj.where},       {"value", std::isnan(inj.value) ? "nan" : "inf"},
+                        {"skipped", r.skipped},      {"state_elements_changed", changed},
+                        {"scale_before", scale0},    {"scale_after", step.scaler().scale()},
+                        {"growth_tracker", step.scaler().growth_tracker()}, {"violations", v}};
+}
+
+// Every trainable tensor and the loss, inf then NaN; returns the violations.
+double injection_sweep(Device& dev, const StepConfig& cfg, const Batch& batch, nlohmann::json* log) {
+  TrainStep step(dev, cfg);
+  HR_CHECK(!step.step(batch).skipped, "MP-3: the clean first step overflowed at scale {}", cfg.precision.scaler.init_scale);
+  std::vector<Injection> injections;
+  for (float value : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    for (const auto& [name, g] : step.gradients()) injections.push_back({name, value});
+    injections.push_back({"loss", value});
+  }
+  double violations = 0;
+  *log = nlohmann::json::array();
+  for (const Injection& inj : injections) {
+    // A clean step between injections: the growth counter is non-zero before each.
+    step.step(batch);
+    log->push_back(inject_once(step, batch, inj, &violations));
+  }
+  return violations;
+}
+
+// GradScaler's rule written out: the scale each step runs at and whether it is
+// skipped, given which steps overflow.
+struct Trajectory {
+  std::vector<double> scale;
+  std::vector<bool> skipped;
+};
+Trajectory expected_trajectory(const LossScalerConfig& c, const std::vector<bool>& overflow) {
+  Trajectory t;
+  double scale = c.init_scale;
+  int64_t clean = 0;
+  for (bool o : overflow) {
+    t.scale.push_back(scale);
+    t.skipped.push_back(o);
+    if (o) {
+      scale *= c.backoff;
+      clean = 0;
+    } else if (++clean == c.growth_interval) {
+      scale *= c.growth;
+      clean = 0;
+    }
+  }
+  return t;
+}
+
+std::vector<bool> trajectory_overflows() {
+  std::vector<bool> o(tol::kMpTrajectorySteps, false);
+  for (int64_t s : tol::kMpTrajectoryOverflowSteps) o[static_cast<size_t>(s)] = true;
+  return o;
+}
+
+// Runs the trajectory (a real overflow in micro-batch 1 at the chosen steps) and
+// counts the steps whose scale or skip differ from GradScaler's rule.
+double run_trajectory(Device& dev, const StepConfig& cfg, const Batch& batch, nlohmann::json* traj) {
+  const std::vector<bool> overflow = trajectory_overflows();
+  const Trajectory want = expected_trajectory(cfg.precision.scaler, overflow);
+  TrainStep step(dev, cfg);
+  double mismatches = 0;
+  nlohmann::json scale = nlohmann::json::array(), skipped = nlohmann::json::array(),
+                 expected = nlohmann::json::array();
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    step.set_micro_batch_multipliers(overflow[i] ? overflow_at(cfg.accum_steps(), 1) : std::vector<double>{});
+    const StepResult r = step.step(batch);
+    scale.push_back(r.loss_scale);
+    skipped.push_back(r.skipped);
+    expected.push_back(want.scale[i]);
+    mismatches += (r.loss_scale == want.scale[i] && r.skipped == want.skipped[i]) ? 0 : 1;
+  }
+  *traj = nlohmann::json{{"scale", scale},
+                         {"skipped", skipped},
+                         {"expected_scale", expected},
+                         {"growth_interval", cfg.precision.scaler.growth_interval},
+                         {"final_scale", step.scaler().scale()}};
+  return mismatches;
+}
+
+// Updates (p_T - p0) of T SGD steps on T batches, the steps in `skip` left out
+// (fp32) or made to overflow (fp16).
+NamedValues updates_over(Device& dev, StepConfig cfg, const std::vector<Batch>& batches, int64_t overflow_step,
+                         bool leave_out) {
+  TrainStep step(dev, cfg);
+  const NamedValues p0 = parameter_values(step);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const bool hit = static_cast<int64_t>(i) == overflow_step;
+    if (hit && leave_out) continue;
+    step.set_micro_batch_multipliers(hit ? overflow_at(cfg.accum_steps(), 1) : std::vector<double>{});
+    step.step(batches[i]);
+  }
+  NamedValues p = parameter_values(step);
+  for (size_t t = 0; t < p.size(); ++t)
+    for (size_t i = 0; i < p[t].second.size(); ++i) p[t].second[i] -= p0[t].second[i];
+  return p;
+}
+
+}  // namespace
+
+std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  // GradScaler's defaults, field by field.
+  {
+    const LossScalerConfig d;
+    const double wrong = (d.init_scale == 65536.0 ? 0 : 1) + (d.growth == 2.0 ? 0 : 1) + (d.backoff == 0.5 ? 0 : 1) +
+                         (d.growth_interval == 2000 ? 0 : 1) + (d.dynamic && d.enabled ? 0 : 1);
+    Measurement m = make_check("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)", wrong,
+                               tol::kBitwiseMismatches);
+    describe_mp(m, dev, DType::f16);
+    m.metric = "fields_differing";
+    m.tolerance_reason = "MP-3: PyTorch GradScaler's defaults, exactly";
+    m.details = nlohmann::json{{"init_scale", d.init_scale}, {"growth", d.growth}, {"backoff", d.backoff},
+                               {"growth_interval", d.growth_interval}};
+    out.push_back(m);
+  }
+
+  StepConfig cfg = scaler_config(preset);
+  cfg.precision.scaler.growth_interval = tol::kMpGrowthInterval;
+  const Batch batch = accum_batch(dev, cfg, seed);
+
+  // Injected inf / NaN into every gradient tensor and the loss.
+  {
+    nlohmann::json log;
+    const double v = injection_sweep(dev, cfg, batch, &log);
+    Measurement m = make_check("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched",
+                               v, tol::kBitwiseMismatches);
+    describe_mp(m, dev, DType::f16);
+    m.config = nlohmann::json{{"growth_interval", cfg.precision.scaler.growth_interval}, {"injections", log.size()}};
+    m.metric = "violations";
+    m.tolerance_reason = tol::kMpScalerReason;
+    m.details = nlohmann::json{{"injections", log}};
+    out.push_back(m);
+
+    StepConfig broken = cfg;
+    broken.precision.overflow_fault = OverflowFault::no_skip;
+    nlohmann::json blog;
+    Measurement g = make_negative_control("MP-3", "a step that applies non-finite gradients is flagged",
+                                          injection_sweep(dev, broken, batch, &blog), tol::kBitwiseMismatches);
+    describe_mp(g, dev, DType::f16);
+    g.config = nlohmann::json{{"overflow_fault", "no_skip"}};
+    g.metric = "violations";
+    g.tolerance_reason = tol::kMpScalerReason;
+    out.push_back(g);
+  }
+
+  // The trajectory: backoff at each overflow, growth after the interval.
+  {
+    nlohmann::json traj;
+    const double mism = run_trajectory(dev, cfg, batch, &traj);
+    Measurement m = make_check("MP-3", "the scale backs off at each overflow and grows after the interval", mism,
+                               tol::kBitwiseMismatches);
+    describe_mp(m, dev, DType::f16);
+    m.config = nlohmann::json{{"growth_interval", cfg.precision.scaler.growth_interval},
+                              {"steps", tol::kMpTrajectorySteps}};
+    m.metric = "steps_differing";
+    m.tolerance_reason = tol::kMpScalerReason;
+    m.details = nlohmann::json{{"trajectory", traj}};
+    out.push_back(m);
+
+    StepConfig late = cfg;
+    late.precision.scaler.fault_growth_off_by_one = true;
+    nlohmann::json tl;
+    Measurement s = make_subtle_control("MP-3", "growing one clean step late (an off-by-one counter) is flagged",
+                                        run_trajectory(dev, late, batch, &tl), tol::kBitwiseMismatches);
+    describe_mp(s, dev, DType::f16);
+    s.config = nlohmann::json{{"fault", "growth_off_by_one"}};
+    s.metric = "steps_differing";
+    s.tolerance_reason = tol::kMpScalerReason;
+    s.details = nlohmann::json{{"trajectory", tl}};
+    out.push_back(s);
+
+    StepConfig stuck = cfg;
+    stuck.precision.scaler.fault_no_backoff = true;
+    nlohmann::json gl;
+    Measurement g = make_negative_control("MP-3", "a scale that never backs off is flagged",
+                                          run_trajectory(dev, stuck, batch, &gl), tol::kBitwiseMismatches);
+    describe_mp(g, dev, DType::f16);
+    g.config = nlohmann::json{{"fault", "no_backoff"}};
+    g.metric = "steps_differing";
+    g.tolerance_reason = tol::kMpScalerReason;
+    out.push_back(g);
+  }
+
+  // One overflow in a run of SGD steps equals fp32 leaving that step out.
+  {
+    StepConfig c16 = cfg;
+    c16.optimizer.kind = OptimizerKind::sgd;
+    c16.optimizer.sgd.lr = 0.1f;
+    c16.precision.scaler.growth_interval = 2000;
+    StepConfig c32 = c16;
+    c32.precision.compute = DType::f32;
+    std::vector<Batch> batches;
+    for (int64_t i = 0; i < tol::kMpEquivalenceSteps; ++i)
+      batches.push_back(accum_batch(dev, cfg, seed * 1000 + static_cast<uint64_t>(i)));
+    const int64_t hit = tol::kMpEquivalenceSteps / 2;
+    const NamedValues u16 = updates_over(dev, c16, batches, hit, false);
+    const NamedValues u32 = updates_over(dev, c32, batches, hit, true);
+    const NamedValues u32_all = updates_over(dev, c32, batches, -1, false);
+    const TensorsCompare c = compare_tensors(u16, u32);
+    Measurement m = make_check("MP-3", "a run with one overflowing step equals fp32 skipping that step",
+                               c.max_rel_l2, tol::kMpGradRelL2(DType::f16));
+    describe_mp(m, dev, DType::f16);
+    m.config = nlohmann::json{{"steps", tol::kMpEquivalenceSteps}, {"overflow_step", hit}, {"optimizer", "sgd"}};
+    m.metric = "max_tensor_update_rel_l2";
+    m.tolerance_reason = tol::kMpGradRelL2Reason;
+    m.details = nlohmann::json{{"worst_tensor", c.worst}, {"per_tensor_rel_l2", c.per_tensor}};
+    out.push_back(m);
+
+    const TensorsCompare ca = compare_tensors(u16, u32_all);
+    Measurement g = make_negative_control("MP-3", "against fp32 applying every step, the skipped step is seen",
+                                          ca.max_rel_l2, tol::kMpGradRelL2(DType::f16));
+    describe_mp(g, dev, DType::f16);
+    g.config = m.config;
+    g.config["fp32_skips"] = false;
+    g.metric = "max_tensor_update_rel_l2";
+    g.tolerance_reason = tol::kMpGradRelL2Reason;
+    out.push_back(g);
+  }
+  return out;
+}
+
+// ---- GA-5 ----
+std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  StepConfig cfg = scaler_config(preset);
+  cfg.optimizer.kind = OptimizerKind::sgd;
+  const int64_t K = cfg.accum_steps();
+  const Batch b1 = accum_batch(dev, cfg, seed), b2 = accum_batch(dev, cfg, seed + 1),
+              b3 = accum_batch(dev, cfg, seed + 2);
+
+  // The overflow is real: fp32 takes the same multiplier without an inf.
+  StepConfig c32 = cfg;
+  c32.precision.compute = DType::f32;
+  bool fp32_finite = true;
+  {
+    TrainStep s32(dev, c32);
+    s32.set_micro_batch_multipliers(overflow_at(K, 2));
+    s32.forward_backward(b2);
+    for (const auto& [n, v] : gradient_values(s32))
+      for (float x : v) fp32_finite = fp32_finite && std::isfinite(x);
+  }
+
+  struct Window {
+    double skip_violations = 0;  // window 2: state changed, not skipped, scale not halved
+    double leaked = 0;           // window 3's gradients against a fresh step's at the same state
+    double unscale_error = 0;    // |unscale passes - steps|
+    double scale_violations = 0; // micro-batches of the window not run at its scale
+    nlohmann::json details;
+  };
+  auto run = [&](const StepConfig& c) {
+    Window w;
+    TrainStep step(dev, c);
+    TrainStep ref(dev, c);  // the same steps without the overflowing window
+    step.step(b1);
+    ref.step(b1);
+    const NamedValues before = state_values(step);
+    const double scale0 = step.scaler().scale();
+    step.set_micro_batch_multipliers(overflow_at(K, 2));
+    const StepResult r2 = step.step(b2);
+    step.set_micro_batch_multipliers({});
+    // Every micro-batch of the overflowing window ran at the window's scale.
+    double off_scale = static_cast<double>(K) - static_cast<double>(step.micro_batch_scales().size());
+    for (double sc : step.micro_batch_scales()) off_scale += sc == scale0 ? 0 : 1;
+    w.scale_violations = std::fabs(off_scale);
+    nlohmann::json scales = step.micro_batch_scales();
+    const double changed = mismatching_elements(before, state_values(step));
+    w.skip_violations = changed + (r2.skipped ? 0 : 1) + (step.scaler().scale() == scale0 * c.precision.scaler.backoff ? 0 : 1);
+    // The reference backs off as the skipped window did, without running it.
+    ref.scaler().update(true);
+    const StepResult r3 = step.step(b3);
+    ref.forward_backward(b3);
+    w.leaked = mismatching_elements(gradient_values(step), gradient_values(ref));
+    w.unscale_error = std::fabs(static_cast<double>(step.unscale_passes()) - 3.0);
+    w.details = nlohmann::json{{"window2_skipped", r2.skipped},
+                               {"window2_state_elements_changed", changed},
+                               {"scale_before", scale0},
+                               {"scale_after", step.scaler().scale()},
+                               {"window3_skipped", r3.skipped},
+                               {"window3_gradient_elements_differing", w.leaked},
+                               {"unscale_passes", step.unscale_passes()},
+                               {"window2_micro_batch_scales", scales},
+                               {"steps", 3},
+                               {"micro_batches_per_step", K},
+                               {"overflow_micro_batch", 2},
+                               {"overflow_multiplier", tol::kMpOverflowMultiplier},
+                               {"fp32_gradients_finite_at_that_multiplier", fp32_finite}};
+    return w;
+  };
+  auto config = [&](const char* fault) {
+    return nlohmann::json{{"micro_batch", cfg.micro_batch}, {"accum_steps", K}, {"overflow_micro_batch", 2},
+                          {"overflow_fault", fault}};
+  };
+
+  const Window ok = run(cfg);
+  Measurement a = make_check("GA-5", "one overflowing micro-batch skips the whole window, state untouched",
+                             ok.skip_violations + (fp32_finite ? 0 : 1), tol::kBitwiseMismatches);
+  describe(a, dev, DType::f16, "mlp");
+  a.config = config("none");
+  a.metric = "violations";
+  a.tolerance_reason = tol::kMpScalerReason;
+  a.details = ok.details;
+  out.push_back(a);
+
+  Measurement b = make_check("GA-5", "nothing of the skipped window leaks into the next one", ok.leaked,
+                             tol::kBitwiseMismatches);
+  describe(b, dev, DType::f16, "mlp");
+  b.config = config("none");
+  b.metric = "gradient_elements_differing";
+  b.tolerance_reason = tol::kMpScalerReason;
+  b.details = ok.details;
+  out.push_back(b);
+
+  Measurement u = make_check("GA-5", "gradients are unscaled once per step, not per micro-batch", ok.unscale_error,
+                             tol::kBitwiseMismatches);
+  describe(u, dev, DType::f16, "mlp");
+  u.config = config("none");
+  u.metric = "abs(unscale_passes - steps)";
+  u.tolerance_reason = tol::kMpScalerReason;
+  u.details = ok.details;
+  out.push_back(u);
+
+  Measurement ps = make_check("GA-5", "every micro-batch of the window backpropagates at the window's loss scale",
+                              ok.scale_violations, tol::kBitwiseMismatches);
+  describe(ps, dev, DType::f16, "mlp");
+  ps.config = config("none");
+  ps.metric = "micro_batches_off_scale";
+  ps.tolerance_reason = tol::kMpScalerReason;
+  ps.details = ok.details;
+  out.push_back(ps);
+
+  StepConfig drop = cfg;
+  drop.precision.overflow_fault = OverflowFault::skip_micro_batch;
+  const Window dw = run(drop);
+  Measurement g = make_negative_control("GA-5", "dropping the overflowing micro-batch and applying the rest is flagged",
+                                        dw.skip_violations, tol::kBitwiseMismatches);
+  describe(g, dev, DType::f16, "mlp");
+  g.config = config("skip_micro_batch");
+  g.metric = "violations";
+  g.tolerance_reason = tol::kMpScalerReason;
+  g.details = dw.details;
+  out.push_back(g);
+
+  StepConfig keep = cfg;
+  keep.precision.overflow_fault = OverflowFault::keep_last_grad;
+  const Window kw = run(keep);
+  Measurement s = make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged",
+                                      kw.leaked, tol::kBitwiseMismatches);
+  describe(s, dev, DType::f16, "mlp");
+  s.config = config("keep_last_grad");
+  s.metric = "gradient_elements_differing";
+  s.tolerance_reason = tol::kMpScalerReason;
+  s.details = kw.details;
+  out.push_back(s);
+  return out;
+}
+
+// ---- MP-4 ----
+namespace {
+
+struct LostUpdates {
+  int64_t window = 0;  // elements whose update lies between 2 fp32 ulps and a quarter fp16 ulp of the weight
+  int64_t lost = 0;    // of those, unchanged by the step
+  nlohmann::json per_tensor = nlohmann::json::object();
+  double fraction() const { return window > 0 ? static_cast<double>(lost) / static_cast<double>(window) : NAN; }
+};
+
+// One real SGD step; which updates too small for fp16 survived.
+LostUpdates lost_updates(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  const NamedValues p0 = parameter_values(step);
+  HR_CHECK(!step.step(batch).skipped, "MP-4: the step overflowed");
+  const NamedValues g = gradient_values(step), p1 = parameter_values(step);
+  const double lr = cfg.optimizer.sgd.lr;
+  LostUpdates r;
+  for (size_t t = 0; t < p0.size(); ++t) {
+    int64_t w = 0, l = 0;
+    for (size_t i = 0; i < p0[t].second.size(); ++i) {
+      const double p = p0[t].second[i], upd = std::fabs(lr * static_cast<double>(g[t].second[i]));
+      const float p16 = round_to<half_t>(static_cast<float>(p));
+      if (p == 0 || p16 == 0.f || std::fabs(p) < 0x1p-14) continue;  // normal fp16 weights only
+      const double quarter_ulp16 = std::ldexp(1.0, std::ilogb(p16) - 10) / 4;
+      if (!(upd > 0x1p-22 * std::fabs(p) && upd < quarter_ulp16)) continue;
+      ++w;
+      l += std::memcmp(&p0[t].second[i], &p1[t].second[i], sizeof(float)) == 0 ? 1 : 0;
+    }
+    r.window += w;
+    r.lost += l;
+    r.per_tensor[p0[t].first] = nlohmann::json{{"window", w}, {"lost", l}};
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  StepConfig cfg = mp_mlp(DType::f16, kEffectiveBatch);
+  cfg.optimizer.kind = OptimizerKind::sgd;
+  cfg.optimizer.sgd.lr = static_cast<float>(tol::kMpMasterLr);
+  const Batch batch = accum_batch(dev, cfg, seed);
+  const double bound = tol::kMpLostUpdateFraction;
+  auto measure = [&](Measurement m, const LostUpdates& r, const char* variant) {
+    describe(m, dev, DType::f16, "mlp");
+    m.config = nlohmann::json{{"lr", cfg.optimizer.sgd.lr}, {"optimizer", "sgd"}, {"weights", variant}};
+    m.metric = "lost_update_fraction";
+    m.tolerance_reason = tol::kMpLostUpdateReason;
+    m.details = nlohmann::json{{"updates_under_quarter_fp16_ulp", r.window}, {"lost", r.lost},
+                               {"per_tensor", r.per_tensor}};
+    out.push_back(std::move(m));
+  };
+  const LostUpdates kept = lost_updates(dev, cfg, batch);
+  measure(make_check("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights",
+                     kept.fraction(), bound),
+          kept, "fp32 masters");
+
+  StepConfig none = cfg;
+  none.precision.master_weights = false;
+  const LostUpdates lost = lost_updates(dev, none, batch);
+  measure(make_negative_control("MP-4", "without fp32 master weights the small updates are lost, and flagged",
+                                lost.fraction(), bound),
+          lost, "fp16 only");
+
+  StepConfig one = cfg;
+  one.precision.fault_no_master = tol::kMpNoMasterParam;
+  const LostUpdates partial = lost_updates(dev, one, batch);
+  measure(make_subtle_control("MP-4", fmt::format("one tensor ({}) without an fp32 master is flagged",
+                                                  tol::kMpNoMasterParam),
+                              partial.fraction(), bound),
+          partial, "fp32 masters but one");
+  return out;
+}
+
+// ---- MP-5 ----
+namespace {
+
+// Peak activation bytes of one step (the tracker's Consumer::activations).
+size_t activation_peak(Device& dev, const StepConfig& cfg, const Batch& batch) {
+  TrainStep step(dev, cfg);
+  dev.memory().reset_peak();
+  const size_t base = dev.memory().snapshot().current(Consumer::activations);
+  step.step(batch);
+  return dev.memory().snapshot().peak(Consumer::activations) - base;
+}
+
+}  // namespace
+
+std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64_t seed) {
+  std::vector<Measurement> out;
+  const double bound = tol::kMpActivationRatioRel;
+  for (const char* model : {"mlp", "transformer"}) {
+    const bool mlp = std::string(model) == "mlp";
+    auto config = [&](DType d) {
+      StepConfig c = mlp ? accum_mlp_config(d, kEffectiveBatch, preset) : accum_transformer_config(d, kEffectiveBatch, preset);
+      return c;
+    };
+    const StepConfig c32 = config(DType::f32);
+    const Batch batch = accum_batch(dev, c32, seed);
+    const double a32 = static_cast<double>(activation_peak(dev, c32, batch));
+    for (DType d : {DType::f16, DType::bf16}) {
+      const double a16 = static_cast<double>(activation_peak(dev, config(d), batch));
+      const double ratio = a16 / a32;
+      Measurement m = make_check("MP-5", "activation bytes in 16 bits are half of fp32's", std::fabs(ratio / 0.5 - 1.0),
+                                 bound);
+      describe(m, dev, d, model);
+      m.metric = "abs(ratio / 0.5 - 1)";
+      m.tolerance_reason = tol::kMpActivationRatioReason;
+      m.details = nlohmann::json{{"activation_bytes_fp32", a32}, {"activation_bytes_16bit", a16}, {"ratio", ratio}};
+      out.push_back(m);
+    }
+    if (mlp) continue;
+    // Controls (transformer, fp16): activations kept in fp32 (no autocast: the
+    // ratio is 1), and one kept tensor per block counted elsewhere.
+    {
+      const double ratio = a32 / a32;
+      Measurement g = make_negative_control("MP-5", "a 16-bit run that keeps its activations in fp32 is flagged",
+                                            std::fabs(ratio / 0.5 - 1.0), bound);
+      describe(g, dev, DType::f16, model);
+      g.metric = "abs(ratio / 0.5 - 1)";
+      g.tolerance_reason = tol::kMpActivationRatioReason;
+      g.details = nlohmann::json{{"ratio", ratio}};
+      out.push_back(g);
+    }
+    StepConfig c16 = config(DType::f16);
+    c16.kept_label_fault = KeptLabelFault::block_hidden;
+    const double ratio = static_cast<double>(activation_peak(dev, c16, batch)) / a32;
+    Measurement s = make_subtle_control(
+        "MP-5", "a 16-bit run whose MLP hidden activations are counted as workspace is flagged",
+        std::fabs(ratio / 0.5 - 1.0), bound);
+    describe(s, dev, DType::f16, model);
+    s.metric = "abs(ratio / 0.5 - 1)";
+    s.tolerance_reason = tol::kMpActivationRatioReason;
+    s.config = nlohmann::json{{"kept_label_fault", "block_hidden"}};
+    s.details = nlohmann::json{{"ratio", ratio}};
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace hr::props
+
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-1", "fp16 underflow of small gradients, and the loss scale that prevents it",
+                                      0.3, [](hr::RunContext& c) {
+                                        return hr::props::mp1_fp16_underflow(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-2", "bf16 keeps the same small gradients without a loss scale", 0.2,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp2_bf16_range(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-3", "the dynamic loss scaler: skip, back off, grow", 0.5,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp3_loss_scaler(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"GA-5", "an overflowing micro-batch skips its whole window", 0.2,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::ga5_overflow_in_window(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-4", "fp32 master weights keep updates under an fp16 ulp", 0.1,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp4_master_weights(c.device, c.preset, c.seed);
+                                      }});
+HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-5", "16-bit activations take half the bytes of fp32", 0.3,
+                                      [](hr::RunContext& c) {
+                                        return hr::props::mp5_activation_bytes(c.device, c.preset, c.seed);
+                                      }});

@@ -1,0 +1,116 @@
+// MP-1..MP-3 and GA-5 (PROPERTIES.md): fp16 underflow and the loss scale, bf16's
+// range, the dynamic loss scaler's state machine and an overflowing micro-batch
+// under accumulation, per backend. The tests assert on the property functions
+// `headroom run` reports; the controls must be caught by the same checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "harness/data/synthetic.hpp"
+#include "harness/properties/accum_support.hpp"
+#include "harness/properties/mixed_precision.hpp"
+#include "harness/step/train_step.hpp"
+#include "harness/tolerances.hpp"
+#include "kernels/reduce/reduce.hpp"
+#include "suites/common/property_check.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace {
+
+using hr::Measurement;
+
+constexpr uint64_t kSeed = 1234;
+
+class MixedPrecision : public testing::TestWithParam<hr::BackendKind> {};
+
+// Three checks (scaled fraction, unscaled fraction, the real fp16 step against
+// fp32) and their controls; the unscaled fraction lies near Micikevicius et al.'s.
+TEST_P(MixedPrecision, Fp16UnderflowAndLossScale) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp1_fp16_underflow(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 5, 3);
+  const auto& d = ms.front().details;
+  const double unscaled = d["flushed_fraction_unscaled"].get<double>();
+  EXPECT_GT(unscaled, 0.01);
+  EXPECT_LT(unscaled, 0.2);
+  EXPECT_EQ(d["flushed_fraction_scaled"].get<double>(), 0.0);
+  EXPECT_GE(d["exponent_histogram"].size(), 15u);  // exponents spread over >= 15 octaves
+}
+
+TEST_P(MixedPrecision, Bf16KeepsTheSameGradients) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp2_bf16_range(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 4, 2);
+  EXPECT_EQ(ms.front().error, 0.0);
+}
+
+TEST_P(MixedPrecision, LossScalerStateMachine) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp3_loss_scaler(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 8, 4);
+  for (const Measurement& m : ms) {
+    if (!m.details.contains("trajectory") || m.negative_control) continue;
+    const auto& t = m.details["trajectory"];
+    EXPECT_EQ(t["scale"], t["expected_scale"]);
+    int skipped = 0;
+    for (const auto& s : t["skipped"]) skipped += s.get<bool>() ? 1 : 0;
+    EXPECT_EQ(skipped, 2);
+  }
+}
+
+TEST_P(MixedPrecision, OverflowingMicroBatchSkipsTheWindow) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::ga5_overflow_in_window(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 6, 2);
+  EXPECT_TRUE(ms.front().details["fp32_gradients_finite_at_that_multiplier"].get<bool>());
+  EXPECT_EQ(ms.front().details["window2_micro_batch_scales"].size(), 4u);
+  EXPECT_EQ(ms.front().details["unscale_passes"].get<int64_t>(), 3);
+}
+
+TEST_P(MixedPrecision, MasterWeightsKeepSmallUpdates) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp4_master_weights(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 3, 2);
+  EXPECT_GT(ms.front().details["updates_under_quarter_fp16_ulp"].get<int64_t>(), 5000);
+  EXPECT_EQ(ms[1].error, 1.0);  // without masters every such update is lost
+}
+
+TEST_P(MixedPrecision, SixteenBitActivationsAreHalf) {
+  HR_TEST_DEVICE(dev, GetParam());
+  const auto ms = hr::props::mp5_activation_bytes(dev, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 6, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Step, MixedPrecision, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
+                         hr::test::backend_param_name);
+
+// The step's non-finite check over every gradient at once: any tensor's inf or NaN
+// raises the one flag, and every tensor is unscaled.
+class UnscaleAll : public testing::TestWithParam<hr::BackendKind> {};
+
+TEST_P(UnscaleAll, OneFlagForEveryTensor) {
+  HR_TEST_DEVICE(dev, GetParam());
+  std::vector<hr::Tensor> ts;
+  for (int64_t n : {7, 1024, 33})
+    ts.push_back(hr::Tensor::from_host(dev, std::vector<float>(static_cast<size_t>(n), 3.f), {n}, hr::DType::f32,
+                                       hr::Consumer::workspace));
+  std::vector<hr::Tensor*> ptrs;
+  for (auto& t : ts) ptrs.push_back(&t);
+  EXPECT_FALSE(hr::ops::unscale_and_check_all(ptrs, 0.5f));
+  for (auto& t : ts)
+    for (float v : t.to_host_f32()) ASSERT_EQ(v, 1.5f);
+  for (size_t k = 0; k < ts.size(); ++k) {
+    std::vector<float> v = ts[k].to_host_f32();
+    v.back() = std::numeric_limits<float>::quiet_NaN();
+    ts[k].copy_from(hr::Tensor::from_host(dev, v, ts[k].shape(), hr::DType::f32, hr::Consumer::workspace));
+    EXPECT_TRUE(hr::ops::unscale_and_check_all(ptrs, 1.f)) << k;
+    v.back() = 1.f;
+    ts[k].copy_from(hr::Tensor::from_host(dev, v, ts[k].shape(), hr::DType::f32, hr::Consumer::workspace));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, UnscaleAll, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
+                         hr::test::backend_param_name);
+
+}  // namespace

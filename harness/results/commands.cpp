@@ -285,6 +285,7 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     auto dev = open_device(c.backend);
     refuse_what_does_not_fit(cfg, *dev);
     make_dir(c.out_dir);
+    const OutputLock lock(c.out_dir);
     const DumpResult r = dump_model(*dev, cfg, c.out_dir, c.data_seed);
     fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", model_kind_name(cfg.model),
                r.loss, r.tensors, backend_name(dev->kind()), fs::absolute(c.out_dir).string());

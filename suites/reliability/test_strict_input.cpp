@@ -156,4 +156,23 @@ TEST(StoredVerdicts, AgreeWithTheRegistryForEveryKindOfMeasurement) {
   }
 }
 
+// What headroom writes, the strict reader reads back to the same text: parse,
+// write, parse, write is a fixed point (the fixtures and a run's own records).
+TEST(StrictJson, ResultsRoundTripThroughTheStrictReader) {
+  const std::filesystem::path fixtures = HEADROOM_TESTDATA_DIR;
+  for (const char* name : {"results.json", "baseline_ok.json", "baseline_faster.json"}) {
+    const hr::Results r = hr::load_results((fixtures / name).string());
+    const std::string once = hr::results_to_json(r).dump(2);
+    const std::string twice = hr::results_to_json(hr::results_from_json(hr::parse_json_strict(once, name))).dump(2);
+    EXPECT_EQ(once, twice) << name;
+    EXPECT_FALSE(r.measurements.empty()) << name;
+  }
+  hr::Results cut = hr::load_results((fixtures / "results.json").string());
+  cut.incomplete = true;
+  cut.not_run = {"GA-2", "BM-MB"};
+  const hr::Results back = hr::results_from_json(hr::parse_json_strict(hr::results_to_json(cut).dump(), "t"));
+  EXPECT_TRUE(back.incomplete);
+  EXPECT_EQ(back.not_run, cut.not_run);
+}
+
 }  // namespace

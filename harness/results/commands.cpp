@@ -13,7 +13,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <cstdio>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -25,6 +27,10 @@
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
 #include "reports/report.hpp"
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)  // renameat2(2): swap the two paths atomically (Linux 3.15)
+#endif
 
 namespace hr {
 
@@ -56,8 +62,10 @@ void make_dir(const std::string& dir) {
 // runs into one --out cannot leave results.json of one and index.html of the other.
 class OutputLock {
  public:
-  explicit OutputLock(const std::string& dir) {
-    const std::string path = (fs::path(dir) / ".headroom.lock").string();
+  // lock_name: the lock file's name in dir (a dump, which replaces its folder
+  // whole, locks a file beside it instead).
+  explicit OutputLock(const std::string& dir, const std::string& lock_name = ".headroom.lock") {
+    const std::string path = (fs::path(dir) / lock_name).string();
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     HR_ARG_CHECK(fd_ >= 0, "cannot create the lock file {}: {}", path, std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -284,12 +292,55 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     validate(cfg);  // a bad configuration is refused before anything is created
     auto dev = open_device(c.backend);
     refuse_what_does_not_fit(cfg, *dev);
-    make_dir(c.out_dir);
-    const OutputLock lock(c.out_dir);
-    const DumpResult r = dump_model(*dev, cfg, c.out_dir, c.data_seed);
+    // The dump is one set: written into a fresh folder beside --out and put in its
+    // place whole, so a kill or a failure never leaves new weights beside old
+    // gradients, nor a previous dump's dropout masks beside a dump without dropout.
+    fs::path target = fs::absolute(c.out_dir).lexically_normal();
+    if (target.filename().empty()) target = target.parent_path();
+    const fs::path parent = target.parent_path();
+    make_dir(parent.string());
+    const std::string name = target.filename().string();
+    const OutputLock lock(parent.string(), "." + name + ".headroom.lock");
+    std::error_code ec;
+    if (fs::exists(target, ec)) {
+      HR_ARG_CHECK(fs::is_directory(target, ec), "--out {}: exists and is not a folder", target.string());
+      for (const auto& e : fs::directory_iterator(target, ec)) {
+        const std::string f = e.path().filename().string();
+        const bool dump_file =
+            f == "conventions.json" || f == ".headroom.lock" || e.path().extension() == ".safetensors";
+        HR_ARG_CHECK(dump_file && e.is_regular_file(),
+                     "--out {} holds {}, which a dump does not write; a dump replaces its whole folder: give a new "
+                     "folder, an empty one or a previous dump's",
+                     target.string(), f);
+      }
+      HR_ARG_CHECK(!ec, "--out {}: cannot list it: {}", target.string(), ec.message());
+    }
+    std::string tmpl = (parent / ("." + name + ".tmp.XXXXXX")).string();
+    HR_ARG_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary folder beside {}: {}", target.string(),
+                 std::strerror(errno));
+    const fs::path fresh = tmpl;
+    {
+      const mode_t mask = ::umask(0);  // mkdtemp makes 0700; a dump folder is for sharing, as mkdir would make it
+      ::umask(mask);
+      ::chmod(fresh.c_str(), 0777 & ~mask);
+    }
+    DumpResult r;
+    try {
+      r = dump_model(*dev, cfg, fresh.string(), c.data_seed);
+      if (!fs::exists(target, ec)) {
+        if (::rename(fresh.c_str(), target.c_str()) != 0)
+          throw Error(fmt::format("cannot move the dump into {}: {}", target.string(), std::strerror(errno)));
+      } else if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+        throw Error(fmt::format("cannot put the dump in place of {}: {}", target.string(), std::strerror(errno)));
+      }
+    } catch (...) {
+      fs::remove_all(fresh, ec);
+      throw;
+    }
+    fs::remove_all(fresh, ec);  // after the exchange: the previous dump
     fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", model_kind_name(cfg.model),
-               r.loss, r.tensors, backend_name(dev->kind()), fs::absolute(c.out_dir).string());
-    for (const auto& f : r.files) fmt::print(out, "  {}\n", f);
+               r.loss, r.tensors, backend_name(dev->kind()), target.string());
+    for (const auto& f : r.files) fmt::print(out, "  {}\n", (target / fs::path(f).filename()).string());
     return 0;
   });
 }

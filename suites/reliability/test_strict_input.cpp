@@ -8,6 +8,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
+#include <typeinfo>
 
 #include "harness/check.hpp"
 #include "harness/registry.hpp"
@@ -173,6 +176,63 @@ TEST(StrictJson, ResultsRoundTripThroughTheStrictReader) {
   const hr::Results back = hr::results_from_json(hr::parse_json_strict(hr::results_to_json(cut).dump(), "t"));
   EXPECT_TRUE(back.incomplete);
   EXPECT_EQ(back.not_run, cut.not_run);
+}
+
+// Bounded mutation fuzzing of the readers (results files, step configurations):
+// bytes flipped, dropped, duplicated and cut from valid documents. Every mutant
+// is either read, and then written and read back to the same text, or refused
+// with InvalidArgument; no other exception, no crash. A fixed seed: the same
+// mutants on every run.
+TEST(Fuzz, MutatedDocumentsAreReadAndRoundTripOrRefused) {
+  const std::filesystem::path fixtures = HEADROOM_TESTDATA_DIR;
+  std::ifstream in(fixtures / "baseline_faster.json", std::ios::binary);
+  const std::string results_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string config_text = json(hr::step_config_for(hr::ModelKind::transformer, hr::Preset::quick)).dump(1);
+  ASSERT_GT(results_text.size(), 1000u);
+  const std::string alphabet = "{}[]\",:0123456789.eE-+ntfalsrue \\";
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  int read = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const bool config = i % 2 == 1;
+    std::string t = config ? config_text : results_text;
+    for (int k = 0, n = 1 + static_cast<int>(next() % 4); k < n; ++k) {
+      const size_t at = next() % t.size();
+      switch (next() % 4) {
+        case 0: t[at] = alphabet[next() % alphabet.size()]; break;
+        case 1: t.erase(at, 1 + next() % 8); break;
+        case 2: t.insert(at, t.substr(at, 1 + next() % 16)); break;
+        default: t.resize(std::max<size_t>(1, at)); break;
+      }
+      if (t.empty()) t = "{";
+    }
+    try {
+      const json j = hr::parse_json_strict(t, "mutant");
+      if (config) {
+        const hr::StepConfig c = hr::step_config_from_json(j);
+        const json once = c;
+        EXPECT_EQ(json(hr::step_config_from_json(once)), once) << t;
+      } else {
+        const std::string once = hr::results_to_json(hr::results_from_json(j, "mutant")).dump(2);
+        const std::string twice =
+            hr::results_to_json(hr::results_from_json(hr::parse_json_strict(once, "again"), "again")).dump(2);
+        EXPECT_EQ(once, twice);
+      }
+      ++read;
+    } catch (const InvalidArgument&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "mutant " << i << " threw a " << typeid(e).name() << ": " << e.what();
+    }
+  }
+  std::cout << "fuzz: 3000 mutants, " << read << " read and round-tripped, " << refused << " refused\n";
+  EXPECT_GT(read, 0);
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace

@@ -159,6 +159,16 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   auto dev = open_device(backend);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
+  // Temporaries of a writer killed mid-write (we hold the folder: none is live).
+  {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(c.out_dir, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind(".results.json.tmp.", 0) == 0 || f.rfind(".index.html.tmp.", 0) == 0) fs::remove(e.path(), ec);
+    }
+  }
+  const std::string json_path = (fs::path(c.out_dir) / "results.json").string();
+  opt.checkpoint = [&](const Results& partial) { save_results(partial, json_path); };
   fmt::print(err, "headroom: {} the {} preset on {} ({}){}\n", resumed ? "resuming" : "running",
              preset_name(opt.preset), dev->record().name, backend_name(dev->kind()),
              opt.only.empty() ? "" : fmt::format(", only '{}'", opt.only));

@@ -121,6 +121,23 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     r.run_time_utc = old.run_time_utc;
   }
   auto stopping = [&] { return opt.stop != nullptr && *opt.stop != 0; };
+  // After each spec that ran: what finished, with everything after it as not run.
+  size_t finished_specs = 0;
+  auto checkpoint = [&] {
+    ++finished_specs;
+    if (!opt.checkpoint || finished_specs == total) return;
+    Results partial = r;
+    partial.incomplete = true;
+    partial.not_run = r.not_run;
+    size_t i = 0;
+    for (auto* p : sel.properties)
+      if (i++ >= finished_specs) partial.not_run.push_back(p->id);
+    for (auto* w : sel.sweeps)
+      if (i++ >= finished_specs) partial.not_run.push_back(w->id);
+    partial.duration_s = seconds_since(t0);
+    compute_totals(partial);
+    opt.checkpoint(partial);
+  };
   auto announce = [&](const char* kind, const std::string& id, const std::string& title) {
     ++index;
     current = id;
@@ -140,6 +157,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       r.timings.push_back(f->second.timing);
       for (auto& m : f->second.measurements) r.measurements.push_back(std::move(m));
       ++index;
+      ++finished_specs;
       expected_done += spec->expected_seconds_quick;
       continue;
     }
@@ -172,6 +190,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& m : got) r.measurements.push_back(std::move(m));
+    checkpoint();
   }
 
   for (const SweepSpec* spec : sel.sweeps) {
@@ -179,6 +198,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       r.timings.push_back(f->second.timing);
       for (auto& p : f->second.points) r.sweep_points.push_back(std::move(p));
       ++index;
+      ++finished_specs;
       expected_done += spec->expected_seconds_quick;
       continue;
     }
@@ -212,6 +232,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& p : got) r.sweep_points.push_back(std::move(p));
+    checkpoint();
   }
 
   r.duration_s = seconds_since(t0) + (opt.resume != nullptr ? opt.resume->duration_s : 0.0);

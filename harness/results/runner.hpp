@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -25,6 +26,10 @@ struct RunOptions {
   // A run to resume (`run --resume`): the properties and sweeps it finished are
   // taken from it as they are, in their place in the order; only the rest run.
   const Results* resume = nullptr;
+  // Called after each property or sweep with what has finished so far (marked
+  // incomplete, the rest in not_run), e.g. to write it: a run killed outright
+  // (SIGKILL, power) then loses only what was running and can be resumed.
+  std::function<void(const Results&)> checkpoint;
 };
 
 // The registered specs the options select, in registration order (properties

@@ -3,7 +3,8 @@
 # what finished is written as a valid results file marked incomplete, the exit
 # code is 143 / 130; a second run into the same --out is refused while the first
 # holds it; an incomplete file is no baseline; `run --resume` runs only what is
-# missing and ends with the same set of measurements as an uninterrupted run.
+# missing and ends with the same set of measurements as an uninterrupted run;
+# after SIGKILL what had finished is on disk (written as each part finished).
 #   interrupt_resume.sh <headroom binary> <scratch dir>
 set -u
 headroom=$1
@@ -51,6 +52,22 @@ base_rc=$?
 read -r rc second < <(signal_run INT "$work/int")
 [ "$rc" = 130 ] || fail "SIGINT: expected exit 130, got $rc"
 
+# SIGKILL: nothing can be written at the end, so what finished was written as it
+# finished; the run resumes from there.
+"$headroom" run --backend cpu --only "$only" --out "$work/kill" >"$work/kill.out" 2>"$work/kill.err" &
+pid=$!
+for _ in $(seq 1 1200); do
+  grep -q '\[2/3\]' "$work/kill.err" 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$pid"
+wait "$pid"
+grep -q '"incomplete": true' "$work/kill/results.json" ||
+  fail "after SIGKILL no results file marked incomplete holds what had finished"
+"$headroom" run --resume "$work/kill" >"$work/kill_resume.log" 2>&1 || fail "resume after SIGKILL failed"
+grep -q 'property GA-1' "$work/kill_resume.log" && fail "the run resumed after SIGKILL ran GA-1 again"
+ls -a "$work/kill" | grep -q '\.tmp\.' && fail "a temporary file was left in the output folder"
+
 "$headroom" run --resume "$work/term" >"$work/resume.log" 2>&1 || fail "resume failed: $(tail -3 "$work/resume.log")"
 grep -q 'property GA-1' "$work/resume.log" && fail "the resumed run ran GA-1 again, which had finished"
 grep -q '"incomplete"' "$work/term/results.json" && fail "the resumed results are still marked incomplete"
@@ -58,6 +75,8 @@ grep -q '"incomplete"' "$work/term/results.json" && fail "the resumed results ar
 keys() { grep -E '^      "(id|dtype|model|metric|negative_control|control|sweep)":' "$1"; }
 diff <(keys "$work/whole/results.json") <(keys "$work/term/results.json") >"$work/keys.diff" ||
   fail "the resumed run's set differs from the uninterrupted run's: $(head -20 "$work/keys.diff")"
+diff <(keys "$work/whole/results.json") <(keys "$work/kill/results.json") >"$work/kill_keys.diff" ||
+  fail "the run resumed after SIGKILL differs from the uninterrupted run: $(head -20 "$work/kill_keys.diff")"
 n=$(keys "$work/whole/results.json" | grep -c '"id"')
 [ "$n" -gt 0 ] || fail "no measurements to compare"
 "$headroom" run --resume "$work/term" >"$work/again.log" 2>&1

@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "harness/check.hpp"
@@ -17,6 +20,42 @@
 #include "harness/results/commands.hpp"
 
 namespace {
+
+// Strict values: CLI11 alone reads "-1" into a uint64 as 2^64 - 1 and "nan" into
+// a double. Each check returns the reason, which CLI11 prints after the option.
+const CLI::Validator kSeed(
+    [](std::string& s) -> std::string {
+      if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos)
+        return fmt::format("'{}' is not a seed: a whole number from 0 to 18446744073709551615", s.substr(0, 40));
+      errno = 0;
+      (void)std::strtoull(s.c_str(), nullptr, 10);
+      if (errno == ERANGE) return fmt::format("'{}' is beyond 2^64 - 1 = 18446744073709551615", s);
+      return {};
+    },
+    "SEED");
+
+const CLI::Validator kPositiveInt(
+    [](std::string& s) -> std::string {
+      if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos ||
+          std::strtoll(s.c_str(), nullptr, 10) <= 0)
+        return fmt::format("'{}' is not a positive whole number", s.substr(0, 40));
+      return {};
+    },
+    "N > 0");
+
+// A finite number in [lo, hi) (hi_inclusive: [lo, hi]); lo_exclusive: (lo, ...).
+CLI::Validator finite_in(double lo, bool lo_exclusive, double hi, const char* range) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s.c_str(), &end);
+        const bool ok = !s.empty() && end == s.c_str() + s.size() && errno == 0 && std::isfinite(v) &&
+                        (lo_exclusive ? v > lo : v >= lo) && v < hi;
+        return ok ? std::string() : fmt::format("'{}' is not a finite number in {}", s.substr(0, 40), range);
+      },
+      range);
+}
 
 void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
   cmd->add_option("--preset", r.preset, "quick (minutes on a CPU) | full")
@@ -27,7 +66,7 @@ void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
       ->capture_default_str();
   cmd->add_option("--only", r.only, "regular expression over property/sweep id and title (e.g. 'GA-|CK-3')");
   cmd->add_option("--out", r.out_dir, "directory for results.json and index.html")->capture_default_str();
-  cmd->add_option("--seed", r.seed, "seed of every random draw")->capture_default_str();
+  cmd->add_option("--seed", r.seed, "seed of every random draw (0 to 2^64 - 1)")->check(kSeed)->capture_default_str();
 }
 
 }  // namespace
@@ -43,6 +82,11 @@ int main(int argc, char** argv) {
   hr::RunCommand run;
   auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
   add_run_options(run_cmd, run);
+  auto* resume = run_cmd->add_option("--resume", run.resume_dir,
+                                     "finish the interrupted run in DIR (its preset, backend, seed and --only); "
+                                     "only what did not run runs");
+  for (const char* other : {"--preset", "--backend", "--only", "--out", "--seed"})
+    resume->excludes(run_cmd->get_option(other));
 
   hr::ValidateCommand val;
   auto* val_cmd = app.add_subcommand(
@@ -52,9 +96,11 @@ int main(int argc, char** argv) {
   val_cmd->add_option("--html", val.html, "with --results: write the report with the verdict here");
   val_cmd->add_option("--time-floor", val.compare.time_floor,
                       "minimum effect: a step-time change within this fraction is the same")
+      ->check(finite_in(0, false, 1, "[0, 1)"))
       ->capture_default_str();
   val_cmd->add_option("--time-alpha", val.compare.time_alpha,
                       "significance level of the rank test over both runs' step-time samples")
+      ->check(finite_in(0, true, 1, "(0, 1)"))
       ->capture_default_str();
   add_run_options(val_cmd, val.run);
 
@@ -66,9 +112,11 @@ int main(int argc, char** argv) {
   hr::CompareOptions cmp_opt;
   cmp_cmd->add_option("--time-floor", cmp_opt.time_floor,
                       "minimum effect: a step-time change within this fraction is the same")
+      ->check(finite_in(0, false, 1, "[0, 1)"))
       ->capture_default_str();
   cmp_cmd->add_option("--time-alpha", cmp_opt.time_alpha,
                       "significance level of the rank test over both runs' step-time samples")
+      ->check(finite_in(0, true, 1, "(0, 1)"))
       ->capture_default_str();
 
   hr::DumpCommand dump;
@@ -83,13 +131,14 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--config", dump.config_file, "JSON object of step configuration fields over the preset's");
   dump_cmd->add_option("--dtype", dump.dtype, "compute dtype: fp32 | fp16 | bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  dump_cmd->add_option("--batch", dump.batch, "rows per step (default: the preset's)");
-  dump_cmd->add_option("--micro-batch", dump.micro_batch, "rows per forward + backward (default: the preset's)");
+  dump_cmd->add_option("--batch", dump.batch, "rows per step (default: the preset's)")->check(kPositiveInt);
+  dump_cmd->add_option("--micro-batch", dump.micro_batch, "rows per forward + backward (default: the preset's)")
+      ->check(kPositiveInt);
   dump_cmd->add_option("--backend", dump.backend, "cpu | cuda | auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   dump_cmd->add_option("--out", dump.out_dir, "output directory")->capture_default_str();
-  dump_cmd->add_option("--data-seed", dump.data_seed, "seed of the batch drawn")->capture_default_str();
+  dump_cmd->add_option("--data-seed", dump.data_seed, "seed of the batch drawn")->check(kSeed)->capture_default_str();
 
   std::string rep_results, rep_baseline, rep_html;
   auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");
@@ -117,20 +166,6 @@ int main(int argc, char** argv) {
   if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
   if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
 
-  try {
-    if (info->parsed()) {
-      auto dev = hr::make_device(info_backend);
-      nlohmann::json j = dev->record();
-      std::string why;
-      if (!hr::cuda_device_available(&why)) j["cuda_unavailable_reason"] = why;
-      std::cout << j.dump(2) << "\n";
-    }
-  } catch (const hr::InvalidArgument& e) {
-    fmt::print(stderr, "headroom: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "headroom: error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (info->parsed()) return hr::command_info(info_backend, std::cout, std::cerr);
+  return 2;
 }

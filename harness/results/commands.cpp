@@ -5,16 +5,32 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <new>
+#include <optional>
+
+#include <csignal>
+#include <cstring>
+#include <cstdio>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
 #include "harness/dump/dump.hpp"
+#include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
 #include "reports/report.hpp"
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)  // renameat2(2): swap the two paths atomically (Linux 3.15)
+#endif
 
 namespace hr {
 
@@ -41,6 +57,79 @@ void make_dir(const std::string& dir) {
   HR_ARG_CHECK(!ec, "cannot create the output directory {}: {}", dir, ec.message());
 }
 
+// One run per output folder: an advisory lock on DIR/.headroom.lock, held until
+// the results and the report are written (the kernel drops it if we die), so two
+// runs into one --out cannot leave results.json of one and index.html of the other.
+class OutputLock {
+ public:
+  // lock_name: the lock file's name in dir (a dump, which replaces its folder
+  // whole, locks a file beside it instead).
+  explicit OutputLock(const std::string& dir, const std::string& lock_name = ".headroom.lock") {
+    const std::string path = (fs::path(dir) / lock_name).string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    HR_ARG_CHECK(fd_ >= 0, "cannot create the lock file {}: {}", path, std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int why = errno;
+      char holder[32] = {};
+      const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+      ::close(fd_);
+      HR_ARG_CHECK(why != EWOULDBLOCK, "another headroom run (pid {}) is writing into {}; wait for it or use another --out",
+                   n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("?"), dir);
+      throw InvalidArgument(fmt::format("cannot lock {}: {}", path, std::strerror(why)));
+    }
+    const std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      // The pid is only for the message of a refused run; the lock holds without it.
+    }
+  }
+  ~OutputLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// SIGINT / SIGTERM while the suite runs: the handler only records the signal (and
+// says so); the runner stops between two properties or sweeps and what finished
+// is written. SA_RESETHAND: a second signal ends the process at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  static const char msg[] =
+      "\nheadroom: stopping after the current property or sweep; what finished will be written (again to stop now)\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// The exit code of an interrupted run: 128 + the signal, as a shell reports it.
+int interrupted_exit_code() { return 128 + static_cast<int>(g_stop_signal); }
+
 struct Written {
   std::string json, html;
 };
@@ -53,17 +142,91 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   opt.preset = parse_preset(c.preset);
   opt.only = c.only;
   opt.seed = c.seed;
+  opt.stop = &g_stop_signal;
+  std::optional<Results> resumed;
+  std::string backend = c.backend;
+  if (!c.resume_dir.empty()) {
+    resumed = load_results((fs::path(c.resume_dir) / "results.json").string());
+    HR_ARG_CHECK(resumed->incomplete, "--resume {}: its results.json is complete; there is nothing to resume",
+                 c.resume_dir);
+    opt.preset = parse_preset(resumed->preset);
+    opt.only = resumed->only;
+    opt.seed = resumed->seed;
+    opt.resume = &*resumed;
+    backend = resumed->backend;
+  }
   select_specs(opt);  // a bad --only is bad input before anything runs
-  auto dev = open_device(c.backend);
+  auto dev = open_device(backend);
   make_dir(c.out_dir);
-  fmt::print(err, "headroom: running the {} preset on {} ({}){}\n", c.preset, dev->record().name,
-             backend_name(dev->kind()), c.only.empty() ? "" : fmt::format(", only '{}'", c.only));
-  r = run_suite(*dev, opt, &err);
+  const OutputLock lock(c.out_dir);
+  // Temporaries of a writer killed mid-write (we hold the folder: none is live).
+  {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(c.out_dir, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind(".results.json.tmp.", 0) == 0 || f.rfind(".index.html.tmp.", 0) == 0) fs::remove(e.path(), ec);
+    }
+  }
+  const std::string json_path = (fs::path(c.out_dir) / "results.json").string();
+  opt.checkpoint = [&](const Results& partial) { save_results(partial, json_path); };
+  fmt::print(err, "headroom: {} the {} preset on {} ({}){}\n", resumed ? "resuming" : "running",
+             preset_name(opt.preset), dev->record().name, backend_name(dev->kind()),
+             opt.only.empty() ? "" : fmt::format(", only '{}'", opt.only));
+  {
+    const StopSignals signals;
+    r = run_suite(*dev, opt, &err);
+  }
   Written w{(fs::path(c.out_dir) / "results.json").string(), (fs::path(c.out_dir) / "index.html").string()};
   save_results(r, w.json);
   if (before_report) before_report(r, *dev);
   write_file_atomic(w.html, report::render_report(r, ropt));
   return w;
+}
+
+// A step that cannot fit is refused before anything is allocated, with the bytes
+// the memory model predicts and the bytes the device has (a huge configuration
+// would otherwise allocate for minutes before failing). A rough estimate in
+// floating point first: sizes far beyond any memory would overflow the model's
+// byte counts.
+void refuse_what_does_not_fit(const StepConfig& cfg, Device& dev) {
+  const double rows = static_cast<double>(cfg.micro_batch);
+  double rough = 0;
+  if (cfg.model == ModelKind::mlp) {
+    const auto& m = cfg.mlp;
+    const double width = static_cast<double>(std::max({m.in_dim, m.width, m.out_dim}));
+    rough = static_cast<double>(m.layers) * width * (width + rows) * 4;
+  } else {
+    const auto& t = cfg.transformer;
+    const double d = static_cast<double>(t.d_model), tokens = rows * static_cast<double>(cfg.seq_len);
+    rough = static_cast<double>(t.layers) * (d * d * static_cast<double>(4 + 2 * t.mlp_ratio) +
+                                             tokens * d * static_cast<double>(4 + t.mlp_ratio) +
+                                             rows * static_cast<double>(t.heads) * static_cast<double>(cfg.seq_len) *
+                                                 static_cast<double>(cfg.seq_len)) * 4 +
+            (static_cast<double>(t.vocab) + static_cast<double>(t.max_positions)) * d * 4 +
+            tokens * static_cast<double>(t.vocab) * 4;
+  }
+  const size_t have = dev.record().memory_bytes;
+  const double limit = have > 0 ? static_cast<double>(have) : 1e18;
+  HR_ARG_CHECK(rough <= 4 * limit,
+               "the configuration does not fit: one step needs at least about {:.3g} GB and {} has {:.3g} GB", rough / 1e9,
+               dev.record().name, static_cast<double>(have) / 1e9);
+  const MemoryPrediction pred = predict_memory(cfg, dev.kind());
+  HR_ARG_CHECK(have == 0 || pred.total_peak <= have,
+               "the configuration does not fit: one step needs {:.3g} GB at its peak ({:.3g} GB of weights, gradients "
+               "and optimizer state, {:.3g} GB of activations) and {} has {:.3g} GB",
+               static_cast<double>(pred.total_peak) / 1e9, static_cast<double>(pred.static_bytes()) / 1e9,
+               static_cast<double>(pred.activations) / 1e9, dev.record().name, static_cast<double>(have) / 1e9);
+}
+
+// A baseline is what a run is judged against: one with nothing in it would make
+// any run look fit, so it is refused.
+Results load_baseline(const std::string& path) {
+  Results base = load_results(path);
+  HR_ARG_CHECK(!base.incomplete, "baseline {} is an interrupted run (incomplete: {} not run); finish it with "
+               "`headroom run --resume DIR` first", path, base.not_run.size());
+  HR_ARG_CHECK(!base.measurements.empty() || !base.sweep_points.empty(),
+               "baseline {} has no measurements and no sweep points: there is nothing to judge against", path);
+  return base;
 }
 
 template <typename F>
@@ -72,6 +235,10 @@ int guarded(std::ostream& err, F&& f) {
     return f();
   } catch (const InvalidArgument& e) {
     fmt::print(err, "headroom: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(err, "headroom: out of host memory: an allocation failed (the configuration asks for more memory "
+                    "than this machine has free)\n");
     return 2;
   } catch (const std::exception& e) {
     fmt::print(err, "headroom: error: {}\n", e.what());
@@ -84,7 +251,16 @@ int guarded(std::ostream& err, F&& f) {
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     Results r;
-    const Written w = run_and_write(c, err, r, {});
+    RunCommand rc = c;
+    if (!rc.resume_dir.empty()) rc.out_dir = rc.resume_dir;
+    const Written w = run_and_write(rc, err, r, {});
+    if (r.incomplete) {
+      fmt::print(out, "headroom: interrupted: {} measurements and {} sweep points of what finished are in {} (marked "
+                      "incomplete); `headroom run --resume {}` runs the {} not run\n",
+                 r.totals.measurements, r.totals.sweep_points, fs::absolute(w.json).string(), rc.out_dir,
+                 r.not_run.size());
+      return interrupted_exit_code();
+    }
     const bool ok = r.totals.failed == 0;
     fmt::print(out,
                "headroom: {} of {} measurements passed, {} of {} negative controls caught ({} of {} subtle), "
@@ -100,35 +276,92 @@ int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
 
 int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
-    StepConfig cfg = step_config_for(parse_model_kind(c.model), parse_preset(c.preset));
-    nlohmann::json j = cfg;
+    const ModelKind model = parse_model_kind(c.model);
+    StepConfig cfg = step_config_for(model, parse_preset(c.preset));
     if (!c.config_file.empty()) {
-      std::ifstream in(c.config_file);
-      HR_ARG_CHECK(in.good(), "cannot open the step configuration {}", c.config_file);
-      nlohmann::json patch;
+      const nlohmann::json patch = read_json_file(c.config_file, "step configuration", kMaxConfigBytes);
+      HR_ARG_CHECK(patch.is_object(), "{}: expected a JSON object of step configuration fields, got {}",
+                   c.config_file, patch.type_name());
+      // The fields are laid over --model's preset: a file for another model would
+      // be read over the wrong sizes.
+      if (auto m = patch.find("model"); m != patch.end() && m->is_string() && m->get<std::string>() != c.model)
+        throw InvalidArgument(fmt::format("{}: model: the file says '{}' but --model is '{}'; pass --model {}",
+                                          c.config_file, m->get<std::string>(), c.model, m->get<std::string>()));
       try {
-        in >> patch;
-      } catch (const nlohmann::json::exception& e) {
-        throw InvalidArgument(fmt::format("{}: not valid JSON: {}", c.config_file, e.what()));
+        cfg = step_config_from_json(patch, cfg);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("{}: {}", c.config_file, e.what()));
       }
-      HR_ARG_CHECK(patch.is_object(), "{}: expected a JSON object of step configuration fields", c.config_file);
-      j.merge_patch(patch);
     }
-    if (!c.dtype.empty()) j["precision"]["compute"] = c.dtype;
-    if (c.batch > 0) j["batch"] = c.batch;
-    if (c.micro_batch > 0) j["micro_batch"] = c.micro_batch;
-    try {
-      cfg = step_config_from_json(j);
-    } catch (const nlohmann::json::exception& e) {
-      throw InvalidArgument(fmt::format("step configuration: {}", e.what()));
-    }
+    if (!c.dtype.empty()) cfg.precision.compute = parse_dtype(c.dtype);
+    // 0 means "the preset's"; the command line refuses 0 and negatives itself.
+    HR_ARG_CHECK(c.batch >= 0, "--batch: must be a positive integer, got {}", c.batch);
+    HR_ARG_CHECK(c.micro_batch >= 0, "--micro-batch: must be a positive integer, got {}", c.micro_batch);
+    if (c.batch > 0) cfg.batch = c.batch;
+    if (c.micro_batch > 0) cfg.micro_batch = c.micro_batch;
     validate(cfg);  // a bad configuration is refused before anything is created
     auto dev = open_device(c.backend);
-    make_dir(c.out_dir);
-    const DumpResult r = dump_model(*dev, cfg, c.out_dir, c.data_seed);
-    fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", c.model, r.loss,
-               r.tensors, backend_name(dev->kind()), fs::absolute(c.out_dir).string());
-    for (const auto& f : r.files) fmt::print(out, "  {}\n", f);
+    refuse_what_does_not_fit(cfg, *dev);
+    // The dump is one set: written into a fresh folder beside --out and put in its
+    // place whole, so a kill or a failure never leaves new weights beside old
+    // gradients, nor a previous dump's dropout masks beside a dump without dropout.
+    fs::path target = fs::absolute(c.out_dir).lexically_normal();
+    if (target.filename().empty()) target = target.parent_path();
+    const fs::path parent = target.parent_path();
+    make_dir(parent.string());
+    const std::string name = target.filename().string();
+    const OutputLock lock(parent.string(), "." + name + ".headroom.lock");
+    std::error_code ec;
+    if (fs::exists(target, ec)) {
+      HR_ARG_CHECK(fs::is_directory(target, ec), "--out {}: exists and is not a folder", target.string());
+      for (const auto& e : fs::directory_iterator(target, ec)) {
+        const std::string f = e.path().filename().string();
+        const bool dump_file =
+            f == "conventions.json" || f == ".headroom.lock" || e.path().extension() == ".safetensors";
+        HR_ARG_CHECK(dump_file && e.is_regular_file(),
+                     "--out {} holds {}, which a dump does not write; a dump replaces its whole folder: give a new "
+                     "folder, an empty one or a previous dump's",
+                     target.string(), f);
+      }
+      HR_ARG_CHECK(!ec, "--out {}: cannot list it: {}", target.string(), ec.message());
+    }
+    std::string tmpl = (parent / ("." + name + ".tmp.XXXXXX")).string();
+    HR_ARG_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary folder beside {}: {}", target.string(),
+                 std::strerror(errno));
+    const fs::path fresh = tmpl;
+    {
+      const mode_t mask = ::umask(0);  // mkdtemp makes 0700; a dump folder is for sharing, as mkdir would make it
+      ::umask(mask);
+      ::chmod(fresh.c_str(), 0777 & ~mask);
+    }
+    DumpResult r;
+    try {
+      r = dump_model(*dev, cfg, fresh.string(), c.data_seed);
+      if (!fs::exists(target, ec)) {
+        if (::rename(fresh.c_str(), target.c_str()) != 0)
+          throw Error(fmt::format("cannot move the dump into {}: {}", target.string(), std::strerror(errno)));
+      } else if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+        throw Error(fmt::format("cannot put the dump in place of {}: {}", target.string(), std::strerror(errno)));
+      }
+    } catch (...) {
+      fs::remove_all(fresh, ec);
+      throw;
+    }
+    fs::remove_all(fresh, ec);  // after the exchange: the previous dump
+    fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", model_kind_name(cfg.model),
+               r.loss, r.tensors, backend_name(dev->kind()), target.string());
+    for (const auto& f : r.files) fmt::print(out, "  {}\n", (target / fs::path(f).filename()).string());
+    return 0;
+  });
+}
+
+int command_info(const std::string& backend, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] {
+    auto dev = open_device(backend);
+    nlohmann::json j = dev->record();
+    std::string why;
+    if (!cuda_device_available(&why)) j["cuda_unavailable_reason"] = why;
+    fmt::print(out, "{}\n", j.dump(2));
     return 0;
   });
 }
@@ -136,8 +369,16 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
 int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     HR_ARG_CHECK(!c.baseline.empty(), "validate needs --baseline FILE");
+    // No output may be an input: checked before anything is read or run.
+    if (!c.results.empty()) {
+      refuse_output_over_input(c.html, "--html", {{c.baseline, "--baseline"}, {c.results, "--results"}});
+    } else {
+      for (const char* name : {"results.json", "index.html"})
+        refuse_output_over_input((fs::path(c.run.out_dir) / name).string(), fmt::format("--out's {}", name),
+                                 {{c.baseline, "--baseline"}});
+    }
     // The baseline is read first: a bad one is refused before anything runs.
-    const Results base = load_results(c.baseline);
+    const Results base = load_baseline(c.baseline);
     Results cur;
     Comparison cmp;
     std::string html_path;
@@ -169,6 +410,11 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
       });
       html_path = w.html;
       fmt::print(out, "headroom: results: {}\n", fs::absolute(w.json).string());
+      if (cur.incomplete) {
+        fmt::print(out, "headroom: interrupted: no verdict; what finished is in {} (marked incomplete)\n",
+                   fs::absolute(w.json).string());
+        return interrupted_exit_code();
+      }
     }
     fmt::print(out, "{}", format_comparison_text(base, cur, cmp));
     if (!html_path.empty()) fmt::print(out, "headroom: report:  {}\n", fs::absolute(html_path).string());
@@ -179,7 +425,8 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
 int command_compare(const std::string& a, const std::string& b, const std::string& html, std::ostream& out,
                     std::ostream& err, const CompareOptions& opt) {
   return guarded(err, [&] {
-    const Results base = load_results(a);
+    refuse_output_over_input(html, "--html", {{a, "A"}, {b, "B"}});
+    const Results base = load_baseline(a);
     const Results cur = load_results(b);
     const Comparison cmp = compare_results(base, cur, opt);
     fmt::print(out, "{}", format_comparison_text(base, cur, cmp));
@@ -196,11 +443,12 @@ int command_report(const std::string& results, const std::string& baseline, cons
                    std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     HR_ARG_CHECK(!html.empty(), "report needs --html OUT");
+    refuse_output_over_input(html, "--html", {{results, "RESULTS"}, {baseline, "--baseline"}});
     const Results cur = load_results(results);
     if (baseline.empty()) {
       write_file_atomic(html, report::render_report(cur));
     } else {
-      const Results base = load_results(baseline);
+      const Results base = load_baseline(baseline);
       const Comparison cmp = compare_results(base, cur);
       report::ReportOptions ro{&base, &cmp, baseline};
       write_file_atomic(html, report::render_report(cur, ro));

@@ -2,7 +2,9 @@
 // tests can drive them without a process: run, validate, compare, report.
 // Exit codes: 0 = every property passed / fit; 1 = something failed / not fit;
 // 2 = bad input (arguments, unreadable or other-schema files, an unavailable
-// backend, an output that cannot be written). Progress and errors go to err,
+// backend, an output that cannot be written or that is an input, an output
+// folder another run is writing into); 130 / 143 = interrupted by SIGINT /
+// SIGTERM after writing what finished as a results file marked incomplete. Progress and errors go to err,
 // tables and the paths written to out.
 #pragma once
 
@@ -21,6 +23,9 @@ struct RunCommand {
   std::string only;              // regex over property/sweep id and title
   std::string out_dir = "results";
   uint64_t seed = 1234;
+  // `run --resume DIR`: finish the interrupted run whose results.json is in DIR
+  // (its preset, backend, seed and --only; written back into DIR).
+  std::string resume_dir;
 };
 
 struct ValidateCommand {
@@ -46,6 +51,8 @@ struct DumpCommand {
   uint64_t data_seed = 1;
 };
 
+// `headroom info`: the device record as JSON; a backend that is not here is bad input (2).
+int command_info(const std::string& backend, std::ostream& out, std::ostream& err);
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err);
 int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err);
 int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& err);

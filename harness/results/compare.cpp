@@ -379,6 +379,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       cmp.failures.push_back(fmt::format("{}: {} {:.3g} exceeds the tolerance {:.3g}", describe_measurement(m),
                                          m.metric, m.error, m.tolerance));
   }
+  if (cur.incomplete)
+    cmp.failures.push_back(fmt::format("this run is incomplete (interrupted): {} of its properties and sweeps did not "
+                                       "run; finish it with `headroom run --resume DIR`",
+                                       cur.not_run.size()));
   if (cur.measurements.empty() && base.measurements.empty())
     cmp.warnings.push_back("neither run has conformance measurements");
   {

@@ -11,7 +11,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <algorithm>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 
 #include "harness/build_info.hpp"
 #include "harness/check.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr {
 
@@ -220,6 +223,15 @@ Measurement measurement_from_json(const nlohmann::json& j) {
     throw InvalidArgument(fmt::format("{}: \"control\" must be \"gross\" or \"subtle\", got '{}'", where, m.control));
   if (j.contains("power")) m.power = num_field(j, "power", where);
   m.passed = bool_field(j, "passed", where);
+  // The verdict is recomputed, not trusted: a stored verdict that the error and the
+  // tolerance do not support means the file was edited or is corrupt.
+  const bool verdict = recomputed_verdict(m);
+  if (m.passed != verdict)
+    throw InvalidArgument(fmt::format(
+        "{}: inconsistent: stored \"passed\": {} but error {} against tolerance {} gives {} ({})", where,
+        m.passed, json_number(m.error).dump(), json_number(m.tolerance).dump(), verdict,
+        m.negative_control ? "a control is caught when its error is finite and above the tolerance"
+                           : "a check passes when its error is finite and at most the tolerance"));
   m.tolerance_reason = opt_str(j, "tolerance_reason");
   m.details = obj_or_empty(j, "details");
   return m;
@@ -265,6 +277,10 @@ nlohmann::json results_to_json(const Results& r) {
                       {"items", t.items}};
     if (!t.error.empty()) tj["error"] = t.error;
     j["timings"].push_back(std::move(tj));
+  }
+  if (r.incomplete) {
+    j["incomplete"] = true;
+    j["not_run"] = r.not_run;
   }
   make_non_finite_explicit(j);
   return j;
@@ -319,8 +335,32 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
       r.timings.push_back(std::move(s));
     }
   }
-  // Totals are recounted rather than trusted, so a hand-edited file cannot disagree.
+  if (auto inc = j.find("incomplete"); inc != j.end()) {
+    HR_ARG_CHECK(inc->is_boolean(), "{}: field \"incomplete\" must be true or false", what);
+    r.incomplete = inc->get<bool>();
+    if (auto nr = j.find("not_run"); nr != j.end()) {
+      HR_ARG_CHECK(nr->is_array(), "{}: field \"not_run\" must be an array of ids", what);
+      for (const auto& id : *nr) {
+        HR_ARG_CHECK(id.is_string(), "{}: field \"not_run\" must be an array of ids", what);
+        r.not_run.push_back(id.get<std::string>());
+      }
+    }
+  }
+  // Totals are recounted rather than trusted; stored ones that disagree with the
+  // recount mean the file was edited or is corrupt.
   compute_totals(r);
+  if (auto t = j.find("totals"); t != j.end() && t->is_object()) {
+    const std::pair<const char*, int> recount[] = {{"measurements", r.totals.measurements},
+                                                   {"passed", r.totals.passed},
+                                                   {"failed", r.totals.failed},
+                                                   {"sweep_points", r.totals.sweep_points}};
+    for (const auto& [key, n] : recount) {
+      auto v = t->find(key);
+      if (v == t->end()) continue;
+      HR_ARG_CHECK(v->is_number_integer() && v->get<int64_t>() == n,
+                   "{}: inconsistent: totals.{} is {} but the file holds {}", what, key, v->dump(), n);
+    }
+  }
   return r;
 }
 
@@ -370,18 +410,95 @@ void save_results(const Results& r, const std::string& path) {
   write_file_atomic(path, results_to_json(r).dump(2) + "\n");
 }
 
-Results load_results(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HR_ARG_CHECK(in.good(), "cannot open results file {}: {}", path, std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument(fmt::format("{}: not valid JSON: {}", path, e.what()));
+nlohmann::json parse_json_strict(const std::string& text, const std::string& where) {
+  // Depth first, by a scan that does not recurse: nothing deeper reaches the parser.
+  {
+    size_t depth = 0, max_depth = 0;
+    bool in_string = false, escaped = false;
+    for (const char ch : text) {
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (ch == '\\') escaped = true;
+        else if (ch == '"') in_string = false;
+        continue;
+      }
+      if (ch == '"') in_string = true;
+      else if (ch == '{' || ch == '[') max_depth = std::max(max_depth, ++depth);
+      else if ((ch == '}' || ch == ']') && depth > 0) --depth;
+      if (max_depth > kMaxJsonDepth)
+        throw InvalidArgument(fmt::format("{}: nested more than {} levels deep; headroom reads no deeper", where,
+                                          kMaxJsonDepth));
+    }
   }
-  return results_from_json(j, path);
+  // A key given twice in one object is refused: which one counts would be a guess.
+  std::vector<std::set<std::string>> keys;
+  auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) keys.emplace_back();
+    else if (ev == E::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == E::key && !keys.empty()) {
+      const std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second)
+        throw InvalidArgument(fmt::format("{}: key \"{}\" appears twice in one object (at depth {})", where, k, depth));
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, cb);  // strict: trailing text after the value is an error
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's text without its "[json.exception.parse_error.101] " tag.
+    std::string why = e.what();
+    if (why.rfind("[json.exception", 0) == 0 && why.find("] ") != std::string::npos) why = why.substr(why.find("] ") + 2);
+    throw InvalidArgument(fmt::format("{}: not valid JSON: {}", where, why));
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  HR_ARG_CHECK(!ec && fs::exists(st), "cannot open the {} {}: no such file", what, path);
+  HR_ARG_CHECK(!fs::is_directory(st), "cannot read the {} {}: it is a directory, not a file", what, path);
+  HR_ARG_CHECK(fs::is_regular_file(st), "cannot read the {} {}: not a regular file", what, path);
+  const uintmax_t size = fs::file_size(path, ec);
+  HR_ARG_CHECK(!ec, "cannot read the {} {}: {}", what, path, ec.message());
+  HR_ARG_CHECK(size <= max_bytes, "the {} {} is {} bytes; headroom reads at most {} bytes", what, path, size,
+               max_bytes);
+  std::ifstream in(path, std::ios::binary);
+  HR_ARG_CHECK(in.good(), "cannot open the {} {}: {}", what, path, std::strerror(errno));
+  std::string text(static_cast<size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  HR_ARG_CHECK(static_cast<uintmax_t>(in.gcount()) == size, "cannot read the {} {}: read {} of {} bytes", what,
+               path, in.gcount(), size);
+  return parse_json_strict(text, path);
+}
+
+void refuse_output_over_input(const std::string& output, const std::string& output_role,
+                              const std::vector<std::pair<std::string, std::string>>& inputs) {
+  struct stat out_st {};
+  if (output.empty() || ::stat(output.c_str(), &out_st) != 0) return;  // not there yet: nothing to overwrite
+  for (const auto& [path, role] : inputs) {
+    struct stat in_st {};
+    if (path.empty() || ::stat(path.c_str(), &in_st) != 0) continue;
+    if (in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
+      throw InvalidArgument(fmt::format("{} {} is the same file as {} {}: refusing to overwrite an input; write the "
+                                        "output elsewhere",
+                                        output_role, output, role, path));
+  }
+}
+
+bool recomputed_verdict(const Measurement& m) {
+  if (is_error_measurement(m)) return false;
+  if (!std::isfinite(m.error)) return false;
+  if (!m.negative_control) return m.error <= m.tolerance;
+  if (!(m.error > m.tolerance)) return false;
+  if (m.control == "subtle")
+    return m.error <= tol::kSubtleControlMaxPower * (m.tolerance > 0 ? m.tolerance : 1.0);
+  return true;
+}
+
+Results load_results(const std::string& path) {
+  return results_from_json(read_json_file(path, "results file", kMaxResultsBytes), path);
 }
 
 }  // namespace hr

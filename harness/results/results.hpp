@@ -59,6 +59,11 @@ struct Results {
   std::vector<Measurement> measurements;
   std::vector<SweepPoint> sweep_points;
   std::vector<SpecTiming> timings;
+  // An interrupted run (SIGINT / SIGTERM) keeps what finished: `incomplete` is set
+  // and not_run names the properties and sweeps that did not run, in order;
+  // `headroom run --resume DIR` runs them. A complete run writes neither field.
+  bool incomplete = false;
+  std::vector<std::string> not_run;
   RunTotals totals;
 };
 
@@ -96,6 +101,34 @@ void make_non_finite_explicit(nlohmann::json& j);
 void write_file_atomic(const std::string& path, const std::string& content);
 
 void save_results(const Results& r, const std::string& path);
+
+// The limits on what headroom reads: a file larger than max_bytes or nested deeper
+// than kMaxJsonDepth is refused before it is parsed (a deep nesting would exhaust
+// the stack of a recursive reader or destructor).
+inline constexpr size_t kMaxJsonDepth = 64;
+inline constexpr size_t kMaxResultsBytes = size_t{1} << 30;  // 1 GiB
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;   // 1 MiB
+
+// Reads path as one strict JSON document: no trailing text, no key twice in one
+// object, nested at most kMaxJsonDepth deep. `what` names the file in messages
+// ("results file", "step configuration"). Throws InvalidArgument naming the path:
+// missing, a directory, unreadable, too large, or bad JSON (with the offset).
+nlohmann::json read_json_file(const std::string& path, const std::string& what, size_t max_bytes);
+// The same for text already in memory (`where` names its source in messages).
+nlohmann::json parse_json_strict(const std::string& text, const std::string& where);
+
+// Refuses (InvalidArgument) an output that is the same file as an input: files
+// are compared by identity (device and inode, through links), not by name. An
+// output that does not exist yet is no input. `output_role` and each input's role
+// name the options in the message, e.g. "--html" and "--baseline".
+void refuse_output_over_input(const std::string& output, const std::string& output_role,
+                              const std::vector<std::pair<std::string, std::string>>& inputs);
+
+// Whether a stored verdict agrees with the one recomputed from error and tolerance
+// (make_check, make_negative_control, make_subtle_control): a check passes when
+// error <= tolerance, a control is caught when finite and above it (a subtle one
+// within tol::kSubtleControlMaxPower times it); a NaN error never passes.
+bool recomputed_verdict(const Measurement& m);
 // Reads and validates a results file; throws InvalidArgument for a missing or
 // unreadable file, bad JSON or another schema.
 Results load_results(const std::string& path);

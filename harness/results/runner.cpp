@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <map>
 #include <regex>
 
 #include "harness/check.hpp"
@@ -41,6 +42,11 @@ std::string format_duration(double s) {
 }
 
 Selection select_specs(const RunOptions& opt) {
+  // std::regex compiles and matches by recursion, so a huge expression would
+  // exhaust the stack; no real selection is this long.
+  constexpr size_t kMaxOnlyChars = 1000;
+  HR_ARG_CHECK(opt.only.size() <= kMaxOnlyChars, "--only: the regular expression is {} characters; at most {} are accepted",
+               opt.only.size(), kMaxOnlyChars);
   std::optional<std::regex> re;
   if (!opt.only.empty()) {
     try {
@@ -82,6 +88,56 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   auto say = [&](const std::string& line) {
     if (progress) (*progress) << line << std::endl;
   };
+
+  // What a resumed run finished: each spec's items, cut from its measurements and
+  // sweep points by the counts of its timings (which are written in run order).
+  struct Finished {
+    SpecTiming timing;
+    std::vector<Measurement> measurements;
+    std::vector<SweepPoint> points;
+  };
+  std::map<std::string, Finished> finished;
+  if (opt.resume != nullptr) {
+    const Results& old = *opt.resume;
+    size_t mi = 0, pi = 0;
+    for (const SpecTiming& t : old.timings) {
+      Finished f{t, {}, {}};
+      const size_t n = static_cast<size_t>(std::max(t.items, 0));
+      if (t.kind == "property") {
+        HR_ARG_CHECK(mi + n <= old.measurements.size(), "--resume: the timings of {} count more measurements than the "
+                     "file holds", t.id);
+        f.measurements.assign(old.measurements.begin() + mi, old.measurements.begin() + mi + n);
+        mi += n;
+      } else {
+        HR_ARG_CHECK(pi + n <= old.sweep_points.size(), "--resume: the timings of {} count more sweep points than the "
+                     "file holds", t.id);
+        f.points.assign(old.sweep_points.begin() + pi, old.sweep_points.begin() + pi + n);
+        pi += n;
+      }
+      finished[t.kind + ":" + t.id] = std::move(f);
+    }
+    HR_ARG_CHECK(mi == old.measurements.size() && pi == old.sweep_points.size(),
+                 "--resume: the file's timings do not account for all its measurements and sweep points");
+    r.run_time_utc = old.run_time_utc;
+  }
+  auto stopping = [&] { return opt.stop != nullptr && *opt.stop != 0; };
+  // After each spec that ran: what finished, with everything after it as not run.
+  size_t finished_specs = 0;
+  auto checkpoint = [&] {
+    ++finished_specs;
+    if (!opt.checkpoint || finished_specs == total) return;
+    Results partial = r;
+    partial.incomplete = true;
+    partial.not_run = r.not_run;
+    size_t i = 0;
+    for (auto* p : sel.properties)
+      if (i++ >= finished_specs) partial.not_run.push_back(p->id);
+    for (auto* w : sel.sweeps)
+      if (i++ >= finished_specs) partial.not_run.push_back(w->id);
+    partial.duration_s = seconds_since(t0);
+    compute_totals(partial);
+    opt.checkpoint(partial);
+  };
   auto announce = [&](const char* kind, const std::string& id, const std::string& title) {
     ++index;
     current = id;
@@ -97,6 +153,18 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
                  }};
 
   for (const PropertySpec* spec : sel.properties) {
+    if (auto f = finished.find("property:" + spec->id); f != finished.end()) {
+      r.timings.push_back(f->second.timing);
+      for (auto& m : f->second.measurements) r.measurements.push_back(std::move(m));
+      ++index;
+      ++finished_specs;
+      expected_done += spec->expected_seconds_quick;
+      continue;
+    }
+    if (stopping()) {
+      r.not_run.push_back(spec->id);
+      continue;
+    }
     announce("property", spec->id, spec->title);
     SpecTiming timing{"property", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
     const auto s0 = std::chrono::steady_clock::now();
@@ -122,9 +190,22 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& m : got) r.measurements.push_back(std::move(m));
+    checkpoint();
   }
 
   for (const SweepSpec* spec : sel.sweeps) {
+    if (auto f = finished.find("sweep:" + spec->id); f != finished.end()) {
+      r.timings.push_back(f->second.timing);
+      for (auto& p : f->second.points) r.sweep_points.push_back(std::move(p));
+      ++index;
+      ++finished_specs;
+      expected_done += spec->expected_seconds_quick;
+      continue;
+    }
+    if (stopping()) {
+      r.not_run.push_back(spec->id);
+      continue;
+    }
     announce("sweep", spec->id, spec->title);
     SpecTiming timing{"sweep", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
     const auto s0 = std::chrono::steady_clock::now();
@@ -151,9 +232,13 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& p : got) r.sweep_points.push_back(std::move(p));
+    checkpoint();
   }
 
-  r.duration_s = seconds_since(t0);
+  r.duration_s = seconds_since(t0) + (opt.resume != nullptr ? opt.resume->duration_s : 0.0);
+  r.incomplete = !r.not_run.empty();
+  if (r.incomplete)
+    say(fmt::format("headroom: interrupted: {} of {} properties and sweeps did not run", r.not_run.size(), total));
   compute_totals(r);
   say(fmt::format("headroom: done in {}: {} of {} measurements passed ({} negative controls caught of {}), "
                   "{} sweep points ({} ok)",

@@ -4,7 +4,9 @@
 // left) goes to a stream, normally stderr.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -18,6 +20,16 @@ struct RunOptions {
   Preset preset = Preset::quick;
   std::string only;  // ECMAScript regex searched in each spec's id and title; empty = all
   uint64_t seed = 1234;
+  // Set (by a signal handler) to stop the run between two properties or sweeps:
+  // what finished is kept, Results::incomplete set and the rest listed in not_run.
+  const volatile std::sig_atomic_t* stop = nullptr;
+  // A run to resume (`run --resume`): the properties and sweeps it finished are
+  // taken from it as they are, in their place in the order; only the rest run.
+  const Results* resume = nullptr;
+  // Called after each property or sweep with what has finished so far (marked
+  // incomplete, the rest in not_run), e.g. to write it: a run killed outright
+  // (SIGKILL, power) then loses only what was running and can be resumed.
+  std::function<void(const Results&)> checkpoint;
 };
 
 // The registered specs the options select, in registration order (properties

@@ -4,6 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <type_traits>
 
 #include "harness/check.hpp"
 
@@ -217,35 +222,118 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
 }
 
 namespace {
+
+// Strict reading: every key of the file must be one the reader asks for, every
+// value of the asked-for type and range, every section an object. get() and
+// section() record what was asked for; check_no_unknown_keys() then names a
+// key nobody asked for (a misspelling) with its JSON path and the keys known there.
+struct Asked {
+  std::map<const nlohmann::json*, std::set<std::string>> keys;  // object -> keys asked of it
+};
+thread_local Asked* g_asked = nullptr;
+
+void mark_asked(const nlohmann::json& j, const char* key) {
+  if (g_asked != nullptr) g_asked->keys[&j].insert(key);
+}
+
+std::string short_dump(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+template <typename T>
+T read_value(const nlohmann::json& v, const std::string& name) {
+  if constexpr (std::is_same_v<T, bool>) {
+    HR_ARG_CHECK(v.is_boolean(), "{}: must be true or false, got {}", name, short_dump(v));
+    return v.get<bool>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    HR_ARG_CHECK(v.is_string(), "{}: must be a string, got {}", name, short_dump(v));
+    return v.get<std::string>();
+  } else if constexpr (std::is_integral_v<T>) {
+    // 64.7 is not 64, 1e308 is not an integer at all.
+    HR_ARG_CHECK(v.is_number_integer(), "{}: must be an integer, got {}", name, short_dump(v));
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      HR_ARG_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<T>::max()), "{}: {} is out of range (at most {})",
+                   name, u, std::numeric_limits<T>::max());
+      return static_cast<T>(u);
+    }
+    const int64_t i = v.get<int64_t>();
+    HR_ARG_CHECK(std::is_signed_v<T> || i >= 0, "{}: must not be negative, got {}", name, i);
+    if constexpr (std::is_signed_v<T>)
+      HR_ARG_CHECK(i >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                       i <= static_cast<int64_t>(std::numeric_limits<T>::max()),
+                   "{}: {} is out of range", name, i);
+    return static_cast<T>(i);
+  } else {
+    static_assert(std::is_floating_point_v<T>, "get(): bool, string, integer or floating point");
+    HR_ARG_CHECK(v.is_number(), "{}: must be a number, got {}", name, short_dump(v));
+    const double d = v.get<double>();
+    HR_ARG_CHECK(std::isfinite(d) && std::fabs(d) <= static_cast<double>(std::numeric_limits<T>::max()),
+                 "{}: {} is out of range for a {}-bit floating-point field", name, short_dump(v), 8 * sizeof(T));
+    return static_cast<T>(d);
+  }
+}
+
 template <typename T>
 void get(const nlohmann::json& j, const char* key, T& out, const std::string& path) {
-  if (!j.contains(key)) return;
-  try {
-    out = j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("{}{}: {}", path, key, e.what()));
-  }
+  mark_asked(j, key);
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  out = read_value<T>(*it, path + key);
 }
 std::string get_str(const nlohmann::json& j, const char* key, const std::string& dflt, const std::string& path) {
   std::string s = dflt;
   get(j, key, s, path);
   return s;
 }
+
+// The sub-object j[key] when present (null when absent); a present section must be an object.
+const nlohmann::json* section(const nlohmann::json& j, const char* key, const std::string& path) {
+  mark_asked(j, key);
+  auto it = j.find(key);
+  if (it == j.end()) return nullptr;
+  HR_ARG_CHECK(it->is_object(), "{}{}: must be an object of fields, got {}", path, key, short_dump(*it));
+  return &*it;
+}
+
+void check_no_unknown_keys(const nlohmann::json& j, const std::string& path, const Asked& asked) {
+  auto known = asked.keys.find(&j);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const bool ok = known != asked.keys.end() && known->second.count(it.key()) > 0;
+    if (!ok) {
+      std::string list;
+      if (known != asked.keys.end())
+        for (const auto& k : known->second) list += (list.empty() ? "" : ", ") + k;
+      throw InvalidArgument(fmt::format("{}{}: unknown field{}", path, it.key(),
+                                        list.empty() ? std::string() : fmt::format(" (known here: {})", list)));
+    }
+    if (it->is_object()) check_no_unknown_keys(*it, path + it.key() + ".", asked);
+  }
+}
+
 }  // namespace
 
 StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base) {
   HR_ARG_CHECK(j.is_object(), "step configuration: a JSON object expected");
+  Asked asked;
+  struct Scope {
+    Asked* prev;
+    explicit Scope(Asked* a) : prev(g_asked) { g_asked = a; }
+    ~Scope() { g_asked = prev; }
+  } scope(&asked);
   StepConfig c = base;
   c.model = parse_model_kind(get_str(j, "model", model_kind_name(base.model), ""));
-  if (j.contains("mlp")) {
-    const auto& m = j["mlp"];
+  if (const nlohmann::json* mp = section(j, "mlp", "")) {
+    const auto& m = *mp;
+    HR_ARG_CHECK(c.model == ModelKind::mlp, "mlp: a section for the mlp, but model is {}", model_kind_name(c.model));
     get(m, "in_dim", c.mlp.in_dim, "mlp.");
     get(m, "width", c.mlp.width, "mlp.");
     get(m, "out_dim", c.mlp.out_dim, "mlp.");
     get(m, "layers", c.mlp.layers, "mlp.");
-    if (m.contains("norm")) {
+    if (const std::string norm = get_str(m, "norm", "", "mlp."); !norm.empty()) {
       try {
-        c.mlp.norm = parse_norm_kind(m["norm"].get<std::string>());
+        c.mlp.norm = parse_norm_kind(norm);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(std::string("mlp.norm: ") + e.what());
       }
@@ -262,8 +350,10 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(m, "fault_ghost_bn_neighbour_leak", c.mlp.fault_ghost_bn_neighbour_leak, "mlp.");
     get(m, "fault_bn_recompute_channels", c.mlp.fault_bn_recompute_channels, "mlp.");
   }
-  if (j.contains("transformer")) {
-    const auto& t = j["transformer"];
+  if (const nlohmann::json* tp = section(j, "transformer", "")) {
+    const auto& t = *tp;
+    HR_ARG_CHECK(c.model == ModelKind::transformer, "transformer: a section for the transformer, but model is {}",
+                 model_kind_name(c.model));
     get(t, "vocab", c.transformer.vocab, "transformer.");
     get(t, "max_positions", c.transformer.max_positions, "transformer.");
     get(t, "d_model", c.transformer.d_model, "transformer.");
@@ -283,25 +373,25 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
   get(j, "batch", c.batch, "");
   get(j, "micro_batch", c.micro_batch, "");
   get(j, "seq_len", c.seq_len, "");
-  if (j.contains("precision")) {
-    const auto& p = j["precision"];
-    if (p.contains("compute")) {
+  if (const nlohmann::json* pp = section(j, "precision", "")) {
+    const auto& p = *pp;
+    if (const std::string compute = get_str(p, "compute", "", "precision."); !compute.empty()) {
       try {
-        c.precision.compute = parse_dtype(p["compute"].get<std::string>());
+        c.precision.compute = parse_dtype(compute);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(std::string("precision.compute: ") + e.what());
       }
     }
     get(p, "master_weights", c.precision.master_weights, "precision.");
-    if (p.contains("grad_accum")) {
+    if (const std::string ga = get_str(p, "grad_accum", "", "precision."); !ga.empty()) {
       try {
-        c.precision.grad_accum = parse_dtype(p["grad_accum"].get<std::string>());
+        c.precision.grad_accum = parse_dtype(ga);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(std::string("precision.grad_accum: ") + e.what());
       }
     }
-    if (p.contains("scaler")) {
-      const auto& s = p["scaler"];
+    if (const nlohmann::json* sp = section(p, "scaler", "precision.")) {
+      const auto& s = *sp;
       get(s, "enabled", c.precision.scaler.enabled, "precision.scaler.");
       get(s, "dynamic", c.precision.scaler.dynamic, "precision.scaler.");
       get(s, "init_scale", c.precision.scaler.init_scale, "precision.scaler.");
@@ -310,43 +400,50 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
       get(s, "growth_interval", c.precision.scaler.growth_interval, "precision.scaler.");
     }
   }
-  if (j.contains("loss_norm")) c.loss_norm = parse_loss_normalization(j["loss_norm"].get<std::string>());
+  if (const std::string ln = get_str(j, "loss_norm", "", ""); !ln.empty()) c.loss_norm = parse_loss_normalization(ln);
   get(j, "loss_multiplier", c.loss_multiplier, "");
-  if (j.contains("checkpoint")) {
-    const auto& k = j["checkpoint"];
+  if (const nlohmann::json* kp = section(j, "checkpoint", "")) {
+    const auto& k = *kp;
     get(k, "every_k_blocks", c.checkpoint.every_k_blocks, "checkpoint.");
     get(k, "fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute, "checkpoint.");
     get(k, "update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute, "checkpoint.");
   }
-  if (j.contains("optimizer")) {
-    const auto& o = j["optimizer"];
+  if (const nlohmann::json* op = section(j, "optimizer", "")) {
+    const auto& o = *op;
     const std::string kind = get_str(o, "kind", optimizer_kind_name(base.optimizer.kind), "optimizer.");
     HR_ARG_CHECK(kind == "sgd" || kind == "adamw" || (kind == "custom" && base.optimizer.kind == OptimizerKind::custom),
                  "optimizer.kind: unknown optimizer '{}' (expected sgd or adamw)", kind);
     if (kind != "custom") c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
-    if (o.contains("sgd")) {
-      get(o["sgd"], "lr", c.optimizer.sgd.lr, "optimizer.sgd.");
-      get(o["sgd"], "momentum", c.optimizer.sgd.momentum, "optimizer.sgd.");
-      get(o["sgd"], "weight_decay", c.optimizer.sgd.weight_decay, "optimizer.sgd.");
+    if (const nlohmann::json* sgd = section(o, "sgd", "optimizer.")) {
+      get(*sgd, "lr", c.optimizer.sgd.lr, "optimizer.sgd.");
+      get(*sgd, "momentum", c.optimizer.sgd.momentum, "optimizer.sgd.");
+      get(*sgd, "weight_decay", c.optimizer.sgd.weight_decay, "optimizer.sgd.");
     }
-    if (o.contains("adamw")) {
-      get(o["adamw"], "lr", c.optimizer.adamw.lr, "optimizer.adamw.");
-      get(o["adamw"], "beta1", c.optimizer.adamw.beta1, "optimizer.adamw.");
-      get(o["adamw"], "beta2", c.optimizer.adamw.beta2, "optimizer.adamw.");
-      get(o["adamw"], "eps", c.optimizer.adamw.eps, "optimizer.adamw.");
-      get(o["adamw"], "weight_decay", c.optimizer.adamw.weight_decay, "optimizer.adamw.");
+    if (const nlohmann::json* adamw = section(o, "adamw", "optimizer.")) {
+      get(*adamw, "lr", c.optimizer.adamw.lr, "optimizer.adamw.");
+      get(*adamw, "beta1", c.optimizer.adamw.beta1, "optimizer.adamw.");
+      get(*adamw, "beta2", c.optimizer.adamw.beta2, "optimizer.adamw.");
+      get(*adamw, "eps", c.optimizer.adamw.eps, "optimizer.adamw.");
+      get(*adamw, "weight_decay", c.optimizer.adamw.weight_decay, "optimizer.adamw.");
     }
   }
-  if (j.contains("adapters")) {
+  if (const nlohmann::json* ap = section(j, "adapters", "")) {
     const std::string kind =
-        get_str(j["adapters"], "kind", base.adapters.kind == AdapterKind::none ? "none" : "lora", "adapters.");
+        get_str(*ap, "kind", base.adapters.kind == AdapterKind::none ? "none" : "lora", "adapters.");
     HR_ARG_CHECK(kind == "none" || kind == "lora", "adapters.kind: unknown adapter '{}' (expected none or lora)", kind);
     c.adapters.kind = kind == "none" ? AdapterKind::none : AdapterKind::lora;
-    get(j["adapters"], "rank", c.adapters.rank, "adapters.");
-    get(j["adapters"], "alpha", c.adapters.alpha, "adapters.");
+    get(*ap, "rank", c.adapters.rank, "adapters.");
+    get(*ap, "alpha", c.adapters.alpha, "adapters.");
   }
   get(j, "init_seed", c.init_seed, "");
   get(j, "dropout_seed", c.dropout_seed, "");
+  // to_json writes accum_steps (derived); a file may repeat it but not contradict it.
+  int64_t accum_steps = 0;
+  get(j, "accum_steps", accum_steps, "");
+  if (j.contains("accum_steps"))
+    HR_ARG_CHECK(accum_steps == c.accum_steps(), "accum_steps: {} contradicts batch {} / micro_batch {} = {}",
+                 accum_steps, c.batch, c.micro_batch, c.accum_steps());
+  check_no_unknown_keys(j, "", asked);
   return c;
 }
 

@@ -100,8 +100,11 @@ void validate(const StepConfig& cfg);
 StepConfig step_config_for(ModelKind model, Preset preset);
 
 void to_json(nlohmann::json& j, const StepConfig& c);
-// Reads the fields present in j over `base` (e.g. step_config_for(model, preset));
-// unknown enum names throw InvalidArgument naming the field. Does not validate.
+// Reads the fields present in j over `base` (e.g. step_config_for(model, preset)),
+// strictly: an unknown key, a value of the wrong type or range (64.7 for an
+// integer, 1e308), a section that is not an object, another model's section or an
+// accum_steps that contradicts batch / micro_batch throws InvalidArgument naming
+// the JSON path ("transformer.d_model: ..."). Does not validate().
 StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base = StepConfig{});
 
 }  // namespace hr

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# SIGTERM / SIGINT during `headroom run`: the property that is running finishes,
+# what finished is written as a valid results file marked incomplete, the exit
+# code is 143 / 130; a second run into the same --out is refused while the first
+# holds it; an incomplete file is no baseline; `run --resume` runs only what is
+# missing and ends with the same set of measurements as an uninterrupted run;
+# after SIGKILL what had finished is on disk (written as each part finished).
+#   interrupt_resume.sh <headroom binary> <scratch dir>
+set -u
+headroom=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+only='OPS-|GA-1'  # GA-1 first (seconds), then two quick ones
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$headroom" run --backend cpu --only "$only" --out "$work/whole" >"$work/whole.log" 2>&1 ||
+  fail "the uninterrupted run failed: $(tail -3 "$work/whole.log")"
+
+# signal_run <signal> <dir>: starts a run into dir, sends the signal once the first
+# property is under way, and echoes the exit code. While the run holds the
+# folder, a second run into it must be refused.
+signal_run() {
+  local sig=$1 dir=$2
+  "$headroom" run --backend cpu --only "$only" --out "$dir" >"$dir.out" 2>"$dir.err" &
+  local pid=$!
+  for _ in $(seq 1 600); do
+    grep -q '\[1/3\]' "$dir.err" 2>/dev/null && break
+    sleep 0.05
+  done
+  "$headroom" run --backend cpu --only 'OPS-3' --out "$dir" >"$dir.second" 2>&1
+  local second=$?
+  kill "-$sig" "$pid"
+  wait "$pid"
+  local rc=$?
+  echo "$rc $second"
+}
+
+read -r rc second < <(signal_run TERM "$work/term")
+cat "$work/term.err" "$work/term.out"
+[ "$second" = 2 ] && grep -q 'another headroom run' "$work/term.second" ||
+  fail "a second run into a folder in use was not refused (exit $second): $(cat "$work/term.second")"
+[ "$rc" = 143 ] || fail "SIGTERM: expected exit 143, got $rc"
+grep -q '"incomplete": true' "$work/term/results.json" || fail "the interrupted results are not marked incomplete"
+"$headroom" report "$work/term/results.json" --html "$work/term.html" >/dev/null ||
+  fail "the interrupted results file does not read back"
+"$headroom" validate --baseline "$work/term/results.json" --results "$work/whole/results.json" >"$work/base.log" 2>&1
+base_rc=$?
+[ "$base_rc" = 2 ] && grep -q 'interrupted run' "$work/base.log" ||
+  fail "an incomplete baseline was not refused (exit $base_rc): $(cat "$work/base.log")"
+
+read -r rc second < <(signal_run INT "$work/int")
+[ "$rc" = 130 ] || fail "SIGINT: expected exit 130, got $rc"
+
+# SIGKILL: nothing can be written at the end, so what finished was written as it
+# finished; the run resumes from there.
+"$headroom" run --backend cpu --only "$only" --out "$work/kill" >"$work/kill.out" 2>"$work/kill.err" &
+pid=$!
+for _ in $(seq 1 1200); do
+  grep -q '\[2/3\]' "$work/kill.err" 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$pid"
+wait "$pid"
+grep -q '"incomplete": true' "$work/kill/results.json" ||
+  fail "after SIGKILL no results file marked incomplete holds what had finished"
+"$headroom" run --resume "$work/kill" >"$work/kill_resume.log" 2>&1 || fail "resume after SIGKILL failed"
+grep -q 'property GA-1' "$work/kill_resume.log" && fail "the run resumed after SIGKILL ran GA-1 again"
+ls -a "$work/kill" | grep -q '\.tmp\.' && fail "a temporary file was left in the output folder"
+
+"$headroom" run --resume "$work/term" >"$work/resume.log" 2>&1 || fail "resume failed: $(tail -3 "$work/resume.log")"
+grep -q 'property GA-1' "$work/resume.log" && fail "the resumed run ran GA-1 again, which had finished"
+grep -q '"incomplete"' "$work/term/results.json" && fail "the resumed results are still marked incomplete"
+# The same measurements and sweep points, in the same order, as the uninterrupted run.
+keys() { grep -E '^      "(id|dtype|model|metric|negative_control|control|sweep)":' "$1"; }
+diff <(keys "$work/whole/results.json") <(keys "$work/term/results.json") >"$work/keys.diff" ||
+  fail "the resumed run's set differs from the uninterrupted run's: $(head -20 "$work/keys.diff")"
+diff <(keys "$work/whole/results.json") <(keys "$work/kill/results.json") >"$work/kill_keys.diff" ||
+  fail "the run resumed after SIGKILL differs from the uninterrupted run: $(head -20 "$work/kill_keys.diff")"
+n=$(keys "$work/whole/results.json" | grep -c '"id"')
+[ "$n" -gt 0 ] || fail "no measurements to compare"
+"$headroom" run --resume "$work/term" >"$work/again.log" 2>&1
+[ $? = 2 ] && grep -q 'nothing to resume' "$work/again.log" || fail "resuming a complete run was not refused"
+echo "interrupted, refused, resumed: the same $n measurements"

@@ -19,7 +19,7 @@
 
 namespace hr::ops::cuda::attn_kernels {
 
-__device__ sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
+__device__ inline sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
   return sm::RowMask{m.causal, t, m.kv_len ? m.kv_len[b] : INT32_MAX, m.seg ? m.seg + static_cast<int64_t>(b) * T
                                                                              : nullptr};
 }

@@ -30,6 +30,13 @@ if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
     put "$f"
     for lib in $(ldd "$f" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}'); do put "$lib"; done
   }
+  # The host's merged-/usr links (Debian 12: /bin -> usr/bin, ...), so that paths
+  # such as /bin/bash (ldd's interpreter) resolve inside as outside.
+  for d in bin sbin lib lib64; do
+    [ -L "/$d" ] && ln -s "$(readlink "/$d")" "$rootfs/$d"
+  done
+  mkdir -p "$rootfs/dev"
+  mknod -m 666 "$rootfs/dev/null" c 1 3 2>/dev/null || : >"$rootfs/dev/null"
   tools=(bash sh env date mkdir dirname basename sed awk grep tee tail head sort paste cut tr cat printf ldd uname)
   for t in "${tools[@]}"; do
     p=$(command -v "$t" || true)

@@ -61,7 +61,7 @@ struct MlpConfig {
 };
 
 // Decoder-only transformer (GPT-2 shape, pre-LayerNorm). Per block:
-//   x1 = x + Wo(attn(LN1(x)));  x2 = x1 + dropout(W2(gelu(W1(LN2(x1)))))
+//   x1 = x + dropout(Wo(attn(LN1(x))));  x2 = x1 + dropout(W2(gelu(W1(LN2(x1)))))
 // Attention is multi-head causal with an optional padding / packing mask.
 struct TransformerConfig {
   int64_t vocab = 256;
@@ -70,11 +70,15 @@ struct TransformerConfig {
   int64_t heads = 4;
   int64_t layers = 2;
   int64_t mlp_ratio = 4;  // hidden width = mlp_ratio * d_model
-  float dropout = 0.f;
+  float dropout = 0.f;      // the MLP branch's output (before its residual add)
+  // The attention branch's output before its residual add (GPT-2's resid_dropout
+  // on attn.c_proj); < 0: the model's `dropout`.
+  float attn_out_dropout = -1.f;
   float ln_eps = 1e-5f;
   bool memory_efficient_attention = false;  // false: naive (scores materialised)
   int32_t ignore_index = -100;
   int64_t head_dim() const { return d_model / heads; }
+  float attn_out_p() const { return attn_out_dropout < 0.f ? dropout : attn_out_dropout; }
 };
 
 // A model size together with the batch a step runs on.

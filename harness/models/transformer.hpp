@@ -1,6 +1,6 @@
 // The controlled decoder-only transformer (GPT-2 shape, pre-LayerNorm):
 // token + position embedding, L blocks of
-//   x1 = x + Wo . attn(LN1(x))                  (multi-head causal self-attention,
+//   x1 = x + dropout(Wo . attn(LN1(x)))         (multi-head causal self-attention,
 //                                                optional padding / packing mask)
 //   x2 = x1 + dropout(W2 . gelu(W1 . LN2(x1)))
 // then a final LayerNorm, an untied LM head (no bias) and cross-entropy with an
@@ -63,7 +63,6 @@ class TransformerModel final : public Model, private BlockStack {
   // Per micro-batch context the blocks read.
   int64_t B_ = 0, T_ = 0;
   ops::AttnMask mask_;
-  uint64_t drop_seed_ = 0;
   KeptLabelFault label_fault_ = KeptLabelFault::none;
 };
 

@@ -12,13 +12,13 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
   const int64_t k = policy_.enabled() ? std::min(policy_.every_k_blocks, n) : n;
   segments_.clear();
   forward_counts_.clear();
-  seed_ = rng.seed;
   Tensor cur = x;
   for (int64_t first = 0; first < n; first += k) {
     Segment s;
     s.first = first;
     s.end = std::min(first + k, n);
-    s.rng_offset = rng.offset;
+    s.rng = rng;
+    s.rng.log = nullptr;  // a recompute's draws go to recompute_log, if any
     if (policy_.enabled()) s.input = cur;
     for (int64_t i = s.first; i < s.end; ++i) {
       const bool keep = !policy_.enabled();
@@ -38,7 +38,20 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
 }
 
 void CheckpointedStack::recompute(Segment& s) {
-  DropoutStream rng{seed_, policy_.fresh_rng_on_recompute ? fresh_offset_ : s.rng_offset};
+  DropoutStream rng = s.rng;
+  if (policy_.fresh_rng_on_recompute) {
+    rng.offset = fresh_offset_;
+    rng.fresh = true;
+  }
+  if (&s == segments_.data()) {
+    rng.flip_next = policy_.fault_flip_mask_elements;
+    for (int64_t e = 0; e < policy_.fault_extra_block_forwards; ++e) {
+      DropoutStream scratch = rng;
+      scratch.log = nullptr;
+      (void)stack_->block_forward(s.first, s.input, false, true, Consumer::workspace, scratch, nullptr);
+    }
+  }
+  if (rng.recompute_log != nullptr) rng.log = rng.recompute_log;
   Tensor cur = s.input;
   s.states.clear();
   for (int64_t i = s.first; i < s.end; ++i) {

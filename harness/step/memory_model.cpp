@@ -368,8 +368,14 @@ class TransformerReplay {
     }
     ids.push_back(L_.alloc(a, NCs));  // x1
     {
-      const Ledger::Id merged = L_.alloc(kWs, NCs), proj = L_.alloc(kWs, NCs);
+      const Ledger::Id merged = L_.alloc(kWs, NCs);
+      Ledger::Id proj = L_.alloc(kWs, NCs);
       k_.linear_forward(N_, C_, C_);
+      if (cfg_.transformer.attn_out_p() > 0.f) {  // the attention branch's dropout
+        const Ledger::Id dropped = L_.alloc(kWs, NCs);
+        L_.free(proj);
+        proj = dropped;
+      }
       L_.free(proj), L_.free(merged);
     }
     ids.push_back(L_.alloc(a, NCs));  // ln2
@@ -422,9 +428,11 @@ class TransformerReplay {
     }
     const Ledger::Id dq = L_.alloc(kWs, NCs), dk = L_.alloc(kWs, NCs), dv = L_.alloc(kWs, NCs);
     {
+      const Ledger::Id dproj = cfg_.transformer.attn_out_p() > 0.f ? L_.alloc(kWs, NCs) : Ledger::kNone;
       const Ledger::Id merged = L_.alloc(kWs, NCs), dmerged = L_.alloc(kWs, NCs);
       k_.linear_backward(N_, C_, C_, true, true);
       L_.free(merged);
+      L_.free(dproj);
       const Ledger::Id datt = L_.alloc(kWs, NCs);
       L_.free(dmerged);
       const double bhtt = B_ * H_ * T_ * T_;

@@ -126,6 +126,7 @@ void validate(const StepConfig& c) {
     HR_ARG_CHECK(c.seq_len <= t.max_positions, "seq_len: {} is longer than transformer.max_positions {}",
                  c.seq_len, t.max_positions);
     check_prob(t.dropout, "transformer.dropout");
+    if (t.attn_out_dropout >= 0.f) check_prob(t.attn_out_dropout, "transformer.attn_out_dropout");
     HR_ARG_CHECK(t.ln_eps > 0.f, "transformer.ln_eps: must be positive, got {}", t.ln_eps);
     HR_ARG_CHECK(t.ignore_index < 0 || t.ignore_index >= t.vocab,
                  "transformer.ignore_index: {} is a valid token id (vocab {})", t.ignore_index, t.vocab);
@@ -176,6 +177,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                         {"layers", t.layers},
                         {"mlp_ratio", t.mlp_ratio},
                         {"dropout", t.dropout},
+                        {"attn_out_dropout", t.attn_out_dropout},
                         {"ln_eps", t.ln_eps},
                         {"attention", t.memory_efficient_attention ? "memory_efficient" : "naive"},
                         {"ignore_index", t.ignore_index}};
@@ -198,7 +200,8 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["loss_multiplier"] = c.loss_multiplier;
   j["checkpoint"] = {{"every_k_blocks", c.checkpoint.every_k_blocks},
                      {"fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute},
-                     {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute}};
+                     {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute},
+                     {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements}};
   nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
   if (c.optimizer.kind == OptimizerKind::sgd)
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
@@ -214,6 +217,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                    {"alpha", c.adapters.alpha}};
   j["init_seed"] = c.init_seed;
   j["dropout_seed"] = c.dropout_seed;
+  j["dropout_keying"] = dropout_keying_name(c.dropout_keying);
 }
 
 namespace {
@@ -271,6 +275,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(t, "layers", c.transformer.layers, "transformer.");
     get(t, "mlp_ratio", c.transformer.mlp_ratio, "transformer.");
     get(t, "dropout", c.transformer.dropout, "transformer.");
+    get(t, "attn_out_dropout", c.transformer.attn_out_dropout, "transformer.");
     get(t, "ln_eps", c.transformer.ln_eps, "transformer.");
     get(t, "ignore_index", c.transformer.ignore_index, "transformer.");
     const std::string att = get_str(t, "attention",
@@ -317,6 +322,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(k, "every_k_blocks", c.checkpoint.every_k_blocks, "checkpoint.");
     get(k, "fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute, "checkpoint.");
     get(k, "update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute, "checkpoint.");
+    get(k, "fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements, "checkpoint.");
   }
   if (j.contains("optimizer")) {
     const auto& o = j["optimizer"];
@@ -347,6 +353,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
   }
   get(j, "init_seed", c.init_seed, "");
   get(j, "dropout_seed", c.dropout_seed, "");
+  if (j.contains("dropout_keying")) c.dropout_keying = parse_dropout_keying(j["dropout_keying"].get<std::string>());
   return c;
 }
 

@@ -14,7 +14,8 @@
 //   step.grad("h.0.attn.q.weight") the accumulated fp32 gradient of a parameter
 //   step.params(), step.model(), step.optimizer(), step.scaler()
 //   step.segment_forward_counts()  forward executions per checkpoint segment
-//   step.dropout_stream()          the Philox (seed, offset) the next pass draws from
+//   step.dropout_stream()          the dropout RNG state the next pass draws from
+//                                  (harness/step/dropout_keys.hpp)
 //
 // Memory: parameters (fp32 masters and 16-bit compute copies) are
 // Consumer::weights, fp32 gradients Consumer::gradients, optimizer moments
@@ -122,6 +123,7 @@ class TrainStep {
   bool nonfinite_ = false;
   bool unscaled_ = false;
   int64_t applied_ = 0, skipped_ = 0;
+  uint64_t passes_ = 0;  // accumulate() calls: the per_sample dropout key's pass
 };
 
 // Builds the model a configuration names (validates the configuration first).

@@ -11,12 +11,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/fit.hpp"
 #include "harness/properties/accum_support.hpp"
+#include "harness/models/presets.hpp"
+#include "harness/step/train_step.hpp"
+#include "harness/timing.hpp"
 #include "harness/tolerances.hpp"
 
 namespace hr::props {
@@ -208,6 +212,123 @@ std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset pr
   return out;
 }
 
+CheckpointBench checkpoint_bench_config(Preset preset, BackendKind backend) {
+  CheckpointBench b;
+  StepConfig& c = b.base;
+  c.model = ModelKind::transformer;
+  auto& t = c.transformer;
+  if (preset == Preset::quick) {
+    // ~30 ms a step on one 2020s CPU core: four points in about a second.
+    t.vocab = 64;
+    t.d_model = 32;
+    t.heads = 4;
+    t.max_positions = 32;
+    t.layers = 8;
+    c.batch = 8;
+    b.timing.warmup = 1;
+    b.timing.min_reps = 5;
+    b.timing.max_reps = 10;
+    b.timing.min_total_s = 0.1;
+  } else {
+    const TransformerPreset p = transformer_preset(Preset::full);
+    t = p.model;
+    t.layers = std::max<int64_t>(t.layers, 16);
+    c.batch = p.batch;
+  }
+  t.dropout = 0.1f;
+  c.seq_len = t.max_positions;
+  c.micro_batch = c.batch;
+  c.precision.compute = backend == BackendKind::cuda ? DType::bf16 : DType::f32;
+  c.optimizer.kind = OptimizerKind::sgd;
+  const int64_t root = depth_schedule_k(DepthSchedule::sqrt_l, t.layers);
+  b.granularities = {{"none", 0}, {"every_block", 1}, {"every_2", 2}, {"sqrt_L", root}};
+  return b;
+}
+
+CheckpointBench checkpoint_bench_smoke_config() {
+  CheckpointBench b = checkpoint_bench_config(Preset::quick, BackendKind::cpu);
+  auto& t = b.base.transformer;
+  t.vocab = 32;
+  t.d_model = 16;
+  t.heads = 2;
+  t.max_positions = 8;
+  t.layers = 4;
+  b.base.seq_len = 8;
+  b.base.batch = b.base.micro_batch = 2;
+  b.granularities = {{"none", 0}, {"every_block", 1}, {"every_2", 2}, {"sqrt_L", 2}};
+  b.timing.warmup = 0;
+  b.timing.min_reps = 1;
+  b.timing.max_reps = 2;
+  b.timing.min_total_s = 0;
+  return b;
+}
+
+SweepPoint measure_checkpoint_point(Device& dev, const CheckpointBench& b, const std::string& granularity,
+                                    int64_t every_k, uint64_t seed) {
+  SweepPoint p;
+  p.sweep = "BM-CK";
+  p.backend = backend_name(dev.kind());
+  p.dtype = dtype_name(b.base.precision.compute);
+  p.model = "transformer";
+  p.config = nlohmann::json{{"checkpoint", granularity},
+                            {"every_k_blocks", every_k},
+                            {"layers", b.base.transformer.layers},
+                            {"d_model", b.base.transformer.d_model},
+                            {"seq_len", b.base.seq_len},
+                            {"batch", b.base.batch}};
+  StepConfig cfg = b.base;
+  cfg.checkpoint.every_k_blocks = every_k;
+  cfg.init_seed = seed;
+  TimingOptions timing = b.timing;
+  timing.injected_slowdown = injected_slowdown(p.sweep, p.config);
+  try {
+    TrainStep step(dev, cfg);
+    const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
+    step.step(batch);  // first-touch allocations out of the timed region
+    dev.synchronize();
+    dev.memory().reset_peak();
+    const MemorySnapshot before = dev.memory().snapshot();
+    step.model().reset_block_forward_counts();
+    p.time = time_region(dev, [&] { step.step(batch); }, timing);
+    p.memory = dev.memory().snapshot();
+    const std::vector<int64_t>& counts = step.model().block_forward_counts();
+    int64_t runs = 0;
+    for (int64_t c : counts) runs += c;
+    const double steps = static_cast<double>(timing.warmup + p.time->reps);
+    p.metrics["step_time_s"] = p.time->median_s;
+    p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
+    p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
+    p.metrics["pass_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes - before.total_current_bytes);
+    // Block forwards per step over the blocks: 1 plain, 2 when every block is in a
+    // checkpointed segment (counted inside the blocks, CK-4).
+    p.metrics["block_forwards_per_block_step"] =
+        static_cast<double>(runs) / (steps * static_cast<double>(cfg.transformer.layers));
+    p.metrics["noisy"] = p.time->noisy;
+    if (timing.injected_slowdown != 1.0) p.metrics["injected_slowdown"] = timing.injected_slowdown;
+  } catch (const OutOfMemory& e) {
+    p.status = "out_of_memory";
+    p.reason = e.what();
+  }
+  return p;
+}
+
+std::vector<SweepPoint> run_checkpoint_bench(Device& dev, const CheckpointBench& b, uint64_t seed) {
+  std::vector<SweepPoint> out;
+  for (const auto& [name, k] : b.granularities) out.push_back(measure_checkpoint_point(dev, b, name, k, seed));
+  double plain_s = 0, plain_act = 0;
+  for (const SweepPoint& p : out)
+    if (p.status == "ok" && p.config["every_k_blocks"] == 0) {
+      plain_s = p.time->median_s;
+      plain_act = p.metrics["activation_peak_bytes"].get<double>();
+    }
+  for (SweepPoint& p : out) {
+    if (p.status != "ok" || plain_s <= 0) continue;
+    p.metrics["overhead_ratio"] = p.time->median_s / plain_s;
+    if (plain_act > 0) p.metrics["activation_ratio"] = p.metrics["activation_peak_bytes"].get<double>() / plain_act;
+  }
+  return out;
+}
+
 namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"CK-3", "activation peak against depth: exponent ~1 plain, <= 0.65 with sqrt(L)",
@@ -216,6 +337,14 @@ HR_REGISTER_PROPERTY(PropertySpec{"CK-3", "activation peak against depth: expone
                                   }});
 HR_REGISTER_SWEEP(SweepSpec{"CK-3", "peak activation and pass bytes against depth, per checkpoint schedule", 0.5,
                             [](RunContext& c) { return ck3_depth_sweep(c.device, DType::f32, c.preset, c.seed); },
+                            {}});
+HR_REGISTER_SWEEP(SweepSpec{"BM-CK", "checkpoint granularity: step time, overhead against none, activation and total "
+                                     "peaks",
+                            1.0,
+                            [](RunContext& c) {
+                              return run_checkpoint_bench(
+                                  c.device, checkpoint_bench_config(c.preset, c.device.kind()), c.seed);
+                            },
                             {}});
 
 }  // namespace

@@ -32,12 +32,14 @@ void write_json_atomic(const std::string& path, const nlohmann::ordered_json& j)
 
 std::string dropout_site(const StepConfig& cfg, int64_t block, int64_t kind) {
   if (cfg.model == ModelKind::mlp) return fmt::format("layers.{}.dropout", block);
+  if (kind == static_cast<int64_t>(DropoutSite::attn_probs)) return fmt::format("h.{}.attn.attn_dropout", block);
   return kind == static_cast<int64_t>(DropoutSite::attn_out) ? fmt::format("h.{}.attn.resid_dropout", block)
                                                              : fmt::format("h.{}.mlp.dropout", block);
 }
 
 float dropout_p(const StepConfig& cfg, int64_t kind) {
   if (cfg.model == ModelKind::mlp) return cfg.mlp.dropout;
+  if (kind == static_cast<int64_t>(DropoutSite::attn_probs)) return cfg.transformer.attn_probs_p();
   return kind == static_cast<int64_t>(DropoutSite::attn_out) ? cfg.transformer.attn_out_p() : cfg.transformer.dropout;
 }
 
@@ -61,15 +63,19 @@ nlohmann::ordered_json dropout_conventions(const StepConfig& cfg) {
         "kind";
     d["site_kind"] = cfg.model == ModelKind::mlp
                          ? nlohmann::ordered_json{{"layers.<block>.dropout", 0}}
-                         : nlohmann::ordered_json{{"h.<block>.attn.resid_dropout", 1}, {"h.<block>.mlp.dropout", 2}};
-    d["sample_rows"] = cfg.model == ModelKind::mlp ? "one row of [rows, width] per sample"
-                                                   : "seq_len consecutive rows of [tokens, d_model] per sample";
+                         : nlohmann::ordered_json{{"h.<block>.attn.attn_dropout", 0},
+                                                  {"h.<block>.attn.resid_dropout", 1},
+                                                  {"h.<block>.mlp.dropout", 2}};
+    d["sample_rows"] = cfg.model == ModelKind::mlp
+                           ? "one row of [rows, width] per sample"
+                           : "attn_dropout: row b of the probabilities [batch, heads, query, key] (heads * seq_len^2 "
+                             "elements per sample); the others: seq_len consecutive rows of [tokens, d_model]";
   } else {
     d["key"] = "seed";
     d["draw_index"] =
         "n = offset + element over the whole micro-batch tensor; offsets run on in draw order through the step: "
-        "micro-batch by micro-batch, block by block, site by site (attention output, then MLP output), each draw "
-        "advancing the offset by its element count rounded up to a multiple of 4";
+        "micro-batch by micro-batch, block by block, site by site (attention probabilities, attention output, MLP "
+        "output), each draw advancing the offset by its element count rounded up to a multiple of 4";
   }
   return d;
 }
@@ -85,7 +91,8 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
   if (cfg.model == ModelKind::transformer) {
     const TransformerConfig& t = cfg.transformer;
     j["architecture"] =
-        "pre-LN decoder: x = wte[ids] + wpe[pos]; per block: x = x + resid_dropout(attn.proj(attention(ln1(x)))); "
+        "pre-LN decoder: x = wte[ids] + wpe[pos]; per block: x = x + resid_dropout(attn.proj(attention(ln1(x)))) "
+        "with attention = attn_dropout(softmax(q k^T * scale + mask)) v; "
         "x = x + dropout(mlp.proj(gelu(mlp.fc(ln2(x))))); then ln_f and lm_head (no bias, untied)";
     j["layernorm"] = {{"eps", t.ln_eps}, {"variance", "biased (divide by C)"}, {"affine", true}};
     j["attention"] = {
@@ -122,11 +129,16 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
   j["accumulation"] = {{"batch", cfg.batch}, {"micro_batch", cfg.micro_batch}, {"accum_steps", cfg.accum_steps()},
                        {"gradients", "fp32, summed over micro-batches, unscaled"}};
   const float p = cfg.model == ModelKind::transformer ? cfg.transformer.dropout : cfg.mlp.dropout;
-  const bool any = p > 0 || (cfg.model == ModelKind::transformer && cfg.transformer.attn_out_p() > 0);
+  const bool any = p > 0 || (cfg.model == ModelKind::transformer &&
+                             (cfg.transformer.attn_out_p() > 0 || cfg.transformer.attn_probs_p() > 0));
   j["dropout"] = dropout_conventions(cfg);
   j["dropout"]["p"] = p;
-  if (cfg.model == ModelKind::transformer) j["dropout"]["p_attn_out"] = cfg.transformer.attn_out_p();
-  j["dropout"]["masks"] = any ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, shape [rows, features]"
+  if (cfg.model == ModelKind::transformer) {
+    j["dropout"]["p_attn_probs"] = cfg.transformer.attn_probs_p();
+    j["dropout"]["p_attn_out"] = cfg.transformer.attn_out_p();
+  }
+  j["dropout"]["masks"] = any ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, in the shape of the "
+                                "tensor it masks"
                               : "none (p = 0)";
   nlohmann::ordered_json per_param = nlohmann::ordered_json::object();
   for (const Param& prm : step.params().all()) per_param[prm.name] = prm.init;

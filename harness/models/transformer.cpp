@@ -27,7 +27,7 @@ struct TransformerModel::State final : BlockState {
   Tensor x1;                 // after the attention residual [N, C]
   Tensor ln2, mean2, rstd2;
   Tensor fc, act;            // [N, r C] before and after GELU
-  DropoutDraw drop_attn, drop_mlp;  // replay the two branch outputs' masks
+  DropoutDraw drop_probs, drop_attn, drop_mlp;  // replay the three sites' masks
 };
 
 TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed)
@@ -101,7 +101,14 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   const ops::AttentionImpl impl =
       cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  ops::attention_forward(impl, st->q, st->k, st->v, mask_, scale, st->att, st->saved, a);
+  const float pp = cfg_.attn_probs_p();
+  ops::AttnProbDropout probs_drop;
+  if (pp > 0.f) {  // [B, H, T, T]: one sample per batch row
+    st->drop_probs = rng.take(i, DropoutSite::attn_probs, {B_, H, T_, T_}, B_);
+    const DropoutDraw draw = st->drop_probs;
+    probs_drop.forward = [draw, pp](const Tensor& x, Tensor& y) { dropout_apply_forward(draw, pp, x, y); };
+  }
+  ops::attention_forward(impl, st->q, st->k, st->v, mask_, scale, st->att, st->saved, a, probs_drop);
   st->x1 = Tensor::empty(dev, {N, C}, dtype_, a);
   {
     Tensor merged = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
@@ -201,7 +208,14 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
     const ops::AttentionImpl impl =
         cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
     const float scale = 1.f / std::sqrt(static_cast<float>(D));
-    ops::attention_backward(impl, st.q, st.k, st.v, st.att, datt, mask_, scale, st.saved, dq, dk, dv);
+    const float pp = cfg_.attn_probs_p();
+    ops::AttnProbDropout probs_drop;
+    if (pp > 0.f) {
+      const DropoutDraw draw = st.drop_probs;
+      probs_drop.forward = [draw, pp](const Tensor& x, Tensor& y) { dropout_apply_forward(draw, pp, x, y); };
+      probs_drop.backward = [draw, pp](const Tensor& dy, Tensor& dx) { dropout_apply_backward(draw, pp, dy, dx); };
+    }
+    ops::attention_backward(impl, st.q, st.k, st.v, st.att, datt, mask_, scale, st.saved, dq, dk, dv, probs_drop);
     st.q = st.k = st.v = st.att = Tensor();
     st.saved = ops::AttentionSaved{};
   }

@@ -28,6 +28,7 @@ constexpr int64_t kCkBlocks = 4;
 constexpr int64_t kCkBatch = 8, kCkMicroBatch = 4;  // K = 2
 constexpr float kCkDropout = 0.1f;
 constexpr float kCkAttnOutDropout = 0.2f;  // CK-5: each site its own p
+constexpr float kCkAttnProbsDropout = 0.15f;
 
 const char* model_name(ModelKind m) { return model_kind_name(m); }
 
@@ -105,6 +106,7 @@ nlohmann::json ck_config_json(const StepConfig& c, int64_t k) {
   } else {
     j["dropout_mlp_out"] = c.transformer.dropout;
     j["dropout_attn_out"] = c.transformer.attn_out_p();
+    j["dropout_attn_probs"] = c.transformer.attn_probs_p();
   }
   return j;
 }
@@ -164,6 +166,7 @@ StepConfig ck_config(ModelKind model, DType dtype, Preset preset) {
     if (preset == Preset::quick) c.seq_len = 16;  // bitwise checks need no long rows
     c.transformer.dropout = kCkDropout;
     c.transformer.attn_out_dropout = kCkAttnOutDropout;
+    c.transformer.attn_probs_dropout = kCkAttnProbsDropout;
   }
   c.batch = kCkBatch;
   c.micro_batch = kCkMicroBatch;
@@ -389,6 +392,7 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
   auto masks = [&](const CkRun& r) {
     MaskCompare mc;
     auto p_of = [&](int64_t kind) {
+      if (kind == static_cast<int64_t>(DropoutSite::attn_probs)) return s.cfg.transformer.attn_probs_p();
       return kind == static_cast<int64_t>(DropoutSite::attn_out) ? s.cfg.transformer.attn_out_p()
                                                                  : s.cfg.transformer.dropout;
     };
@@ -435,7 +439,8 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
     m.tolerance_reason = tol::kBitwiseMismatchesReason;
     m.details["compared_mask_elements"] = mc.compared;
     m.details["compared_draws"] = mc.draws;
-    m.details["sites"] = nlohmann::json::array({"h.<block>.attn.resid_dropout", "h.<block>.mlp.dropout"});
+    m.details["sites"] =
+        nlohmann::json::array({"h.<block>.attn.attn_dropout", "h.<block>.attn.resid_dropout", "h.<block>.mlp.dropout"});
     return m;
   };
 

@@ -55,14 +55,15 @@ namespace {
 
 // The element flip of the subtle fault: elements [0, flip) of the first sample
 // take the other decision. A fault path, done on the host.
-void flip_elements(const DropoutDraw& d, float p, const Tensor& x, Tensor& y) {
+// `xs` is the input as it was before the mask was applied (y may be x).
+void flip_elements(const DropoutDraw& d, float p, const std::vector<float>& xs, Tensor& y) {
   const int64_t n = std::min<int64_t>(d.flip, y.numel() / d.samples);
   Tensor keep = Tensor::empty(y.device(), {n}, DType::u8, Consumer::workspace);
   ops::dropout_mask(n, p, d.key, d.first, keep);
   const std::vector<uint8_t> k = keep.to_host_bytes();
-  std::vector<float> xs = x.to_host_f32(), ys = y.to_host_f32();
+  std::vector<float> ys = y.to_host_f32();
   for (int64_t i = 0; i < n; ++i)
-    ys[static_cast<size_t>(i)] = k[static_cast<size_t>(i)] ? 0.f : xs[static_cast<size_t>(i)] / (1.f - p);
+    ys[static_cast<size_t>(i)] = k[static_cast<size_t>(i)] ? 0.f : xs[static_cast<size_t>(i)] * (1.f / (1.f - p));
   y.copy_from(Tensor::from_host(y.device(), ys, y.shape(), y.dtype(), Consumer::workspace));
 }
 
@@ -82,14 +83,16 @@ void per_sample(const DropoutDraw& d, const Tensor& x, Tensor& y, Fn&& fn) {
 }  // namespace
 
 void dropout_apply_forward(const DropoutDraw& d, float p, const Tensor& x, Tensor& y) {
+  const std::vector<float> before = d.flip > 0 ? x.to_host_f32() : std::vector<float>{};
   per_sample(d, x, y, [&](const Tensor& xs, uint64_t off, Tensor& ys) { ops::dropout_forward(xs, p, d.key, off, ys); });
-  if (d.flip > 0) flip_elements(d, p, x, y);
+  if (d.flip > 0) flip_elements(d, p, before, y);
 }
 
 void dropout_apply_backward(const DropoutDraw& d, float p, const Tensor& dy, Tensor& dx) {
+  const std::vector<float> before = d.flip > 0 ? dy.to_host_f32() : std::vector<float>{};
   per_sample(d, dy, dx,
              [&](const Tensor& gs, uint64_t off, Tensor& out) { ops::dropout_backward(gs, p, d.key, off, out); });
-  if (d.flip > 0) flip_elements(d, p, dy, dx);
+  if (d.flip > 0) flip_elements(d, p, before, dx);
 }
 
 void dropout_draw_mask(const DropoutDraw& d, float p, Tensor& mask_u8) {

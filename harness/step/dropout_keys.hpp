@@ -73,7 +73,7 @@ struct DropoutStream {
   DropoutDraw take(int64_t block, DropoutSite kind, const Shape& shape, int64_t samples);
 };
 
-// y = x * mask / (1 - p) with the draw's mask (x and y same shape; y may alias no input).
+// y = x * mask / (1 - p) with the draw's mask (x and y the same shape; y may be x).
 void dropout_apply_forward(const DropoutDraw& d, float p, const Tensor& x, Tensor& y);
 void dropout_apply_backward(const DropoutDraw& d, float p, const Tensor& dy, Tensor& dx);
 // The keep mask (uint8 0/1) of a draw, for dumps and tests.

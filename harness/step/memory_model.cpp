@@ -364,7 +364,11 @@ class TransformerReplay {
       const Ledger::Id scores = L_.alloc(kWs, B_ * H_ * T_ * T_ * c_.s);
       k_.gemm(N_ * C_, N_ * C_, B_ * H_ * T_ * T_, false);  // q k^T
       L_.free(scores);
+      // Dropout on the probabilities: drop(p) is a temporary beside the kept p.
+      const Ledger::Id dropped =
+          cfg_.transformer.attn_probs_p() > 0.f ? L_.alloc(kWs, B_ * H_ * T_ * T_ * c_.s) : Ledger::kNone;
       k_.gemm(B_ * H_ * T_ * T_, N_ * C_, N_ * C_, false);  // p v
+      L_.free(dropped);
     }
     ids.push_back(L_.alloc(a, NCs));  // x1
     {
@@ -439,7 +443,10 @@ class TransformerReplay {
       if (cfg_.transformer.memory_efficient_attention) {
         k_.attention_mem_efficient_backward(B_ * H_, T_, D_);
       } else {
+        const Ledger::Id dropped =  // drop(P), replayed for dV
+            cfg_.transformer.attn_probs_p() > 0.f ? L_.alloc(kWs, bhtt * c_.s) : Ledger::kNone;
         k_.gemm(bhtt, N_ * C_, N_ * C_, false);  // dV = P^T dO
+        L_.free(dropped);
         const Ledger::Id dscores = L_.alloc(kWs, bhtt * c_.s);
         const Ledger::Id dprobs = L_.alloc(kWs, bhtt * c_.s);
         k_.gemm(N_ * C_, N_ * C_, bhtt, false);  // dP = dO V^T

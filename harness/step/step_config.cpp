@@ -127,6 +127,10 @@ void validate(const StepConfig& c) {
                  c.seq_len, t.max_positions);
     check_prob(t.dropout, "transformer.dropout");
     if (t.attn_out_dropout >= 0.f) check_prob(t.attn_out_dropout, "transformer.attn_out_dropout");
+    if (t.attn_probs_dropout >= 0.f) check_prob(t.attn_probs_dropout, "transformer.attn_probs_dropout");
+    HR_ARG_CHECK(!(t.memory_efficient_attention && t.attn_probs_p() > 0.f),
+                 "transformer.attn_probs_dropout: the memory-efficient attention has no dropout on its probabilities "
+                 "(got {})", t.attn_probs_dropout);
     HR_ARG_CHECK(t.ln_eps > 0.f, "transformer.ln_eps: must be positive, got {}", t.ln_eps);
     HR_ARG_CHECK(t.ignore_index < 0 || t.ignore_index >= t.vocab,
                  "transformer.ignore_index: {} is a valid token id (vocab {})", t.ignore_index, t.vocab);
@@ -178,6 +182,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                         {"mlp_ratio", t.mlp_ratio},
                         {"dropout", t.dropout},
                         {"attn_out_dropout", t.attn_out_dropout},
+                        {"attn_probs_dropout", t.attn_probs_dropout},
                         {"ln_eps", t.ln_eps},
                         {"attention", t.memory_efficient_attention ? "memory_efficient" : "naive"},
                         {"ignore_index", t.ignore_index}};
@@ -276,6 +281,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(t, "mlp_ratio", c.transformer.mlp_ratio, "transformer.");
     get(t, "dropout", c.transformer.dropout, "transformer.");
     get(t, "attn_out_dropout", c.transformer.attn_out_dropout, "transformer.");
+    get(t, "attn_probs_dropout", c.transformer.attn_probs_dropout, "transformer.");
     get(t, "ln_eps", c.transformer.ln_eps, "transformer.");
     get(t, "ignore_index", c.transformer.ignore_index, "transformer.");
     const std::string att = get_str(t, "attention",

@@ -149,11 +149,13 @@ TEST(Dump, TransformerFilesReadBackEqual) {
   }
   EXPECT_GT(norm, 0.0);
 
-  // One mask per site (attention output, MLP output) per block per micro-batch,
-  // [micro-batch tokens, d_model], 0/1.
+  // One mask per site (attention probabilities, attention output, MLP output) per
+  // block per micro-batch, in the shape of what it masks, 0/1.
   const auto masks = read_safetensors(dir + "/dropout_masks.safetensors");
-  EXPECT_EQ(static_cast<int64_t>(masks.size()), 2 * cfg.transformer.layers * cfg.accum_steps());
+  EXPECT_EQ(static_cast<int64_t>(masks.size()), 3 * cfg.transformer.layers * cfg.accum_steps());
   EXPECT_TRUE(masks.count("h.1.attn.resid_dropout/micro_1"));
+  EXPECT_EQ(masks.at("h.0.attn.attn_dropout/micro_0").shape,
+            (std::vector<int64_t>{cfg.micro_batch, cfg.transformer.heads, cfg.seq_len, cfg.seq_len}));
   const ReadTensor& m0 = masks.at("h.0.mlp.dropout/micro_0");
   EXPECT_EQ(m0.dtype, "U8");
   EXPECT_EQ(m0.shape, (std::vector<int64_t>{cfg.micro_batch * cfg.seq_len, cfg.transformer.d_model}));
@@ -181,15 +183,19 @@ TEST(Dump, TransformerFilesReadBackEqual) {
   // Every mask regenerates from conventions.json alone with an independent Philox:
   // micro-batch m holds samples [m * micro_batch, (m + 1) * micro_batch).
   ASSERT_EQ(conv["dropout"]["keying"], "per_sample");
-  const uint64_t mb = static_cast<uint64_t>(cfg.micro_batch), per_sample = static_cast<uint64_t>(cfg.seq_len * cfg.transformer.d_model);
+  const uint64_t mb = static_cast<uint64_t>(cfg.micro_batch);
   for (int64_t block = 0; block < cfg.transformer.layers; ++block)
     for (int64_t m = 0; m < cfg.accum_steps(); ++m)
       for (const auto& [kind, name] : conv["dropout"]["site_kind"].items()) {
         const std::string site = kind.substr(0, 2) + std::to_string(block) + kind.substr(kind.find('>') + 1);
         SCOPED_TRACE(site);
         const uint64_t s = 4 * static_cast<uint64_t>(block) + name.get<uint64_t>();
-        const double p = site.find("attn") != std::string::npos ? conv["dropout"]["p_attn_out"].get<double>()
-                                                                : conv["dropout"]["p"].get<double>();
+        const bool probs = site.find("attn_dropout") != std::string::npos;
+        const double p = probs                                        ? conv["dropout"]["p_attn_probs"].get<double>()
+                         : site.find("resid") != std::string::npos ? conv["dropout"]["p_attn_out"].get<double>()
+                                                                    : conv["dropout"]["p"].get<double>();
+        const uint64_t per_sample = static_cast<uint64_t>(
+            probs ? cfg.transformer.heads * cfg.seq_len * cfg.seq_len : cfg.seq_len * cfg.transformer.d_model);
         EXPECT_EQ(masks.at(site + "/micro_" + std::to_string(m)).bytes,
                   regenerate_mask(conv["dropout"], p, s, static_cast<uint64_t>(m) * mb, mb, per_sample));
       }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "harness/properties/checkpoint_depth.hpp"
 #include "harness/properties/checkpointing.hpp"
 #include "harness/step/dropout_keys.hpp"
 #include "suites/common/property_check.hpp"
@@ -87,6 +88,18 @@ TEST_P(Checkpointing, KeyedDropoutAccumulatesToTheFullBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, Checkpointing, testing::ValuesIn(hr::test::all_backend_dtypes()), hr::test::param_name);
+
+// CK-3 on the CPU (byte counts; the fit is the same at any seed): ~1 plain, <= 0.65
+// with sqrt(L) segments for the activations and for the whole pass; no
+// checkpointing and L/4-block segments both fail the sqrt(L) bound.
+TEST(CheckpointDepth, ExponentsFromTheSweepMeetTheirBounds) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  const auto ms = hr::props::ck3_depth_exponents(dev, hr::DType::f32, hr::Preset::quick, kSeed);
+  hr::test::expect_all_passed(ms, 6, 2);
+  EXPECT_EQ(count_control(ms, "subtle"), 1u);
+  expect_ids(ms, "CK-3");
+  for (const Measurement& m : ms) EXPECT_EQ(m.details.at("points").size(), 4u) << hr::test::describe(m);
+}
 
 // Every registered CK / GA-6 property passes at seeds other than the test's, with
 // every dtype's measurements present.

@@ -354,12 +354,16 @@ std::vector<Measurement> ck4_forward_counts(Device& dev, DType dtype, Preset pre
       fill(m, s.cfg, 0, r);
       m.details["expected_per_block"] = K;
       out.push_back(std::move(m));
-      // Gross: a schedule that keeps activations and never recomputes, judged as a
-      // checkpointed one: every block ran once, not twice.
+    }
+    {  // Gross: a driver told to checkpoint every block that keeps the activations and
+       // never recomputes: every block ran once, not twice.
+      StepConfig never = with_k(s.cfg, 1);
+      never.checkpoint.fault_never_recompute = true;
+      const CkRun r = run_step(dev, never, s.batch);
       Measurement g = make_negative_control("CK-4", "a schedule that never recomputes is flagged", wrong_blocks(r, 2 * K),
                                             tol);
-      fill(g, s.cfg, 0, r);
-      g.config["judged_as_every_k_blocks"] = 1;
+      fill(g, never, 1, r);
+      g.config["fault_never_recompute"] = true;
       out.push_back(std::move(g));
     }
     {  // Subtle: the first block's forward runs once more in the first recompute.

@@ -21,7 +21,7 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
     s.rng.log = nullptr;  // a recompute's draws go to recompute_log, if any
     if (policy_.enabled()) s.input = cur;
     for (int64_t i = s.first; i < s.end; ++i) {
-      const bool keep = !policy_.enabled();
+      const bool keep = !policy_.enabled() || policy_.fault_never_recompute;
       // A segment's output is the next segment's input (or the stack's output):
       // kept. Inside a checkpointed segment, outputs are temporaries.
       const Consumer out_c = (keep || i + 1 == s.end) ? Consumer::activations : Consumer::workspace;
@@ -70,7 +70,7 @@ Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
   Tensor d = dy;
   for (int64_t si = num_segments() - 1; si >= 0; --si) {
     Segment& s = segments_[static_cast<size_t>(si)];
-    if (policy_.enabled()) recompute(s);
+    if (policy_.enabled() && !policy_.fault_never_recompute) recompute(s);
     HR_CHECK(static_cast<int64_t>(s.states.size()) == s.end - s.first, "segment {} has {} states for {} blocks", si,
              s.states.size(), s.end - s.first);
     for (int64_t i = s.end - 1; i >= s.first; --i) {

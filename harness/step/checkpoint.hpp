@@ -33,6 +33,9 @@ struct CheckpointPolicy {
   // CK-4's subtle control: the first segment's recompute runs its first block's
   // forward this many extra times (results discarded); 0: off.
   int64_t fault_extra_block_forwards = 0;
+  // A driver that is told to checkpoint but keeps every block's activations and
+  // never recomputes (CK-4's gross control; BN-3 and CK-1 must call it an error).
+  bool fault_never_recompute = false;
   bool enabled() const { return every_k_blocks > 0; }
 };
 

@@ -64,6 +64,9 @@ void validate(const StepConfig& c) {
                "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
   HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
                c.checkpoint.every_k_blocks);
+  HR_ARG_CHECK(c.checkpoint.fault_flip_mask_elements >= 0 && c.checkpoint.fault_extra_block_forwards >= 0,
+               "checkpoint.fault_*: counts must be >= 0, got {} and {}", c.checkpoint.fault_flip_mask_elements,
+               c.checkpoint.fault_extra_block_forwards);
   const LossScalerConfig& s = c.precision.scaler;
   if (c.loss_scaling()) {
     HR_ARG_CHECK(s.init_scale > 0 && std::isfinite(s.init_scale), "precision.scaler.init_scale: must be positive, got {}",
@@ -206,7 +209,9 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["checkpoint"] = {{"every_k_blocks", c.checkpoint.every_k_blocks},
                      {"fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute},
                      {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute},
-                     {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements}};
+                     {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements},
+                     {"fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards},
+                     {"fault_never_recompute", c.checkpoint.fault_never_recompute}};
   nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
   if (c.optimizer.kind == OptimizerKind::sgd)
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
@@ -329,6 +334,8 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(k, "fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute, "checkpoint.");
     get(k, "update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute, "checkpoint.");
     get(k, "fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements, "checkpoint.");
+    get(k, "fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards, "checkpoint.");
+    get(k, "fault_never_recompute", c.checkpoint.fault_never_recompute, "checkpoint.");
   }
   if (j.contains("optimizer")) {
     const auto& o = j["optimizer"];

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <string>
 
+#include "harness/properties/accum_support.hpp"
 #include "harness/properties/checkpoint_depth.hpp"
 #include "harness/properties/checkpointing.hpp"
 #include "harness/step/dropout_keys.hpp"
+#include "harness/step/train_step.hpp"
 #include "suites/common/property_check.hpp"
 #include "suites/common/test_support.hpp"
 
@@ -123,6 +125,32 @@ TEST_P(CheckpointingSeeds, EveryDTypePassesAtThisSeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, CheckpointingSeeds, testing::Values(uint64_t{3}, uint64_t{77}));
+
+// Why CK-1 and BN-3 read the blocks' own counters: a driver that is told to
+// checkpoint but never recomputes gives the plain run's gradients bit for bit, so the
+// comparison alone would pass; the blocks' counters show one forward, not two.
+TEST(CheckpointFaults, NeverRecomputingPassesTheComparisonButNotTheCount) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::StepConfig cfg = hr::props::ck_config(hr::ModelKind::mlp, hr::DType::f32, hr::Preset::quick);
+  const hr::Batch batch = hr::props::accum_batch(dev, cfg, 9);
+  auto run = [&](const hr::StepConfig& c, std::vector<int64_t>* counts) {
+    hr::TrainStep step(dev, c);
+    step.model().reset_block_forward_counts();
+    step.forward_backward(batch);
+    *counts = step.model().block_forward_counts();
+    return hr::props::gradient_values(step);
+  };
+  std::vector<int64_t> plain_counts, never_counts, ck_counts;
+  hr::StepConfig never = cfg, ck = cfg;
+  never.checkpoint.every_k_blocks = ck.checkpoint.every_k_blocks = 1;
+  never.checkpoint.fault_never_recompute = true;
+  const auto plain = run(cfg, &plain_counts);
+  EXPECT_EQ(run(never, &never_counts), plain);
+  EXPECT_EQ(run(ck, &ck_counts), plain);
+  const int64_t K = cfg.accum_steps();
+  EXPECT_EQ(never_counts, std::vector<int64_t>(plain_counts.size(), K));
+  EXPECT_EQ(ck_counts, std::vector<int64_t>(plain_counts.size(), 2 * K));
+}
 
 // GA-6's premise: sample g's mask is the same whether it sits in a micro-batch of 1,
 // 4 or 8 rows, at any position; under the running-offset scheme the other blocks'

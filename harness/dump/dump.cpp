@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
@@ -29,9 +30,54 @@ void write_json_atomic(const std::string& path, const nlohmann::ordered_json& j)
   HR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, path);
 }
 
-std::string dropout_site(const StepConfig& cfg, int64_t block) {
-  return cfg.model == ModelKind::transformer ? fmt::format("h.{}.mlp.dropout", block)
-                                             : fmt::format("layers.{}.dropout", block);
+std::string dropout_site(const StepConfig& cfg, int64_t block, int64_t kind) {
+  if (cfg.model == ModelKind::mlp) return fmt::format("layers.{}.dropout", block);
+  if (kind == static_cast<int64_t>(DropoutSite::attn_probs)) return fmt::format("h.{}.attn.attn_dropout", block);
+  return kind == static_cast<int64_t>(DropoutSite::attn_out) ? fmt::format("h.{}.attn.resid_dropout", block)
+                                                             : fmt::format("h.{}.mlp.dropout", block);
+}
+
+float dropout_p(const StepConfig& cfg, int64_t kind) {
+  if (cfg.model == ModelKind::mlp) return cfg.mlp.dropout;
+  if (kind == static_cast<int64_t>(DropoutSite::attn_probs)) return cfg.transformer.attn_probs_p();
+  return kind == static_cast<int64_t>(DropoutSite::attn_out) ? cfg.transformer.attn_out_p() : cfg.transformer.dropout;
+}
+
+// The rule every mask's Philox key and draw index follow, written so that each
+// mask can be regenerated from conventions.json alone (dropout_keys.hpp).
+nlohmann::ordered_json dropout_conventions(const StepConfig& cfg) {
+  nlohmann::ordered_json d;
+  d["seed"] = cfg.dropout_seed;
+  d["keying"] = dropout_keying_name(cfg.dropout_keying);
+  d["philox"] =
+      "Philox4x32-10, key k (64 bits: k0 = low word, k1 = high word), 10 rounds, M0 = 0xD2511F53, "
+      "M1 = 0xCD9E8D57, W0 = 0x9E3779B9, W1 = 0xBB67AE85. Draw n of key k (cuRAND's host-generator order): "
+      "block b = n / 4, counter = {x: low 32 bits of b / 65536, y: high 32 bits of b / 65536, z: b % 65536, "
+      "w: 0}, the draw is word n % 4 (x, y, z, w) of Philox(counter, k)";
+  d["keep"] = "element kept iff draw >= round(p * 2^32) (unsigned 32-bit compare); kept values are scaled by 1/(1-p)";
+  if (cfg.dropout_keying == DropoutKeying::per_sample) {
+    d["key"] = "seed + pass * 0x9E3779B97F4A7C15 (mod 2^64); pass = 0 for the step this dump ran";
+    d["draw_index"] =
+        "n = site * 2^48 + sample * 2^32 + element, where sample is the row's index in the whole batch (not in its "
+        "micro-batch), element the row-major index within that sample's part of the tensor, and site = 4 * block + "
+        "kind";
+    d["site_kind"] = cfg.model == ModelKind::mlp
+                         ? nlohmann::ordered_json{{"layers.<block>.dropout", 0}}
+                         : nlohmann::ordered_json{{"h.<block>.attn.attn_dropout", 0},
+                                                  {"h.<block>.attn.resid_dropout", 1},
+                                                  {"h.<block>.mlp.dropout", 2}};
+    d["sample_rows"] = cfg.model == ModelKind::mlp
+                           ? "one row of [rows, width] per sample"
+                           : "attn_dropout: row b of the probabilities [batch, heads, query, key] (heads * seq_len^2 "
+                             "elements per sample); the others: seq_len consecutive rows of [tokens, d_model]";
+  } else {
+    d["key"] = "seed";
+    d["draw_index"] =
+        "n = offset + element over the whole micro-batch tensor; offsets run on in draw order through the step: "
+        "micro-batch by micro-batch, block by block, site by site (attention probabilities, attention output, MLP "
+        "output), each draw advancing the offset by its element count rounded up to a multiple of 4";
+  }
+  return d;
 }
 
 nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, double loss,
@@ -45,7 +91,8 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
   if (cfg.model == ModelKind::transformer) {
     const TransformerConfig& t = cfg.transformer;
     j["architecture"] =
-        "pre-LN decoder: x = wte[ids] + wpe[pos]; per block: x = x + attn.proj(attention(ln1(x))); "
+        "pre-LN decoder: x = wte[ids] + wpe[pos]; per block: x = x + resid_dropout(attn.proj(attention(ln1(x)))) "
+        "with attention = attn_dropout(softmax(q k^T * scale + mask)) v; "
         "x = x + dropout(mlp.proj(gelu(mlp.fc(ln2(x))))); then ln_f and lm_head (no bias, untied)";
     j["layernorm"] = {{"eps", t.ln_eps}, {"variance", "biased (divide by C)"}, {"affine", true}};
     j["attention"] = {
@@ -82,13 +129,17 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
   j["accumulation"] = {{"batch", cfg.batch}, {"micro_batch", cfg.micro_batch}, {"accum_steps", cfg.accum_steps()},
                        {"gradients", "fp32, summed over micro-batches, unscaled"}};
   const float p = cfg.model == ModelKind::transformer ? cfg.transformer.dropout : cfg.mlp.dropout;
-  j["dropout"] = {{"p", p},
-                  {"seed", cfg.dropout_seed},
-                  {"rng",
-                   "Philox4x32-10 in cuRAND's order: element i of a draw at (seed, offset) keeps iff "
-                   "philox_draw(seed, offset + i) >= round(p * 2^32); kept values are scaled by 1/(1-p)"},
-                  {"masks", p > 0 ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, shape [rows, features]"
-                                  : "none (p = 0)"}};
+  const bool any = p > 0 || (cfg.model == ModelKind::transformer &&
+                             (cfg.transformer.attn_out_p() > 0 || cfg.transformer.attn_probs_p() > 0));
+  j["dropout"] = dropout_conventions(cfg);
+  j["dropout"]["p"] = p;
+  if (cfg.model == ModelKind::transformer) {
+    j["dropout"]["p_attn_probs"] = cfg.transformer.attn_probs_p();
+    j["dropout"]["p_attn_out"] = cfg.transformer.attn_out_p();
+  }
+  j["dropout"]["masks"] = any ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, in the shape of the "
+                                "tensor it masks"
+                              : "none (p = 0)";
   nlohmann::ordered_json per_param = nlohmann::ordered_json::object();
   for (const Param& prm : step.params().all()) per_param[prm.name] = prm.init;
   j["init"] = {{"seed", cfg.init_seed},
@@ -144,16 +195,14 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   for (const auto& [name, g] : step.gradients()) grads.push_back(safetensors_entry(name, g));
 
   std::vector<SafetensorsEntry> masks;
-  const float p = cfg.model == ModelKind::transformer ? cfg.transformer.dropout : cfg.mlp.dropout;
-  if (p > 0.f) {
-    const int64_t per_micro = step.model().num_blocks();
-    for (size_t i = 0; i < draws.size(); ++i) {
-      const DropoutRecord& d = draws[i];
-      Tensor mask = Tensor::empty(dev, d.shape, DType::u8, Consumer::workspace);
-      ops::dropout_mask(shape_numel(d.shape), p, d.seed, d.offset, mask);
-      masks.push_back(safetensors_entry(
-          fmt::format("{}/micro_{}", dropout_site(cfg, d.block), static_cast<int64_t>(i) / per_micro), mask));
-    }
+  std::map<std::string, int64_t> seen;  // draws per site so far: the micro-batch index
+  for (const DropoutRecord& d : draws) {
+    const float p_site = dropout_p(cfg, d.site);
+    if (!(p_site > 0.f)) continue;
+    const std::string site = dropout_site(cfg, d.block, d.site);
+    Tensor mask = Tensor::empty(dev, d.shape, DType::u8, Consumer::workspace);
+    dropout_draw_mask(d.draw, p_site, mask);
+    masks.push_back(safetensors_entry(fmt::format("{}/micro_{}", site, seen[site]++), mask));
   }
 
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"producer", "headroom dump"}};

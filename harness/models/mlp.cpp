@@ -36,7 +36,7 @@ struct MlpModel::State final : BlockState {
   Tensor h;             // linear out [N, W]
   Tensor n;             // norm out [N, W] (undefined without a norm)
   Tensor mean, rstd;    // LayerNorm fp32 [N]; BatchNorm fp32 [chunks, W]
-  uint64_t drop_offset = 0;
+  DropoutDraw drop;  // replays the block's mask
 };
 
 MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed)
@@ -99,6 +99,7 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
   // MEM-1's negative controls charge kept tensors to workspace (StepConfig::kept_label_fault).
   const Consumer stats_c = label_fault_ == KeptLabelFault::norm_stats ? Consumer::workspace : a;
   const Consumer h_c = label_fault_ == KeptLabelFault::block_hidden ? Consumer::workspace : a;
+  count_block_forward(i);
   auto st = std::make_unique<State>();
   st->x = x;
   st->h = Tensor::empty(dev, {N, W}, dtype_, h_c);
@@ -152,11 +153,12 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
     gelu_in = st->n;
   }
   Tensor out = Tensor::empty(dev, {N, W}, dtype_, out_consumer);
-  st->drop_offset = rng.take(i, {N, W});
+  // One sample per row.
+  st->drop = rng.take(i, DropoutSite::hidden, {N, W}, N);
   if (cfg_.dropout > 0.f) {
     Tensor g = Tensor::empty(dev, {N, W}, dtype_, Consumer::workspace);
     ops::gelu_forward(gelu_in, g);
-    ops::dropout_forward(g, cfg_.dropout, rng.seed, st->drop_offset, out);
+    dropout_apply_forward(st->drop, cfg_.dropout, g, out);
   } else {
     ops::gelu_forward(gelu_in, out);
   }
@@ -173,7 +175,7 @@ Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, 
   Tensor dg = dy;
   if (cfg_.dropout > 0.f) {
     dg = Tensor::empty(dev, {N, W}, dtype_, ws);
-    ops::dropout_backward(dy, cfg_.dropout, drop_seed_, st.drop_offset, dg);
+    dropout_apply_backward(st.drop, cfg_.dropout, dy, dg);
   }
   Tensor dn = Tensor::empty(dev, {N, W}, dtype_, ws);
   ops::gelu_backward(cfg_.norm == NormKind::none ? st.h : st.n, dg, dn);
@@ -211,7 +213,6 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
   const int64_t N = mb.x.dim(0), L = cfg_.layers;
   update_stats_ = opt.update_running_stats;
   bn_update_on_recompute_ = opt.checkpoint.update_bn_stats_on_recompute;
-  drop_seed_ = opt.rng->seed;
   label_fault_ = backward ? opt.kept_label_fault : KeptLabelFault::none;
   const Consumer a = backward ? Consumer::activations : Consumer::workspace;
 

@@ -56,7 +56,6 @@ class MlpModel final : public Model, private BlockStack {
   // Per pass.
   bool update_stats_ = true;
   bool bn_update_on_recompute_ = false;
-  uint64_t drop_seed_ = 0;
   KeptLabelFault label_fault_ = KeptLabelFault::none;
 };
 

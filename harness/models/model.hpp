@@ -63,9 +63,20 @@ class Model {
   // Non-parameter state (BatchNorm running statistics), by name; empty otherwise.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() const { return {}; }
 
+  // Forward executions of each block since construction (or the last reset),
+  // counted inside the block's own forward, not by the checkpoint driver that
+  // schedules it: what CK-4 and BN-3 read to see that a recompute happened.
+  const std::vector<int64_t>& block_forward_counts() const { return block_forwards_; }
+  void reset_block_forward_counts() { block_forwards_.clear(); }
+
  protected:
   explicit Model(ParamSet params) : params_(std::move(params)) {}
+  void count_block_forward(int64_t block) {
+    if (static_cast<int64_t>(block_forwards_.size()) <= block) block_forwards_.resize(static_cast<size_t>(block) + 1, 0);
+    ++block_forwards_[static_cast<size_t>(block)];
+  }
   ParamSet params_;
+  std::vector<int64_t> block_forwards_;
 };
 
 }  // namespace hr

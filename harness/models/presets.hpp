@@ -61,7 +61,8 @@ struct MlpConfig {
 };
 
 // Decoder-only transformer (GPT-2 shape, pre-LayerNorm). Per block:
-//   x1 = x + Wo(attn(LN1(x)));  x2 = x1 + dropout(W2(gelu(W1(LN2(x1)))))
+//   x1 = x + dropout(Wo(attn(LN1(x))));  x2 = x1 + dropout(W2(gelu(W1(LN2(x1)))))
+// with attn = dropout(softmax(q k^T / sqrt(D))) v (three dropout sites, as GPT-2's).
 // Attention is multi-head causal with an optional padding / packing mask.
 struct TransformerConfig {
   int64_t vocab = 256;
@@ -70,11 +71,23 @@ struct TransformerConfig {
   int64_t heads = 4;
   int64_t layers = 2;
   int64_t mlp_ratio = 4;  // hidden width = mlp_ratio * d_model
-  float dropout = 0.f;
+  float dropout = 0.f;      // the MLP branch's output (before its residual add)
+  // The attention branch's output before its residual add (GPT-2's resid_dropout
+  // on attn.c_proj); < 0: the model's `dropout`.
+  float attn_out_dropout = -1.f;
+  // The attention probabilities (GPT-2's attn_dropout); < 0: the model's `dropout`
+  // with naive attention, none with memory-efficient attention (its kernel has no
+  // dropout; an explicit p > 0 there is refused).
+  float attn_probs_dropout = -1.f;
   float ln_eps = 1e-5f;
   bool memory_efficient_attention = false;  // false: naive (scores materialised)
   int32_t ignore_index = -100;
   int64_t head_dim() const { return d_model / heads; }
+  float attn_out_p() const { return attn_out_dropout < 0.f ? dropout : attn_out_dropout; }
+  float attn_probs_p() const {
+    if (attn_probs_dropout >= 0.f) return attn_probs_dropout;
+    return memory_efficient_attention ? 0.f : dropout;
+  }
 };
 
 // A model size together with the batch a step runs on.

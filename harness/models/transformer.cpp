@@ -27,7 +27,7 @@ struct TransformerModel::State final : BlockState {
   Tensor x1;                 // after the attention residual [N, C]
   Tensor ln2, mean2, rstd2;
   Tensor fc, act;            // [N, r C] before and after GELU
-  uint64_t drop_offset = 0;
+  DropoutDraw drop_probs, drop_attn, drop_mlp;  // replay the three sites' masks
 };
 
 TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed)
@@ -78,6 +78,7 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   // MEM-1's negative controls charge kept tensors to workspace (StepConfig::kept_label_fault).
   const Consumer stats_c = label_fault_ == KeptLabelFault::norm_stats ? ws : a;
   const Consumer fc_c = label_fault_ == KeptLabelFault::block_hidden ? ws : a;
+  count_block_forward(i);
   auto st = std::make_unique<State>();
   st->x = x;
 
@@ -100,13 +101,27 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   const ops::AttentionImpl impl =
       cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  ops::attention_forward(impl, st->q, st->k, st->v, mask_, scale, st->att, st->saved, a);
+  const float pp = cfg_.attn_probs_p();
+  ops::AttnProbDropout probs_drop;
+  if (pp > 0.f) {  // [B, H, T, T]: one sample per batch row
+    st->drop_probs = rng.take(i, DropoutSite::attn_probs, {B_, H, T_, T_}, B_);
+    const DropoutDraw draw = st->drop_probs;
+    probs_drop.forward = [draw, pp](const Tensor& x, Tensor& y) { dropout_apply_forward(draw, pp, x, y); };
+  }
+  ops::attention_forward(impl, st->q, st->k, st->v, mask_, scale, st->att, st->saved, a, probs_drop);
   st->x1 = Tensor::empty(dev, {N, C}, dtype_, a);
   {
     Tensor merged = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
     ops::merge_heads(st->att, merged);
     Tensor proj = Tensor::empty(dev, {N, C}, dtype_, ws);
     ops::linear_forward(merged.reshape({N, C}), P(bp.o_w).compute, P(bp.o_b).compute, proj);
+    const float pa = cfg_.attn_out_p();
+    if (pa > 0.f) {  // T rows per sample
+      st->drop_attn = rng.take(i, DropoutSite::attn_out, {N, C}, B_);
+      Tensor dropped = Tensor::empty(dev, {N, C}, dtype_, ws);
+      dropout_apply_forward(st->drop_attn, pa, proj, dropped);
+      proj = dropped;
+    }
     ops::add(x, proj, st->x1);
   }
 
@@ -124,10 +139,10 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   {
     Tensor m = Tensor::empty(dev, {N, C}, dtype_, ws);
     ops::linear_forward(st->act, P(bp.proj_w).compute, P(bp.proj_b).compute, m);
-    st->drop_offset = rng.take(i, {N, C});
+    st->drop_mlp = rng.take(i, DropoutSite::mlp_out, {N, C}, B_);
     if (cfg_.dropout > 0.f) {
       Tensor dropped = Tensor::empty(dev, {N, C}, dtype_, ws);
-      ops::dropout_forward(m, cfg_.dropout, rng.seed, st->drop_offset, dropped);
+      dropout_apply_forward(st->drop_mlp, cfg_.dropout, m, dropped);
       m = dropped;
     }
     ops::add(st->x1, m, out);
@@ -150,7 +165,7 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
     Tensor dm = dy;
     if (cfg_.dropout > 0.f) {
       dm = Tensor::empty(dev, {N, C}, dtype_, ws);
-      ops::dropout_backward(dy, cfg_.dropout, drop_seed_, st.drop_offset, dm);
+      dropout_apply_backward(st.drop_mlp, cfg_.dropout, dy, dm);
     }
     Tensor dact = Tensor::empty(dev, {N, R}, dtype_, ws);
     ops::linear_backward(st.act, P(bp.proj_w).compute, dm, dact, P(bp.proj_w).grad, P(bp.proj_b).grad);
@@ -175,18 +190,32 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
   Tensor dk = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
   Tensor dv = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
   {
+    const float pa = cfg_.attn_out_p();
+    Tensor dproj = dx1;
+    if (pa > 0.f) {
+      dproj = Tensor::empty(dev, {N, C}, dtype_, ws);
+      dropout_apply_backward(st.drop_attn, pa, dx1, dproj);
+    }
     Tensor merged = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
     ops::merge_heads(st.att, merged);
     Tensor dmerged = Tensor::empty(dev, {N, C}, dtype_, ws);
-    ops::linear_backward(merged.reshape({N, C}), P(bp.o_w).compute, dx1, dmerged, P(bp.o_w).grad, P(bp.o_b).grad);
+    ops::linear_backward(merged.reshape({N, C}), P(bp.o_w).compute, dproj, dmerged, P(bp.o_w).grad, P(bp.o_b).grad);
     merged = Tensor();
+    dproj = Tensor();
     Tensor datt = Tensor::empty(dev, {B_, H, T_, D}, dtype_, ws);
     ops::split_heads(dmerged.reshape({B_, T_, C}), H, datt);
     dmerged = Tensor();
     const ops::AttentionImpl impl =
         cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
     const float scale = 1.f / std::sqrt(static_cast<float>(D));
-    ops::attention_backward(impl, st.q, st.k, st.v, st.att, datt, mask_, scale, st.saved, dq, dk, dv);
+    const float pp = cfg_.attn_probs_p();
+    ops::AttnProbDropout probs_drop;
+    if (pp > 0.f) {
+      const DropoutDraw draw = st.drop_probs;
+      probs_drop.forward = [draw, pp](const Tensor& x, Tensor& y) { dropout_apply_forward(draw, pp, x, y); };
+      probs_drop.backward = [draw, pp](const Tensor& dy, Tensor& dx) { dropout_apply_backward(draw, pp, dy, dx); };
+    }
+    ops::attention_backward(impl, st.q, st.k, st.v, st.att, datt, mask_, scale, st.saved, dq, dk, dv, probs_drop);
     st.q = st.k = st.v = st.att = Tensor();
     st.saved = ops::AttentionSaved{};
   }
@@ -228,7 +257,6 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   mask_.causal = true;
   mask_.key_valid_len = mb.key_valid_len;
   mask_.segment_ids = mb.segment_ids;
-  drop_seed_ = opt.rng->seed;
   label_fault_ = backward ? opt.kept_label_fault : KeptLabelFault::none;
 
   Tensor x0 = Tensor::empty(dev, {B_, T_, C}, dtype_, backward ? Consumer::activations : Consumer::workspace);

@@ -1,7 +1,8 @@
 // The controlled decoder-only transformer (GPT-2 shape, pre-LayerNorm):
 // token + position embedding, L blocks of
-//   x1 = x + Wo . attn(LN1(x))                  (multi-head causal self-attention,
-//                                                optional padding / packing mask)
+//   x1 = x + dropout(Wo . attn(LN1(x)))         (multi-head causal self-attention,
+//                                                optional padding / packing mask,
+//                                                dropout on its probabilities)
 //   x2 = x1 + dropout(W2 . gelu(W1 . LN2(x1)))
 // then a final LayerNorm, an untied LM head (no bias) and cross-entropy with an
 // ignore index. Attention is naive (T x T probabilities kept) or memory-efficient
@@ -22,7 +23,9 @@
 //   fc out r N C s | gelu out r N C s        (r = mlp_ratio)
 //   = N C s (8 + 2 r) + 16 N + attention's own; written out in step/memory_model.cpp.
 // The merged attention output (input of Wo) is re-merged in the backward pass
-// instead of kept; dropout keeps no mask (it is replayed from Philox).
+// instead of kept; dropout keeps no mask (it is replayed from Philox), and the
+// probabilities kept are the undropped ones (dropout on them, naive attention only,
+// is applied again in the backward pass).
 #pragma once
 
 #include <memory>
@@ -63,7 +66,6 @@ class TransformerModel final : public Model, private BlockStack {
   // Per micro-batch context the blocks read.
   int64_t B_ = 0, T_ = 0;
   ops::AttnMask mask_;
-  uint64_t drop_seed_ = 0;
   KeptLabelFault label_fault_ = KeptLabelFault::none;
 };
 

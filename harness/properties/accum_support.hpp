@@ -22,11 +22,10 @@ inline constexpr int64_t kEffectiveBatch = 32;
 // The micro-batch sizes GA-1 compares against the full batch (K = 32 / micro_batch).
 std::vector<int64_t> accum_micro_batches();
 
-// A step configuration for the accumulation properties: dropout p = 0 (the step
-// draws each micro-batch's masks from its own offset range, so masks differ from
-// the full batch's by construction; with p = 0 no mask is drawn and the
-// comparison isolates accumulation), SGD, fp16 with the default dynamic loss
-// scaler (a power of two, so scaling itself is exact).
+// A step configuration for the accumulation properties: dropout p = 0 (no mask is
+// drawn, so the comparison isolates accumulation; GA-6 turns dropout on, with
+// masks keyed by sample), SGD, fp16 with the default dynamic loss scaler (a power
+// of two, so scaling itself is exact).
 StepConfig accum_mlp_config(DType dtype, int64_t micro_batch, Preset preset, NormKind norm = NormKind::none);
 StepConfig accum_transformer_config(DType dtype, int64_t micro_batch, Preset preset);
 

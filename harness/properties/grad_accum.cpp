@@ -1,7 +1,7 @@
 // GA-1..GA-4: gradient accumulation checked against the full batch on both
 // controlled models. Every comparison is between two TrainSteps built from the
 // same seed that differ only in micro_batch (and the loss normalisation under
-// test); dropout is off (see accum_support.hpp). Anchors: PROPERTIES.md GA; GA-4
+// test); dropout is off (see accum_support.hpp; GA-6 turns it on). Anchors: PROPERTIES.md GA; GA-4
 // follows the 2024 accumulation fix in Hugging Face transformers
 // (num_items_in_batch: divide the summed loss by the real tokens of the window).
 //
@@ -80,8 +80,8 @@ nlohmann::json compare_details(const TensorsCompare& c) {
 }
 
 constexpr const char* kDropoutNote =
-    "dropout p = 0: each micro-batch draws its masks from its own Philox offset range, so with p > 0 "
-    "the masks would differ from the full batch's by construction";
+    "dropout p = 0, so that the comparison isolates accumulation; with dropout on, masks keyed by sample give the "
+    "full batch's masks, and GA-6 checks that";
 
 // GA-1's subtle control: gradients accumulated in a 16-bit buffer, the fault fp32
 // accumulation exists to avoid. fp32 compute takes an fp16 buffer, fp16 compute a

@@ -12,16 +12,16 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
   const int64_t k = policy_.enabled() ? std::min(policy_.every_k_blocks, n) : n;
   segments_.clear();
   forward_counts_.clear();
-  seed_ = rng.seed;
   Tensor cur = x;
   for (int64_t first = 0; first < n; first += k) {
     Segment s;
     s.first = first;
     s.end = std::min(first + k, n);
-    s.rng_offset = rng.offset;
+    s.rng = rng;
+    s.rng.log = nullptr;  // a recompute's draws go to recompute_log, if any
     if (policy_.enabled()) s.input = cur;
     for (int64_t i = s.first; i < s.end; ++i) {
-      const bool keep = !policy_.enabled();
+      const bool keep = !policy_.enabled() || policy_.fault_never_recompute;
       // A segment's output is the next segment's input (or the stack's output):
       // kept. Inside a checkpointed segment, outputs are temporaries.
       const Consumer out_c = (keep || i + 1 == s.end) ? Consumer::activations : Consumer::workspace;
@@ -38,7 +38,20 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
 }
 
 void CheckpointedStack::recompute(Segment& s) {
-  DropoutStream rng{seed_, policy_.fresh_rng_on_recompute ? fresh_offset_ : s.rng_offset};
+  DropoutStream rng = s.rng;
+  if (policy_.fresh_rng_on_recompute) {
+    rng.offset = fresh_offset_;
+    rng.fresh = true;
+  }
+  if (&s == segments_.data()) {
+    rng.flip_next = policy_.fault_flip_mask_elements;
+    for (int64_t e = 0; e < policy_.fault_extra_block_forwards; ++e) {
+      DropoutStream scratch = rng;
+      scratch.log = nullptr;
+      (void)stack_->block_forward(s.first, s.input, false, true, Consumer::workspace, scratch, nullptr);
+    }
+  }
+  if (rng.recompute_log != nullptr) rng.log = rng.recompute_log;
   Tensor cur = s.input;
   s.states.clear();
   for (int64_t i = s.first; i < s.end; ++i) {
@@ -57,7 +70,7 @@ Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
   Tensor d = dy;
   for (int64_t si = num_segments() - 1; si >= 0; --si) {
     Segment& s = segments_[static_cast<size_t>(si)];
-    if (policy_.enabled()) recompute(s);
+    if (policy_.enabled() && !policy_.fault_never_recompute) recompute(s);
     HR_CHECK(static_cast<int64_t>(s.states.size()) == s.end - s.first, "segment {} has {} states for {} blocks", si,
              s.states.size(), s.end - s.first);
     for (int64_t i = s.end - 1; i >= s.first; --i) {

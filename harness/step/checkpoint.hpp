@@ -8,8 +8,9 @@
 // runs the segment's backward. Dropout replays: the recompute restarts the
 // Philox stream at the (seed, offset) the segment's first forward started from,
 // so the masks, and therefore the gradients, are bit-identical to the run without
-// checkpointing (CK-1). The broken variant draws from a fresh offset instead
-// (CK-2's negative control). Forward executions are counted per segment (CK-4).
+// checkpointing (CK-1). The broken variant draws from a fresh state instead
+// (CK-2's negative control). The driver counts forward executions per segment;
+// the models count their block forwards themselves (CK-4 reads those).
 #pragma once
 
 #include <cstdint>
@@ -17,37 +18,24 @@
 #include <vector>
 
 #include "harness/tensor.hpp"
-#include "kernels/common/philox.hpp"
+#include "harness/step/dropout_keys.hpp"
 
 namespace hr {
-
-// One dropout draw: which block, the mask's shape and where it came from.
-struct DropoutRecord {
-  int64_t block = 0;
-  Shape shape;
-  uint64_t seed = 0, offset = 0;
-};
-
-// The dropout RNG state of a pass: Philox (seed, offset). Each dropout site
-// takes the next offset range. With `log` set, every draw is recorded (dumps);
-// a checkpoint recompute draws from its own copy, so it is not logged twice.
-struct DropoutStream {
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-  std::vector<DropoutRecord>* log = nullptr;
-  uint64_t take(int64_t block, const Shape& shape) {
-    const uint64_t o = offset;
-    offset += philox_advance(static_cast<uint64_t>(shape_numel(shape)));
-    if (log != nullptr) log->push_back({block, shape, seed, o});
-    return o;
-  }
-};
 
 struct CheckpointPolicy {
   int64_t every_k_blocks = 0;  // 0: no checkpointing; >= number of blocks: one segment
   // Negative controls (both wrong on purpose):
   bool fresh_rng_on_recompute = false;    // CK-2: the recompute draws new dropout masks
   bool update_bn_stats_on_recompute = false;  // BN-3: running statistics updated twice
+  // CK-1's subtle control: the first segment's recompute flips this many elements
+  // of its first mask (of the first sample); 0: off.
+  int64_t fault_flip_mask_elements = 0;
+  // CK-4's subtle control: the first segment's recompute runs its first block's
+  // forward this many extra times (results discarded); 0: off.
+  int64_t fault_extra_block_forwards = 0;
+  // A driver that is told to checkpoint but keeps every block's activations and
+  // never recomputes (CK-4's gross control; BN-3 and CK-1 must call it an error).
+  bool fault_never_recompute = false;
   bool enabled() const { return every_k_blocks > 0; }
 };
 
@@ -94,14 +82,13 @@ class CheckpointedStack {
   struct Segment {
     int64_t first = 0, end = 0;  // blocks [first, end)
     Tensor input;                // kept when checkpointing
-    uint64_t rng_offset = 0;     // dropout offset at the segment's first forward
+    DropoutStream rng;           // the dropout state at the segment's first forward (no log)
     std::vector<std::unique_ptr<BlockState>> states;  // per block (no checkpointing, or recomputed)
   };
   void recompute(Segment& s);
 
   BlockStack* stack_;
   CheckpointPolicy policy_;
-  uint64_t seed_ = 0;
   uint64_t fresh_offset_ = 0;  // where the broken variant draws from
   std::vector<Segment> segments_;
   std::vector<int64_t> forward_counts_;

@@ -364,12 +364,22 @@ class TransformerReplay {
       const Ledger::Id scores = L_.alloc(kWs, B_ * H_ * T_ * T_ * c_.s);
       k_.gemm(N_ * C_, N_ * C_, B_ * H_ * T_ * T_, false);  // q k^T
       L_.free(scores);
+      // Dropout on the probabilities: drop(p) is a temporary beside the kept p.
+      const Ledger::Id dropped =
+          cfg_.transformer.attn_probs_p() > 0.f ? L_.alloc(kWs, B_ * H_ * T_ * T_ * c_.s) : Ledger::kNone;
       k_.gemm(B_ * H_ * T_ * T_, N_ * C_, N_ * C_, false);  // p v
+      L_.free(dropped);
     }
     ids.push_back(L_.alloc(a, NCs));  // x1
     {
-      const Ledger::Id merged = L_.alloc(kWs, NCs), proj = L_.alloc(kWs, NCs);
+      const Ledger::Id merged = L_.alloc(kWs, NCs);
+      Ledger::Id proj = L_.alloc(kWs, NCs);
       k_.linear_forward(N_, C_, C_);
+      if (cfg_.transformer.attn_out_p() > 0.f) {  // the attention branch's dropout
+        const Ledger::Id dropped = L_.alloc(kWs, NCs);
+        L_.free(proj);
+        proj = dropped;
+      }
       L_.free(proj), L_.free(merged);
     }
     ids.push_back(L_.alloc(a, NCs));  // ln2
@@ -422,16 +432,21 @@ class TransformerReplay {
     }
     const Ledger::Id dq = L_.alloc(kWs, NCs), dk = L_.alloc(kWs, NCs), dv = L_.alloc(kWs, NCs);
     {
+      const Ledger::Id dproj = cfg_.transformer.attn_out_p() > 0.f ? L_.alloc(kWs, NCs) : Ledger::kNone;
       const Ledger::Id merged = L_.alloc(kWs, NCs), dmerged = L_.alloc(kWs, NCs);
       k_.linear_backward(N_, C_, C_, true, true);
       L_.free(merged);
+      L_.free(dproj);
       const Ledger::Id datt = L_.alloc(kWs, NCs);
       L_.free(dmerged);
       const double bhtt = B_ * H_ * T_ * T_;
       if (cfg_.transformer.memory_efficient_attention) {
         k_.attention_mem_efficient_backward(B_ * H_, T_, D_);
       } else {
+        const Ledger::Id dropped =  // drop(P), replayed for dV
+            cfg_.transformer.attn_probs_p() > 0.f ? L_.alloc(kWs, bhtt * c_.s) : Ledger::kNone;
         k_.gemm(bhtt, N_ * C_, N_ * C_, false);  // dV = P^T dO
+        L_.free(dropped);
         const Ledger::Id dscores = L_.alloc(kWs, bhtt * c_.s);
         const Ledger::Id dprobs = L_.alloc(kWs, bhtt * c_.s);
         k_.gemm(N_ * C_, N_ * C_, bhtt, false);  // dP = dO V^T

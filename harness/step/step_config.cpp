@@ -69,6 +69,9 @@ void validate(const StepConfig& c) {
                "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
   HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
                c.checkpoint.every_k_blocks);
+  HR_ARG_CHECK(c.checkpoint.fault_flip_mask_elements >= 0 && c.checkpoint.fault_extra_block_forwards >= 0,
+               "checkpoint.fault_*: counts must be >= 0, got {} and {}", c.checkpoint.fault_flip_mask_elements,
+               c.checkpoint.fault_extra_block_forwards);
   const LossScalerConfig& s = c.precision.scaler;
   if (c.loss_scaling()) {
     HR_ARG_CHECK(s.init_scale > 0 && std::isfinite(s.init_scale), "precision.scaler.init_scale: must be positive, got {}",
@@ -131,6 +134,11 @@ void validate(const StepConfig& c) {
     HR_ARG_CHECK(c.seq_len <= t.max_positions, "seq_len: {} is longer than transformer.max_positions {}",
                  c.seq_len, t.max_positions);
     check_prob(t.dropout, "transformer.dropout");
+    if (t.attn_out_dropout >= 0.f) check_prob(t.attn_out_dropout, "transformer.attn_out_dropout");
+    if (t.attn_probs_dropout >= 0.f) check_prob(t.attn_probs_dropout, "transformer.attn_probs_dropout");
+    HR_ARG_CHECK(!(t.memory_efficient_attention && t.attn_probs_p() > 0.f),
+                 "transformer.attn_probs_dropout: the memory-efficient attention has no dropout on its probabilities "
+                 "(got {})", t.attn_probs_dropout);
     HR_ARG_CHECK(t.ln_eps > 0.f, "transformer.ln_eps: must be positive, got {}", t.ln_eps);
     HR_ARG_CHECK(t.ignore_index < 0 || t.ignore_index >= t.vocab,
                  "transformer.ignore_index: {} is a valid token id (vocab {})", t.ignore_index, t.vocab);
@@ -181,6 +189,8 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                         {"layers", t.layers},
                         {"mlp_ratio", t.mlp_ratio},
                         {"dropout", t.dropout},
+                        {"attn_out_dropout", t.attn_out_dropout},
+                        {"attn_probs_dropout", t.attn_probs_dropout},
                         {"ln_eps", t.ln_eps},
                         {"attention", t.memory_efficient_attention ? "memory_efficient" : "naive"},
                         {"ignore_index", t.ignore_index}};
@@ -203,7 +213,10 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["loss_multiplier"] = c.loss_multiplier;
   j["checkpoint"] = {{"every_k_blocks", c.checkpoint.every_k_blocks},
                      {"fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute},
-                     {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute}};
+                     {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute},
+                     {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements},
+                     {"fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards},
+                     {"fault_never_recompute", c.checkpoint.fault_never_recompute}};
   nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
   if (c.optimizer.kind == OptimizerKind::sgd)
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
@@ -219,6 +232,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                    {"alpha", c.adapters.alpha}};
   j["init_seed"] = c.init_seed;
   j["dropout_seed"] = c.dropout_seed;
+  j["dropout_keying"] = dropout_keying_name(c.dropout_keying);
 }
 
 namespace {
@@ -361,6 +375,8 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(t, "layers", c.transformer.layers, "transformer.");
     get(t, "mlp_ratio", c.transformer.mlp_ratio, "transformer.");
     get(t, "dropout", c.transformer.dropout, "transformer.");
+    get(t, "attn_out_dropout", c.transformer.attn_out_dropout, "transformer.");
+    get(t, "attn_probs_dropout", c.transformer.attn_probs_dropout, "transformer.");
     get(t, "ln_eps", c.transformer.ln_eps, "transformer.");
     get(t, "ignore_index", c.transformer.ignore_index, "transformer.");
     const std::string att = get_str(t, "attention",
@@ -407,6 +423,9 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(k, "every_k_blocks", c.checkpoint.every_k_blocks, "checkpoint.");
     get(k, "fresh_rng_on_recompute", c.checkpoint.fresh_rng_on_recompute, "checkpoint.");
     get(k, "update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute, "checkpoint.");
+    get(k, "fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements, "checkpoint.");
+    get(k, "fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards, "checkpoint.");
+    get(k, "fault_never_recompute", c.checkpoint.fault_never_recompute, "checkpoint.");
   }
   if (const nlohmann::json* op = section(j, "optimizer", "")) {
     const auto& o = *op;
@@ -437,6 +456,9 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
   }
   get(j, "init_seed", c.init_seed, "");
   get(j, "dropout_seed", c.dropout_seed, "");
+  // parse_dropout_keying names the field in its error.
+  if (const std::string keying = get_str(j, "dropout_keying", "", ""); !keying.empty())
+    c.dropout_keying = parse_dropout_keying(keying);
   // to_json writes accum_steps (derived); a file may repeat it but not contradict it.
   int64_t accum_steps = 0;
   get(j, "accum_steps", accum_steps, "");

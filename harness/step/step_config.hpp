@@ -87,6 +87,9 @@ struct StepConfig {
   KeptLabelFault kept_label_fault = KeptLabelFault::none;
   uint64_t init_seed = 1234;    // Philox seed of the initial parameters
   uint64_t dropout_seed = 4321; // Philox seed of the dropout masks
+  // How masks are keyed (harness/step/dropout_keys.hpp): per_sample (GA-6) or the
+  // running offset (GA-6's negative control).
+  DropoutKeying dropout_keying = DropoutKeying::per_sample;
 
   int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 0; }
   bool loss_scaling() const { return precision.compute == DType::f16 && precision.scaler.enabled; }

@@ -25,6 +25,7 @@ TrainStep::TrainStep(Device& dev, const StepConfig& cfg)
   optimizer_ = make_optimizer(cfg_.optimizer, model_->params());
   rng_.seed = cfg_.dropout_seed;
   rng_.offset = 0;
+  rng_.keying = cfg_.dropout_keying;
 }
 
 TrainStep::~TrainStep() = default;
@@ -89,8 +90,11 @@ double TrainStep::accumulate(const Batch& batch) {
   HR_CHECK(micro_batches_ == 0 || scale == accumulated_scale_,
            "accumulate: the loss scale changed ({} -> {}) within one step", accumulated_scale_, scale);
   accumulated_scale_ = scale;
+  // per_sample dropout keys: this call's pass, and each micro-batch's first sample.
+  rng_.pass = passes_++;
   double total = 0;
   for (size_t m = 0; m < counts.size(); ++m) {
+    rng_.sample0 = static_cast<int64_t>(m) * mb;
     const Batch micro = batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb);
     LossSpec ls;
     ls.count = counts[m];
@@ -208,7 +212,9 @@ double TrainStep::loss(const Batch& batch) {
   const std::vector<double> counts = micro_counts(batch);
   const int64_t mb = cfg_.micro_batch;
   double total = 0;
+  rng_.pass = passes_;
   for (size_t m = 0; m < counts.size(); ++m) {
+    rng_.sample0 = static_cast<int64_t>(m) * mb;
     LossSpec ls;
     ls.count = counts[m];
     ls.multiplier = cfg_.loss_multiplier;

@@ -14,7 +14,8 @@
 //   step.grad("h.0.attn.q.weight") the accumulated fp32 gradient of a parameter
 //   step.params(), step.model(), step.optimizer(), step.scaler()
 //   step.segment_forward_counts()  forward executions per checkpoint segment
-//   step.dropout_stream()          the Philox (seed, offset) the next pass draws from
+//   step.dropout_stream()          the dropout RNG state the next pass draws from
+//                                  (harness/step/dropout_keys.hpp)
 //
 // Memory: parameters (fp32 masters and 16-bit compute copies) are
 // Consumer::weights, fp32 gradients Consumer::gradients, optimizer moments
@@ -135,6 +136,7 @@ class TrainStep {
   int64_t unscale_passes_ = 0;
   std::vector<double> micro_scales_;
   bool last_skipped_ = false;
+  uint64_t passes_ = 0;  // accumulate() calls: the per_sample dropout key's pass
 };
 
 // Builds the model a configuration names (validates the configuration first).

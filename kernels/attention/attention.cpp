@@ -205,7 +205,8 @@ void mem_efficient_backward_cpu(const Dims& d, const Tensor& q, const Tensor& k,
 // ---- naive (both backends) -----------------------------------------------------------
 
 void naive_forward(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
-                   float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer) {
+                   float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
+                   const AttnProbDropout& drop) {
   Device& dev = q.device();
   const int64_t bh = d.B * d.H;
   saved.probs = Tensor::empty(dev, {d.B, d.H, d.T, d.T}, q.dtype(), saved_consumer);
@@ -216,21 +217,38 @@ void naive_forward(const Dims& d, const Tensor& q, const Tensor& k, const Tensor
     softmax_forward(scores, mask, scale, saved.probs);
   }  // the raw scores are not kept
   Tensor o3 = out.reshape({bh, d.T, d.D});
+  if (drop.enabled()) {  // O = drop(P) V; P itself is kept
+    Tensor dropped = Tensor::empty(dev, {d.B, d.H, d.T, d.T}, q.dtype(), Consumer::workspace);
+    drop.forward(saved.probs, dropped);
+    matmul_batched(dropped.reshape({bh, d.T, d.T}), false, v.reshape({bh, d.T, d.D}), false, o3);
+    return;
+  }
   matmul_batched(saved.probs.reshape({bh, d.T, d.T}), false, v.reshape({bh, d.T, d.D}), false, o3);
 }
 
 void naive_backward(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                    const AttentionSaved& saved, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+                    const AttentionSaved& saved, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                    const AttnProbDropout& drop) {
   Device& dev = q.device();
   const int64_t bh = d.B * d.H;
   const Tensor p3 = saved.probs.reshape({bh, d.T, d.T});
   const Tensor g3 = dout.reshape({bh, d.T, d.D});
   Tensor dv3 = dv.reshape({bh, d.T, d.D});
-  matmul_batched(p3, true, g3, false, dv3);  // dV = P^T dO
+  if (drop.enabled()) {  // dV = drop(P)^T dO, the mask replayed
+    Tensor dropped = Tensor::empty(dev, {d.B, d.H, d.T, d.T}, q.dtype(), Consumer::workspace);
+    drop.forward(saved.probs, dropped);
+    matmul_batched(dropped.reshape({bh, d.T, d.T}), true, g3, false, dv3);
+  } else {
+    matmul_batched(p3, true, g3, false, dv3);  // dV = P^T dO
+  }
   Tensor dscores = Tensor::empty(dev, {bh, d.T, d.T}, q.dtype(), Consumer::workspace);
   {
     Tensor dprobs = Tensor::empty(dev, {bh, d.T, d.T}, q.dtype(), Consumer::workspace);
     matmul_batched(g3, false, v.reshape({bh, d.T, d.D}), true, dprobs);  // dP = dO V^T
+    if (drop.enabled()) {  // through the mask, in place
+      Tensor dp4 = dprobs.reshape({d.B, d.H, d.T, d.T});
+      drop.backward(dp4, dp4);
+    }
     softmax_backward(p3, dprobs, scale, dscores);                         // dS (scale included)
   }
   Tensor dq3 = dq.reshape({bh, d.T, d.D});
@@ -242,15 +260,17 @@ void naive_backward(const Dims& d, const Tensor& q, const Tensor& k, const Tenso
 }  // namespace
 
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
-                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer) {
+                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
+                       const AttnProbDropout& drop) {
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v, mask);
   check_like_q(op, out, q);
   saved = AttentionSaved{};
   if (impl == AttentionImpl::naive) {
-    naive_forward(d, q, k, v, mask, scale, out, saved, saved_consumer);
+    naive_forward(d, q, k, v, mask, scale, out, saved, saved_consumer, drop);
     return;
   }
+  HR_ARG_CHECK(!drop.enabled(), "{}: dropout on the probabilities needs the naive form", op);
   saved.lse = Tensor::empty(q.device(), {d.B, d.H, d.T}, DType::f32, saved_consumer);
   HR_IF_CUDA(q, cuda::attention_mem_efficient_forward(q, k, v, mask, scale, out, saved.lse));
   dispatch_float(q.dtype(), op, [&](auto tag) {
@@ -260,7 +280,7 @@ void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, con
 
 void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const AttnMask& mask, float scale, const AttentionSaved& saved,
-                        Tensor& dq, Tensor& dk, Tensor& dv) {
+                        Tensor& dq, Tensor& dk, Tensor& dv, const AttnProbDropout& drop) {
   const char* op = "attention_backward";
   const Dims d = check_qkv(op, q, k, v, mask);
   for (const Tensor* t : {&dout, static_cast<const Tensor*>(&dq), static_cast<const Tensor*>(&dk),
@@ -273,9 +293,10 @@ void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, co
         saved.probs.defined() && saved.probs.shape() == probs_shape && saved.probs.dtype() == q.dtype();
     HR_CHECK(probs_ok,
              "{}: naive attention needs the saved probabilities [B, H, T, T] in {}", op, dtype_name(q.dtype()));
-    naive_backward(d, q, k, v, dout, saved, scale, dq, dk, dv);
+    naive_backward(d, q, k, v, dout, saved, scale, dq, dk, dv, drop);
     return;
   }
+  HR_ARG_CHECK(!drop.enabled(), "{}: dropout on the probabilities needs the naive form", op);
   check_like_q(op, out, q);
   const Shape lse_shape{d.B, d.H, d.T};
   const bool lse_ok = saved.lse.defined() && saved.lse.shape() == lse_shape && saved.lse.dtype() == DType::f32;

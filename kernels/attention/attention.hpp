@@ -8,6 +8,8 @@
 // Q, K, V, O: [B, H, T, D] contiguous. Also the [B, T, H*D] <-> [B, H, T, D] moves.
 #pragma once
 
+#include <functional>
+
 #include "harness/tensor.hpp"
 #include "kernels/softmax/softmax.hpp"
 
@@ -22,13 +24,25 @@ struct AttentionSaved {
   Tensor lse;    // memory_efficient: fp32 [B, H, T]
 };
 
+// Dropout on the attention probabilities (GPT-2's attn_dropout), naive form only:
+// O = drop(P) V, where `forward` writes drop(x) into y and `backward` the gradient
+// through the same mask (both [B, H, T, T]; backward may run in place). The caller
+// owns the mask (it replays it from its RNG state); the undropped P is what is kept.
+// Empty: no dropout. The memory-efficient form refuses it (InvalidArgument).
+struct AttnProbDropout {
+  std::function<void(const Tensor& x, Tensor& y)> forward;
+  std::function<void(const Tensor& dy, Tensor& dx)> backward;
+  bool enabled() const { return static_cast<bool>(forward); }
+};
+
 // `saved` tensors are allocated by the op with consumer `saved_consumer`.
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
-                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer);
+                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
+                       const AttnProbDropout& drop = {});
 // dq, dk, dv overwritten.
 void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const AttnMask& mask, float scale, const AttentionSaved& saved,
-                        Tensor& dq, Tensor& dk, Tensor& dv);
+                        Tensor& dq, Tensor& dk, Tensor& dv, const AttnProbDropout& drop = {});
 
 // x [B, T, H*D] -> y [B, H, T, D] and back.
 void split_heads(const Tensor& x, int64_t heads, Tensor& y);

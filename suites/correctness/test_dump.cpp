@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +66,37 @@ std::map<std::string, ReadTensor> read_safetensors(const std::string& path) {
   return out;
 }
 
+// ---- An independent Philox4x32-10, written from conventions.json's words -------
+uint32_t philox_word(uint64_t key, uint64_t n) {
+  const uint64_t b = n / 4, step = b / 65536;
+  uint32_t x = static_cast<uint32_t>(step), y = static_cast<uint32_t>(step >> 32),
+           z = static_cast<uint32_t>(b % 65536), w = 0;
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int r = 0; r < 10; ++r) {
+    const uint64_t p0 = uint64_t{0xD2511F53u} * x, p1 = uint64_t{0xCD9E8D57u} * z;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    const uint32_t nx = hi1 ^ y ^ k0, nz = hi0 ^ w ^ k1;
+    x = nx, y = lo1, z = nz, w = lo0;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  const uint32_t words[4] = {x, y, z, w};
+  return words[n % 4];
+}
+
+// The keep mask of `site` (4 * block + kind) for the rows of global samples
+// [sample0, sample0 + samples), `per_sample` elements each, by the per_sample rule.
+std::vector<uint8_t> regenerate_mask(const nlohmann::json& dropout, double p, uint64_t site, uint64_t sample0,
+                                     uint64_t samples, uint64_t per_sample) {
+  const uint64_t key = dropout["seed"].get<uint64_t>();  // pass 0: key = seed
+  const double threshold = std::nearbyint(p * 4294967296.0);
+  std::vector<uint8_t> m;
+  for (uint64_t g = sample0; g < sample0 + samples; ++g)
+    for (uint64_t e = 0; e < per_sample; ++e)
+      m.push_back(static_cast<double>(philox_word(key, (site << 48) + (g << 32) + e)) >= threshold ? 1 : 0);
+  return m;
+}
+
 std::string temp_dir(const std::string& name) {
   const auto p = std::filesystem::temp_directory_path() / ("headroom_dump_test_" + name);
   std::filesystem::remove_all(p);
@@ -117,9 +149,13 @@ TEST(Dump, TransformerFilesReadBackEqual) {
   }
   EXPECT_GT(norm, 0.0);
 
-  // One mask per block per micro-batch, [micro-batch tokens, d_model], 0/1.
+  // One mask per site (attention probabilities, attention output, MLP output) per
+  // block per micro-batch, in the shape of what it masks, 0/1.
   const auto masks = read_safetensors(dir + "/dropout_masks.safetensors");
-  EXPECT_EQ(static_cast<int64_t>(masks.size()), cfg.transformer.layers * cfg.accum_steps());
+  EXPECT_EQ(static_cast<int64_t>(masks.size()), 3 * cfg.transformer.layers * cfg.accum_steps());
+  EXPECT_TRUE(masks.count("h.1.attn.resid_dropout/micro_1"));
+  EXPECT_EQ(masks.at("h.0.attn.attn_dropout/micro_0").shape,
+            (std::vector<int64_t>{cfg.micro_batch, cfg.transformer.heads, cfg.seq_len, cfg.seq_len}));
   const ReadTensor& m0 = masks.at("h.0.mlp.dropout/micro_0");
   EXPECT_EQ(m0.dtype, "U8");
   EXPECT_EQ(m0.shape, (std::vector<int64_t>{cfg.micro_batch * cfg.seq_len, cfg.transformer.d_model}));
@@ -143,6 +179,48 @@ TEST(Dump, TransformerFilesReadBackEqual) {
   EXPECT_EQ(conv["init"]["per_parameter"]["wte"], "normal(0, 0.02)");
   EXPECT_TRUE(conv.contains("weight_layout"));
   EXPECT_TRUE(conv.contains("gelu"));
+
+  // Every mask regenerates from conventions.json alone with an independent Philox:
+  // micro-batch m holds samples [m * micro_batch, (m + 1) * micro_batch).
+  ASSERT_EQ(conv["dropout"]["keying"], "per_sample");
+  const uint64_t mb = static_cast<uint64_t>(cfg.micro_batch);
+  for (int64_t block = 0; block < cfg.transformer.layers; ++block)
+    for (int64_t m = 0; m < cfg.accum_steps(); ++m)
+      for (const auto& [kind, name] : conv["dropout"]["site_kind"].items()) {
+        const std::string site = kind.substr(0, 2) + std::to_string(block) + kind.substr(kind.find('>') + 1);
+        SCOPED_TRACE(site);
+        const uint64_t s = 4 * static_cast<uint64_t>(block) + name.get<uint64_t>();
+        const bool probs = site.find("attn_dropout") != std::string::npos;
+        const double p = probs                                        ? conv["dropout"]["p_attn_probs"].get<double>()
+                         : site.find("resid") != std::string::npos ? conv["dropout"]["p_attn_out"].get<double>()
+                                                                    : conv["dropout"]["p"].get<double>();
+        const uint64_t per_sample = static_cast<uint64_t>(
+            probs ? cfg.transformer.heads * cfg.seq_len * cfg.seq_len : cfg.seq_len * cfg.transformer.d_model);
+        EXPECT_EQ(masks.at(site + "/micro_" + std::to_string(m)).bytes,
+                  regenerate_mask(conv["dropout"], p, s, static_cast<uint64_t>(m) * mb, mb, per_sample));
+      }
+  std::filesystem::remove_all(dir);
+}
+
+// The MLP's masks too (one sample per row), from conventions.json alone.
+TEST(Dump, MlpDropoutMasksRegenerateFromConventions) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_mlp_config();
+  cfg.mlp.dropout = 0.3f;
+  const std::string dir = temp_dir("mlp_dropout");
+  dump_model(dev, cfg, dir, 5);
+  const auto masks = read_safetensors(dir + "/dropout_masks.safetensors");
+  std::ifstream cj(dir + "/conventions.json");
+  const auto conv = nlohmann::json::parse(cj);
+  EXPECT_EQ(conv["dropout"]["site_kind"]["layers.<block>.dropout"], 0);
+  EXPECT_EQ(static_cast<int64_t>(masks.size()), (cfg.mlp.layers - 1) * cfg.accum_steps());
+  const uint64_t mb = static_cast<uint64_t>(cfg.micro_batch);
+  for (int64_t block = 0; block < cfg.mlp.layers - 1; ++block)
+    for (int64_t m = 0; m < cfg.accum_steps(); ++m)
+      EXPECT_EQ(masks.at("layers." + std::to_string(block) + ".dropout/micro_" + std::to_string(m)).bytes,
+                regenerate_mask(conv["dropout"], conv["dropout"]["p"].get<double>(), 4 * static_cast<uint64_t>(block),
+                                static_cast<uint64_t>(m) * mb, mb, static_cast<uint64_t>(cfg.mlp.width)))
+          << block << " " << m;
   std::filesystem::remove_all(dir);
 }
 

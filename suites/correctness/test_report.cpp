@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <string>
 
+#include "harness/properties/checkpoint_depth.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
 #include "reports/html.hpp"
 #include "reports/report.hpp"
 #include "reports/svg.hpp"
+#include "suites/common/test_support.hpp"
 
 namespace {
 
@@ -261,6 +263,25 @@ TEST(ReportSvg, ChartsEscapeLabelsAndDropUnplottablePoints) {
   EXPECT_EQ(count(svg, "<circle cx"), 2u + 1u);  // two plotted points and the legend marker
   const std::string empty = hr::report::line_chart({}, o);
   EXPECT_NE(empty.find("no data"), std::string::npos);
+}
+
+// The depth section drawn from a run made here (not the fixture): CK-3's points on
+// this device, the exponents fitted from them in the legends (~1 plain, ~0.5 with
+// sqrt(L) segments), the pass-peak chart, and BM-CK's overhead table.
+TEST(ReportDepth, DrawnFromTheRunItself) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::Results r;
+  r.sweep_points = hr::props::ck3_depth_sweep(dev, hr::DType::f32, hr::Preset::quick, 5);
+  const auto bm = hr::props::run_checkpoint_bench(dev, hr::props::checkpoint_bench_smoke_config(), 5);
+  r.sweep_points.insert(r.sweep_points.end(), bm.begin(), bm.end());
+  const std::string ck = section(hr::report::render_report(r), "curve-ck-3");
+  ASSERT_FALSE(ck.empty());
+  EXPECT_NE(ck.find("checkpoint=none (exponent 0.9"), std::string::npos) << ck.substr(0, 600);
+  EXPECT_NE(ck.find("checkpoint=sqrt_L (exponent 0.5"), std::string::npos);
+  EXPECT_NE(ck.find("Peak bytes of the pass"), std::string::npos);
+  EXPECT_NE(ck.find("every_block (cpu fp32)"), std::string::npos);
+  EXPECT_EQ(ck.find("BM-CK was not run"), std::string::npos);
+  EXPECT_EQ(ck.find("Not measured in this run"), std::string::npos);
 }
 
 }  // namespace

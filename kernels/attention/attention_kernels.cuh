@@ -1,11 +1,12 @@
-// Memory-efficient attention and the head moves on the GPU. Forward: one block per
+// Memory-efficient attention's kernels on the GPU. Forward: one block per
 // (b*h, tile of kRows query rows), one thread per query row; K and V pass through
 // shared memory kChunk keys at a time (fp32, zero-padded to the head-dim bucket
 // kD), the online softmax state lives in registers. Backward (FlashAttention-2):
 // D_i = rowsum(dO * O), then one kernel computes dQ per query tile and another dK,
 // dV per key tile, each thread owning its row: deterministic, no atomics.
 // This header holds the kernels and their launchers; include it only from the
-// per-head-dim translation units, which instantiate them (HR_ATTENTION_INSTANTIATE).
+// per-pass, per-head-dim translation units, which instantiate them
+// (HR_ATTENTION_INSTANTIATE_FWD / _BWD).
 #pragma once
 
 #include <climits>

@@ -28,7 +28,7 @@ struct Launch {
 };
 
 // Defined in attention_kernels.cuh; instantiated for S in {float, half_t,
-// bfloat16_t} and kD in {32, 64, 128} by HR_ATTENTION_INSTANTIATE.
+// bfloat16_t} and kD in {32, 64, 128} by HR_ATTENTION_INSTANTIATE_FWD / _BWD.
 template <typename S, int kD>
 void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
                     float scale, Tensor& out, Tensor& lse);

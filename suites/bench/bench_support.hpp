@@ -43,7 +43,8 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
     fn();
     const double probe_s = timer->stop_seconds();
     int reps = 1;
-    if (probe_s < kMinEventSpan) reps = static_cast<int>(std::min(1000.0, std::ceil(kMinEventSpan / std::max(probe_s, 1e-7))));
+    if (probe_s < kMinEventSpan)
+      reps = static_cast<int>(std::min(1000.0, std::ceil(kMinEventSpan / std::max(probe_s, 1e-7))));
     for (auto _ : state) {
       dev.flush_caches();
       timer->start();

@@ -33,7 +33,11 @@ if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
   # The host's merged-/usr links (Debian 12: /bin -> usr/bin, ...), so that paths
   # such as /bin/bash (ldd's interpreter) resolve inside as outside.
   for d in bin sbin lib lib64; do
-    [ -L "/$d" ] && ln -s "$(readlink "/$d")" "$rootfs/$d"
+    if [ -L "/$d" ]; then
+      target=$(readlink "/$d")
+      case $target in /*) mkdir -p "$rootfs$target" ;; *) mkdir -p "$rootfs/$target" ;; esac
+      ln -s "$target" "$rootfs/$d"
+    fi
   done
   mkdir -p "$rootfs/dev"
   mknod -m 666 "$rootfs/dev/null" c 1 3 2>/dev/null || : >"$rootfs/dev/null"
@@ -52,14 +56,16 @@ if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
     done
   done
   mkdir -p "$rootfs/tmp" "$rootfs/out"
-  # Nothing of Debian's libfmt, OpenBLAS, gfortran or Google Test may be inside.
-  if find "$rootfs" \( -name 'libfmt*' -o -name 'libopenblas*' -o -name 'libgfortran*' -o -name 'libquadmath*' \) |
-    grep -q .; then
+  # Nothing of Debian's fmt, OpenBLAS or gfortran may be there outside the bundle
+  # (fmt's library travels inside it, in /opt/build-gpu).
+  if find "$rootfs" -path "$rootfs/opt" -prune -o \( -name 'libfmt*' -o -name 'libopenblas*' -o \
+    -name 'libgfortran*' -o -name 'libquadmath*' -o -name 'libbenchmark*' \) -print | grep -q .; then
     echo "bare_bundle: a Debian-only library got into the chroot" >&2
     exit 1
   fi
   set +e
-  env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp chroot "$rootfs" /opt/build-gpu/ci/gpu-check preflight /out
+  env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp "$(command -v chroot)" "$rootfs" \
+    /opt/build-gpu/ci/gpu-check preflight /out
   rc=$?
   set -e
   summary=$rootfs/out/summary.txt

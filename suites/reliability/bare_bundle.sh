@@ -9,6 +9,8 @@
 # cannot be found by accident; elsewhere it runs with a cleared environment.
 set -euo pipefail
 src=$1 build=$2 work=$3
+# A /proc left mounted by an interrupted run must go before the folder does.
+umount "$work/root/proc" 2>/dev/null || true
 rm -rf "$work"
 mkdir -p "$work"
 "$src/ci/gpu-bundle" --from "$build" "$work/bundle.tar.gz"
@@ -63,13 +65,23 @@ if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
     echo "bare_bundle: a Debian-only library got into the chroot" >&2
     exit 1
   fi
+  # The loader resolves a program's $ORIGIN through /proc/self/exe, which a real
+  # machine has; where /proc cannot be mounted, the bundle's folder is named instead.
+  how="in a chroot with only the C/C++ runtimes and CUDA's libraries"
+  libpath=()
+  mkdir -p "$rootfs/proc"
+  if mount -t proc proc "$rootfs/proc" 2>/dev/null; then
+    trap 'umount "$rootfs/proc" 2>/dev/null || true' EXIT
+  else
+    libpath=(LD_LIBRARY_PATH=/opt/build-gpu)
+    how="$how (no /proc: the bundle's folder given as LD_LIBRARY_PATH)"
+  fi
   set +e
-  env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp "$(command -v chroot)" "$rootfs" \
+  env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp "${libpath[@]}" "$(command -v chroot)" "$rootfs" \
     /opt/build-gpu/ci/gpu-check preflight /out
   rc=$?
   set -e
   summary=$rootfs/out/summary.txt
-  how="in a chroot with only the C/C++ runtimes and CUDA's libraries"
 else
   set +e
   env -i PATH=/usr/bin:/bin HOME=/tmp "$rootfs/opt/build-gpu/ci/gpu-check" preflight "$work/out"

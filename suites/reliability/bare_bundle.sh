@@ -18,7 +18,8 @@ mkdir -p "$work/root/opt"
 tar -C "$work/root/opt" -xzf "$work/bundle.tar.gz"
 
 rootfs=$work/root
-if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null; then
+# A chroot needs root and, in a container, the capability to use it: probe with /.
+if [ "$(id -u)" -eq 0 ] && command -v chroot >/dev/null && "$(command -v chroot)" / true 2>/dev/null; then
   # Copies a file and the libraries it needs (per ldd) into the chroot; hard links
   # where the file system allows (CUDA's libraries are hundreds of MB).
   put() {
@@ -88,7 +89,7 @@ else
   rc=$?
   set -e
   summary=$work/out/summary.txt
-  how="with a cleared environment (not root: no chroot)"
+  how="with a cleared environment (no chroot here: not root, or not allowed)"
 fi
 cat "$summary"
 if [ $rc -ne 2 ]; then

@@ -13,21 +13,9 @@
 
 #include "harness/device.hpp"
 #include "harness/properties/checkpoint_depth.hpp"
+#include "suites/bench/bench_support.hpp"
 
 namespace {
-
-hr::Device* device_for(hr::BackendKind kind, std::string* why_not) {
-  static std::unique_ptr<hr::Device> cpu, cuda;
-  if (kind == hr::BackendKind::cpu) {
-    if (!cpu) cpu = hr::make_cpu_device();
-    return cpu.get();
-  }
-  if (!cuda) {
-    if (!hr::cuda_device_available(why_not)) return nullptr;
-    cuda = hr::make_cuda_device(0);
-  }
-  return cuda.get();
-}
 
 // Step seconds of the plain ("none") case per benchmark name.
 std::map<std::string, double>& plain_seen() {
@@ -38,7 +26,7 @@ std::map<std::string, double>& plain_seen() {
 void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::CheckpointBench& bench,
               const std::string& case_name) {
   std::string why_not;
-  hr::Device* dev = device_for(kind, &why_not);
+  hr::Device* dev = hr::bench::device_for(kind, &why_not);
   if (dev == nullptr) {
     state.SkipWithError(why_not.c_str());
     return;

@@ -16,21 +16,9 @@
 #include "harness/device.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
 #include "harness/step/train_step.hpp"
+#include "suites/bench/bench_support.hpp"
 
 namespace {
-
-hr::Device* device_for(hr::BackendKind kind, std::string* why_not) {
-  static std::unique_ptr<hr::Device> cpu, cuda;
-  if (kind == hr::BackendKind::cpu) {
-    if (!cpu) cpu = hr::make_cpu_device();
-    return cpu.get();
-  }
-  if (!cuda) {
-    if (!hr::cuda_device_available(why_not)) return nullptr;
-    cuda = hr::make_cuda_device(0);
-  }
-  return cuda.get();
-}
 
 // samples/s per (case name, micro-batch), for the relative-throughput counter.
 std::map<std::string, std::map<int64_t, double>>& throughput_seen() {
@@ -41,7 +29,7 @@ std::map<std::string, std::map<int64_t, double>>& throughput_seen() {
 void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::MicroBatchSweep& sweep,
               const std::string& case_name) {
   std::string why_not;
-  hr::Device* dev = device_for(kind, &why_not);
+  hr::Device* dev = hr::bench::device_for(kind, &why_not);
   if (dev == nullptr) {
     state.SkipWithError(why_not.c_str());
     return;

@@ -61,6 +61,22 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
   }
 }
 
+// One device per backend for the whole binary (created on first use; the CUDA one
+// only where a device answers, else nullptr with *why_not saying why), for
+// benchmarks that register their cases per backend themselves.
+inline Device* device_for(BackendKind kind, std::string* why_not) {
+  static std::unique_ptr<Device> cpu, cuda;
+  if (kind == BackendKind::cpu) {
+    if (!cpu) cpu = make_cpu_device();
+    return cpu.get();
+  }
+  if (!cuda) {
+    if (!cuda_device_available(why_not)) return nullptr;
+    cuda = make_cuda_device(0);
+  }
+  return cuda.get();
+}
+
 // Runs the benchmark binary: register_backend(device, is_cuda) is called for the
 // CPU and, where a GPU answers, for CUDA; the devices outlive the run.
 inline int run_main(int argc, char** argv, const std::function<void(Device&)>& register_cpu,

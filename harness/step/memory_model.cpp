@@ -215,6 +215,63 @@ struct Kept {
   Ledger::Id x = Ledger::kNone;  // the block input, when the state is its only holder
 };
 
+// The stack of blocks in segments of c.k, as harness/step/checkpoint.cpp runs it,
+// shared by both replays. block(i, keep, recompute, out_consumer, kept) replays
+// block i's forward. forward_segments keeps each segment's input in *seg_input and
+// returns the last block's output; with checkpointing only a segment's last output
+// is an activation, the ones inside it temporaries.
+template <typename Block>
+Ledger::Id forward_segments(Ledger& L, const Common& c, Ledger::Id x0, std::vector<Kept>& st,
+                            std::vector<Ledger::Id>& seg_input, Block&& block) {
+  Ledger::Id cur = x0;
+  for (int64_t first = 0; first < c.n_blocks; first += c.k) {
+    const int64_t end = std::min(first + c.k, c.n_blocks);
+    seg_input.push_back(cur);
+    for (int64_t i = first; i < end; ++i) {
+      L.phase(fmt::format("block {} forward", i));
+      const Consumer out_c = (!c.ck || i + 1 == end) ? kAct : kWs;
+      const Ledger::Id out = block(i, !c.ck, false, out_c, &st[static_cast<size_t>(i)]);
+      if (!c.ck) st[static_cast<size_t>(i)].x = i > 0 ? cur : Ledger::kNone;
+      if (c.ck && i > first) L.free(cur);  // a temporary inside the segment
+      cur = out;
+    }
+  }
+  return cur;
+}
+
+// The backward over the same segments, last first: a checkpointed segment's forward
+// is replayed from its input, then its blocks run backward(i, kept). Returns the
+// gradient of block 0's input (the caller frees it; dx stays the caller's).
+template <typename Block, typename Backward>
+Ledger::Id backward_segments(Ledger& L, const Common& c, Ledger::Id dx, std::vector<Kept>& st,
+                             const std::vector<Ledger::Id>& seg_input, Block&& block, Backward&& backward) {
+  Ledger::Id d = dx;
+  bool d_owned = false;
+  const int64_t segments = static_cast<int64_t>(seg_input.size());
+  for (int64_t si = segments - 1; si >= 0; --si) {
+    const int64_t first = si * c.k, end = std::min(first + c.k, c.n_blocks);
+    if (c.ck) {
+      Ledger::Id rc = seg_input[static_cast<size_t>(si)];
+      for (int64_t i = first; i < end; ++i) {
+        L.phase(fmt::format("block {} recompute", i));
+        const Ledger::Id out = block(i, true, true, i + 1 == end ? kWs : kAct, &st[static_cast<size_t>(i)]);
+        st[static_cast<size_t>(i)].x = i > first ? rc : Ledger::kNone;
+        rc = out;
+      }
+      L.free(rc);  // the last recomputed output: the next segment's input exists already
+    }
+    for (int64_t i = end - 1; i >= first; --i) {
+      L.phase(fmt::format("block {} backward", i));
+      const Ledger::Id di = backward(i, st[static_cast<size_t>(i)]);
+      if (d_owned) L.free(d);
+      d = di;
+      d_owned = true;
+    }
+    if (c.ck && si > 0) L.free(seg_input[static_cast<size_t>(si)]);
+  }
+  return d;
+}
+
 class TransformerReplay {
  public:
   TransformerReplay(Ledger& L, const Kernels& k, const StepConfig& cfg, const Common& c)
@@ -237,20 +294,11 @@ class TransformerReplay {
     const Ledger::Id x0 = L_.alloc(kAct, NCs);
     std::vector<Kept> st(static_cast<size_t>(c_.n_blocks));
     std::vector<Ledger::Id> seg_input;
-    Ledger::Id cur = x0;
-    for (int64_t first = 0; first < c_.n_blocks; first += c_.k) {
-      const int64_t end = std::min(first + c_.k, c_.n_blocks);
-      seg_input.push_back(cur);
-      for (int64_t i = first; i < end; ++i) {
-        L_.phase(fmt::format("block {} forward", i));
-        const Consumer out_c = (!c_.ck || i + 1 == end) ? kAct : kWs;
-        const Ledger::Id out = block_forward(!c_.ck, out_c, &st[static_cast<size_t>(i)]);
-        if (!c_.ck) st[static_cast<size_t>(i)].x = i > 0 ? cur : Ledger::kNone;
-        if (c_.ck && i > first) L_.free(cur);  // a temporary inside the segment
-        cur = out;
-      }
-    }
-    const Ledger::Id xL = cur;
+    // A transformer block's recompute allocates as its forward does.
+    const auto block = [this](int64_t, bool keep, bool, Consumer out_c, Kept* k) {
+      return block_forward(keep, out_c, k);
+    };
+    const Ledger::Id xL = forward_segments(L_, c_, x0, st, seg_input, block);
     L_.phase("final layernorm and logits");
     const Ledger::Id lnf = L_.alloc(kAct, NCs), meanf = L_.alloc(kAct, N_ * c_.stats_row / 2),
                      rstdf = L_.alloc(kAct, N_ * c_.stats_row / 2);
@@ -273,30 +321,8 @@ class TransformerReplay {
     L_.free(dlnf), L_.free(meanf), L_.free(rstdf), L_.free(xL);
 
     // The stack backward (harness/step/checkpoint.cpp): dxL stays held by the caller.
-    Ledger::Id d = dxL;
-    bool d_owned = false;
-    const int64_t segments = static_cast<int64_t>(seg_input.size());
-    for (int64_t si = segments - 1; si >= 0; --si) {
-      const int64_t first = si * c_.k, end = std::min(first + c_.k, c_.n_blocks);
-      if (c_.ck) {
-        Ledger::Id rc = seg_input[static_cast<size_t>(si)];
-        for (int64_t i = first; i < end; ++i) {
-          L_.phase(fmt::format("block {} recompute", i));
-          const Ledger::Id out = block_forward(true, i + 1 == end ? kWs : kAct, &st[static_cast<size_t>(i)]);
-          st[static_cast<size_t>(i)].x = i > first ? rc : Ledger::kNone;
-          rc = out;
-        }
-        L_.free(rc);  // the last recomputed output: the next segment's input exists already
-      }
-      for (int64_t i = end - 1; i >= first; --i) {
-        L_.phase(fmt::format("block {} backward", i));
-        const Ledger::Id dx = block_backward(st[static_cast<size_t>(i)]);
-        if (d_owned) L_.free(d);
-        d = dx;
-        d_owned = true;
-      }
-      if (c_.ck && si > 0) L_.free(seg_input[static_cast<size_t>(si)]);
-    }
+    const Ledger::Id d = backward_segments(L_, c_, dxL, st, seg_input, block,
+                                           [this](int64_t, Kept& k) { return block_backward(k); });
     L_.free(dxL);
     L_.free(x0);
     L_.phase("embedding backward");
@@ -501,20 +527,10 @@ class MlpReplay {
     const Ledger::Id x0 = L_.alloc(kAct, N_ * In_ * c_.s);
     std::vector<Kept> st(static_cast<size_t>(c_.n_blocks));
     std::vector<Ledger::Id> seg_input;
-    Ledger::Id cur = x0;
-    for (int64_t first = 0; first < c_.n_blocks; first += c_.k) {
-      const int64_t end = std::min(first + c_.k, c_.n_blocks);
-      seg_input.push_back(cur);
-      for (int64_t i = first; i < end; ++i) {
-        L_.phase(fmt::format("block {} forward", i));
-        const Consumer out_c = (!c_.ck || i + 1 == end) ? kAct : kWs;
-        const Ledger::Id out = block_forward(i, !c_.ck, false, out_c, &st[static_cast<size_t>(i)]);
-        if (!c_.ck) st[static_cast<size_t>(i)].x = i > 0 ? cur : Ledger::kNone;
-        if (c_.ck && i > first) L_.free(cur);
-        cur = out;
-      }
-    }
-    const Ledger::Id xL = cur;
+    const auto block = [this](int64_t i, bool keep, bool recompute, Consumer out_c, Kept* k) {
+      return block_forward(i, keep, recompute, out_c, k);
+    };
+    const Ledger::Id xL = forward_segments(L_, c_, x0, st, seg_input, block);
     L_.phase("head and loss");
     const Ledger::Id pred = L_.alloc(kAct, N_ * Out_ * c_.s);
     k_.linear_forward(N_, W_, Out_);
@@ -532,30 +548,8 @@ class MlpReplay {
     k_.linear_backward(N_, W_, Out_, true, true);
     L_.free(dpred), L_.free(xL);
 
-    Ledger::Id d = dxL;
-    bool d_owned = false;
-    const int64_t segments = static_cast<int64_t>(seg_input.size());
-    for (int64_t si = segments - 1; si >= 0; --si) {
-      const int64_t first = si * c_.k, end = std::min(first + c_.k, c_.n_blocks);
-      if (c_.ck) {
-        Ledger::Id rc = seg_input[static_cast<size_t>(si)];
-        for (int64_t i = first; i < end; ++i) {
-          L_.phase(fmt::format("block {} recompute", i));
-          const Ledger::Id out = block_forward(i, true, true, i + 1 == end ? kWs : kAct, &st[static_cast<size_t>(i)]);
-          st[static_cast<size_t>(i)].x = i > first ? rc : Ledger::kNone;
-          rc = out;
-        }
-        L_.free(rc);
-      }
-      for (int64_t i = end - 1; i >= first; --i) {
-        L_.phase(fmt::format("block {} backward", i));
-        const Ledger::Id dx = block_backward(i, st[static_cast<size_t>(i)]);
-        if (d_owned) L_.free(d);
-        d = dx;
-        d_owned = true;
-      }
-      if (c_.ck && si > 0) L_.free(seg_input[static_cast<size_t>(si)]);
-    }
+    const Ledger::Id d = backward_segments(L_, c_, dxL, st, seg_input, block,
+                                           [this](int64_t i, Kept& k) { return block_backward(i, k); });
     L_.free(d);  // undefined for block 0 (its input needs no gradient)
     L_.free(x0), L_.free(dxL);
   }

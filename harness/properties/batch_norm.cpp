@@ -316,7 +316,13 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
   });
 }
 
-std::vector<Measurement> bn2_ghost_batch_norm(Device& dev, DType dtype, Preset preset, uint64_t seed) {
+std::vector<Measurement> bn2_ghost_batch_norm(Device& dev, DType dtype, Preset /*the run's*/, uint64_t seed) {
+  // BN-2's bounds and fault sizes are calibrated on the quick preset's MLP (300
+  // seeds). The full preset's (1024 wide, 6 layers) amplifies a last-bit difference
+  // at a virtual batch of 2 by kappa ~1e11: its gradient bound becomes vacuous and
+  // the statistics' spread leaves the calibrated bound, so every preset runs BN-2
+  // on the calibrated model.
+  constexpr Preset preset = Preset::quick;
   return guarded("BN-2", dev, dtype, [&] {
     std::vector<Measurement> out;
     const Batch batch =

@@ -27,6 +27,7 @@ namespace {
 constexpr int64_t kCkBlocks = 4;
 constexpr int64_t kCkBatch = 8, kCkMicroBatch = 4;  // K = 2
 constexpr float kCkDropout = 0.1f;
+constexpr int64_t kCkInDim = 32;  // MLP inputs (see ck_config)
 constexpr float kCkAttnOutDropout = 0.2f;  // CK-5: each site its own p
 constexpr float kCkAttnProbsDropout = 0.15f;
 
@@ -159,6 +160,10 @@ StepConfig ck_config(ModelKind model, DType dtype, Preset preset) {
   if (model == ModelKind::mlp) {
     c = accum_mlp_config(dtype, kCkMicroBatch, preset);
     c.mlp.layers = kCkBlocks + 1;  // the last layer is the head, not a block
+    // The subtle controls' one flipped mask element changes in_dim + 1 gradient
+    // values (CK-1): 33 keeps that within kSubtleControlMaxPower of the bound in
+    // every preset (the full preset's 256 inputs would make it 257).
+    c.mlp.in_dim = kCkInDim;
     c.mlp.dropout = kCkDropout;
   } else {
     c = accum_transformer_config(dtype, kCkMicroBatch, preset);

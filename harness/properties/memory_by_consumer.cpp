@@ -308,10 +308,10 @@ std::vector<Measurement> mem1_memory_model(RunContext& ctx) {
   for (StepConfig cfg : memory_model_grid(ctx.preset)) {
     cfg.init_seed = ctx.seed;
     cfg.dropout_seed = ctx.seed + 1;
-    if (ctx.progress) ctx.progress(fmt::format("MEM-1 {}", nlohmann::json(cfg).dump()));
+    if (ctx.progress) ctx.progress(summary(cfg));
     for (Measurement& m : check_memory_model(ctx.device, cfg, ctx.seed)) out.push_back(std::move(m));
   }
-  if (ctx.progress) ctx.progress("MEM-1 negative controls");
+  if (ctx.progress) ctx.progress("negative controls");
   for (Measurement& m : memory_model_controls(ctx.device, ctx.preset, ctx.seed)) out.push_back(std::move(m));
   return out;
 }
@@ -511,7 +511,7 @@ std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
   std::vector<Measurement> out;
   for (Case& k : cases) {
     k.cfg.init_seed = ctx.seed;
-    if (ctx.progress) ctx.progress(fmt::format("MEM-2 {} ({})", k.name, triage_fault_name(k.fault)));
+    if (ctx.progress) ctx.progress(fmt::format("{} ({})", k.name, triage_fault_name(k.fault)));
     // Where the verdict must flip: the step's total peak (fits above it), or the
     // correct rerun's (activations above it): MEM-1's prediction, on this backend.
     const MemoryPrediction full_pred = predict_memory(k.cfg, dev.kind());

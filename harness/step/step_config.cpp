@@ -250,6 +250,34 @@ void mark_asked(const nlohmann::json& j, const char* key) {
   if (g_asked != nullptr) g_asked->keys[&j].insert(key);
 }
 
+}  // namespace
+
+std::string summary(const StepConfig& cfg) {
+  std::string s;
+  if (cfg.model == ModelKind::transformer) {
+    const TransformerConfig& t = cfg.transformer;
+    s = fmt::format("transformer d{} x{} layers, seq {}", t.d_model, t.layers, cfg.seq_len);
+  } else {
+    const MlpConfig& m = cfg.mlp;
+    s = fmt::format("mlp {}-{}-{} x{} layers", m.in_dim, m.width, m.out_dim, m.layers);
+    if (m.norm != NormKind::none) s += fmt::format(", {}", norm_kind_name(m.norm));
+  }
+  s += cfg.micro_batch < cfg.batch ? fmt::format(", batch {} in micro-batches of {}", cfg.batch, cfg.micro_batch)
+                                   : fmt::format(", batch {}", cfg.batch);
+  s += fmt::format(", {}", dtype_name(cfg.precision.compute));
+  if (cfg.model == ModelKind::transformer && cfg.transformer.memory_efficient_attention)
+    s += ", memory-efficient attention";
+  const float dropout = cfg.model == ModelKind::mlp ? cfg.mlp.dropout : cfg.transformer.dropout;
+  if (dropout > 0.f) s += fmt::format(", dropout {:g}", dropout);
+  if (cfg.checkpoint.every_k_blocks > 0)
+    s += cfg.checkpoint.every_k_blocks == 1 ? ", every block checkpointed"
+                                            : fmt::format(", every {} blocks checkpointed", cfg.checkpoint.every_k_blocks);
+  s += fmt::format(", {}", optimizer_kind_name(cfg.optimizer.kind));
+  return s;
+}
+
+namespace {
+
 std::string short_dump(const nlohmann::json& v) {
   std::string s = v.dump();
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;

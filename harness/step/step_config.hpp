@@ -95,6 +95,10 @@ struct StepConfig {
   bool loss_scaling() const { return precision.compute == DType::f16 && precision.scaler.enabled; }
 };
 
+// One line for people, e.g. "transformer d512 x2 layers, seq 256, batch 8 in micro-batches
+// of 4, fp32, memory-efficient attention, every 2 blocks checkpointed, sgd".
+std::string summary(const StepConfig& cfg);
+
 // Throws InvalidArgument naming the field and the reason, e.g.
 // "micro_batch: 3 does not divide batch 8".
 void validate(const StepConfig& cfg);

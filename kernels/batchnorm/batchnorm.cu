@@ -101,7 +101,7 @@ __global__ void dx_kernel(const T* dy, const T* x, const W* gamma, const float* 
   for (int64_t i = first; i < N * C; i += stride, at.advance()) {
     const int64_t c = at.col;
     const float xhat = (to_float(x[i]) - mean[c]) * rstd[c];
-    dx[i] = from_float<T>(norm::dx(to_float(dy[i]) * to_float(gamma[c]), xhat, rstd[c], mdn[c], mdnx[c]));
+    dx[i] = from_float<T>(norm::dx(norm::scaled_grad(to_float(dy[i]), to_float(gamma[c])), xhat, rstd[c], mdn[c], mdnx[c]));
   }
 }
 

@@ -46,14 +46,14 @@ __global__ void dx_kernel(const T* dy, const T* x, const W* gamma, const float* 
   const T* dyr = dy + n * C;
   float sdn = 0.f, sdnx = 0.f;
   gpu::row_read(dyr, C, vec, [&](int64_t c, float d) {
-    const float dn = d * to_float(gamma[c]);
+    const float dn = norm::scaled_grad(d, to_float(gamma[c]));
     sdn += dn;
     sdnx += dn * ((to_float(xr[c]) - m) * r);
   });
   const float mdn = gpu::row_sum(sdn, sh) / static_cast<float>(C);
   const float mdnx = gpu::row_sum(sdnx, sh) / static_cast<float>(C);
   gpu::row_write(dx + n * C, dyr, xr, C, vec, [&](int64_t c, float d, float xv) {
-    return norm::dx(d * to_float(gamma[c]), (xv - m) * r, r, mdn, mdnx);
+    return norm::dx(norm::scaled_grad(d, to_float(gamma[c])), (xv - m) * r, r, mdn, mdnx);
   });
 }
 

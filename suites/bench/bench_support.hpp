@@ -65,15 +65,16 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
 // only where a device answers, else nullptr with *why_not saying why), for
 // benchmarks that register their cases per backend themselves.
 inline Device* device_for(BackendKind kind, std::string* why_not) {
-  static std::unique_ptr<Device> cpu, cuda;
   if (kind == BackendKind::cpu) {
-    if (!cpu) cpu = make_cpu_device();
+    static const std::unique_ptr<Device> cpu = make_cpu_device();
     return cpu.get();
   }
-  if (!cuda) {
-    if (!cuda_device_available(why_not)) return nullptr;
-    cuda = make_cuda_device(0);
-  }
+  // A static of its own, constructed after the CUDA runtime has started, so that it
+  // is destroyed at exit before the runtime tears the context down (destroyed later,
+  // cuBLAS's workspace and the pool are reported as leaks by compute-sanitizer).
+  static std::string why;
+  static const std::unique_ptr<Device> cuda = cuda_device_available(&why) ? make_cuda_device(0) : nullptr;
+  if (!cuda && why_not != nullptr) *why_not = why;
   return cuda.get();
 }
 

@@ -2,9 +2,11 @@
 // GPU), over several seeds and offsets; and, on a GPU, device draws against host.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "harness/models/params.hpp"
 #include "kernels/common/philox.hpp"
 #include "suites/common/test_support.hpp"
 
@@ -109,6 +111,38 @@ TEST(Philox, UniformMatchesCurandHostGenerator) {
     }
   }
 #endif
+}
+
+// Parameter initialisation draws four values per Philox block and splits large
+// tensors across threads: each value must still be the one its own draw index
+// gives, at chunk edges and for an odd count (the last Box-Muller pair half used).
+TEST(Philox, ParameterInitialisationEqualsOneDrawPerValue) {
+  const uint64_t seed = 99, offset = uint64_t{3} << 40;
+  const int64_t n = (int64_t{3} << 20) + 3;
+  const std::vector<float> normal = hr::philox_normal(seed, offset, n, 0.5f, 0.02f);
+  const std::vector<float> uniform = hr::philox_uniform(seed, offset, n, -0.1f, 0.1f);
+  ASSERT_EQ(normal.size(), static_cast<size_t>(n));
+  ASSERT_EQ(uniform.size(), static_cast<size_t>(n));
+  int64_t normal_mismatches = 0, uniform_mismatches = 0;
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u1 = hr::uniform_from_u32(hr::philox_draw(seed, offset + static_cast<uint64_t>(i)));
+    const double u2 = hr::uniform_from_u32(hr::philox_draw(seed, offset + static_cast<uint64_t>(i) + 1));
+    const double r = std::sqrt(-2.0 * std::log(u1)), a = 6.283185307179586 * u2;
+    normal_mismatches += normal[static_cast<size_t>(i)] != static_cast<float>(0.5f + 0.02f * r * std::cos(a));
+    if (i + 1 < n)
+      normal_mismatches += normal[static_cast<size_t>(i) + 1] != static_cast<float>(0.5f + 0.02f * r * std::sin(a));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = 1.0 - hr::uniform_from_u32(hr::philox_draw(seed, offset + static_cast<uint64_t>(i)));
+    uniform_mismatches += uniform[static_cast<size_t>(i)] != static_cast<float>(-0.1f + 0.2f * u);
+  }
+  EXPECT_EQ(normal_mismatches, 0);
+  EXPECT_EQ(uniform_mismatches, 0);
+  // Negative control: the next seed's values differ almost everywhere.
+  const std::vector<float> other = hr::philox_normal(seed + 1, offset, 1024, 0.5f, 0.02f);
+  int64_t same = 0;
+  for (size_t i = 0; i < other.size(); ++i) same += other[i] == normal[i];
+  EXPECT_LT(same, 8);
 }
 
 }  // namespace

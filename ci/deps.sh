@@ -3,10 +3,11 @@
 # exact install line and stops. The CUDA toolkit is optional (it is not a Debian
 # package of the version headroom targets); without nvcc the build is CPU-only.
 # libgfortran-12-dev: the static Fortran runtime that OpenBLAS's static library
-# needs (HEADROOM_PORTABLE, see CMakeLists.txt).
+# needs (HEADROOM_PORTABLE, see CMakeLists.txt). clang and libclang-rt-14-dev: the
+# libFuzzer target over the JSON readers (suites/reliability/fuzz/).
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev)
-HEADROOM_DEBS_TEST=(chromium python3)
+HEADROOM_DEBS_TEST=(chromium python3 clang libclang-rt-14-dev)
 
 headroom_install_deps() {
   local want=("$@") missing=() p

@@ -129,7 +129,7 @@ td.cell small{display:block;color:var(--muted);font-size:11px}
 .verdict.notfit{background:var(--badbg);color:#7f1d1d;border:1px solid #fca5a5}
 .verdict strong{font-size:20px;margin-right:8px}
 ul.reasons{margin:6px 0 0 0;padding-left:20px}
-ul.warn li{color:var(--warn)}
+ul.warn li,p.warn{color:var(--warn)}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 details>summary{cursor:pointer;color:#0369a1;margin:10px 0 6px}
 .bar{height:10px;border-radius:3px;background:#0072B2;display:inline-block;vertical-align:middle}
@@ -1052,6 +1052,25 @@ std::string run_section(const Results& r) {
   std::string s = section_open("run", "Run record",
                                "What ran, how long it took against its quick-preset estimate, and every sweep point "
                                "that did not run, with its reason.");
+  if (r.incomplete) {
+    std::string names;
+    for (const auto& id : r.not_run) names += (names.empty() ? "" : ", ") + esc(id);
+    s += fmt::format(R"(<p class="warn"><b>Interrupted.</b> {} propert{} and sweeps did not run: {}. )"
+                     R"(<code>headroom run --resume DIR</code> runs them and keeps what finished.</p>)",
+                     r.not_run.size(), r.not_run.size() == 1 ? "y" : "ies", names.empty() ? "none named" : names);
+  }
+  {
+    int oom = 0, errors = 0;
+    for (const auto& p : r.sweep_points) {
+      oom += p.status == "out_of_memory";
+      errors += p.status == "error";
+    }
+    if (oom + errors > 0)
+      s += fmt::format(R"(<p>Recovered in the run: {} sweep point{} that did not fit (recorded as out of memory, )"
+                       R"(memory released, the sweep went on) and {} that failed (recorded as errors, the rest )"
+                       R"(continued).</p>)",
+                       oom, oom == 1 ? "" : "s", errors);
+  }
   if (r.timings.empty()) {
     s += not_measured("no timing record (the file predates it or ran nothing)");
   } else {

@@ -1,6 +1,7 @@
 // The HTML report rendered from the committed fixture (reports/testdata): every
 // section present and filled, hostile strings escaped, nothing fetched or run,
 // and sections without data saying "not measured in this run".
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,6 +131,28 @@ TEST(Report, SectionsWithoutDataSayNotMeasured) {
   for (const char* id : {"conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq", "curve-q8-3", "trade"})
     EXPECT_NE(section(html, id).find("Not measured in this run"), std::string::npos) << id;
   EXPECT_NE(section(html, "baseline").find("No baseline was given"), std::string::npos);
+}
+
+TEST(Report, RunRecordNamesWhatAnInterruptionLeftAndWhatWasRecovered) {
+  hr::Results r = hr::load_results((testdata() / "results.json").string());
+  const std::string complete = section(hr::report::render_report(r), "run");
+  EXPECT_EQ(complete.find("Interrupted"), std::string::npos);
+  int oom_before = 0;
+  for (const auto& p : r.sweep_points) oom_before += p.status == "out_of_memory";
+  r.incomplete = true;
+  r.not_run = {"GA-3", "BM-<MB>"};
+  hr::SweepPoint oom = r.sweep_points.at(0);
+  oom.status = "out_of_memory";
+  oom.reason = "asked 3.2 GB, 1.0 GB available";
+  r.sweep_points.push_back(oom);
+  hr::compute_totals(r);
+  const std::string run = section(hr::report::render_report(r), "run");
+  EXPECT_NE(run.find("Interrupted.</b> 2 properties and sweeps did not run: GA-3, BM-&lt;MB&gt;"), std::string::npos);
+  EXPECT_NE(run.find("--resume"), std::string::npos);
+  EXPECT_NE(run.find(fmt::format("Recovered in the run: {} sweep point{} that did not fit", oom_before + 1,
+                                 oom_before + 1 == 1 ? "" : "s")),
+            std::string::npos);
+  EXPECT_NE(run.find("asked 3.2 GB, 1.0 GB available"), std::string::npos);
 }
 
 TEST(Report, ShowsFailuresErrorsAndNonFiniteValues) {

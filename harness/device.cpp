@@ -1,5 +1,6 @@
 // Device base, the CPU backend and backend selection.
 #include "harness/device.hpp"
+#include "harness/device_health.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -118,6 +119,8 @@ std::unique_ptr<Device> make_device(const std::string& backend) {
 }
 
 #if !HEADROOM_HAVE_CUDA
+bool cuda_context_lost(std::string*) { return false; }
+
 std::unique_ptr<Device> make_cuda_device(int) {
   throw Error("this build of headroom has no CUDA backend (no nvcc was found at configure time)");
 }

@@ -9,6 +9,7 @@
 
 #include "harness/cuda_check.cuh"
 #include "harness/device.hpp"
+#include "harness/device_health.hpp"
 
 namespace hr {
 namespace {
@@ -165,6 +166,18 @@ bool cuda_device_available(std::string* reason) {
     if (reason) *reason = "no CUDA device: the driver reports 0 devices";
     return false;
   }
+  return true;
+}
+
+bool cuda_context_lost(std::string* why) {
+  // Wait for the device, then clear the error: a sticky one comes back at once.
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) return false;
+  cudaGetLastError();
+  const cudaError_t again = cudaDeviceSynchronize();
+  if (again == cudaSuccess) return false;
+  e = again;
+  if (why) *why = fmt::format("{} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
   return true;
 }
 

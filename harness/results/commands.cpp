@@ -12,6 +12,7 @@
 #include <optional>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/device_health.hpp"
 #include "harness/dump/dump.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
@@ -132,7 +134,29 @@ int interrupted_exit_code() { return 128 + static_cast<int>(g_stop_signal); }
 
 struct Written {
   std::string json, html;
+  std::string device_lost;  // "ID: error" when the device became unusable (see below)
 };
+
+// How many times one `headroom run` continues in a fresh process after its device
+// became unusable (HEADROOM_RESTARTS counts them across the exec()s).
+constexpr int kMaxDeviceRestarts = 4;
+
+int restarts_so_far() {
+  const char* v = std::getenv("HEADROOM_RESTARTS");
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
+// After each property or sweep on a GPU: is the CUDA context lost (a sticky error)?
+// HEADROOM_INJECT_DEVICE_LOST=ID makes the first process answer yes after spec ID,
+// to test the recovery on any backend.
+bool device_unusable(const Device& dev, const std::string& id, std::string* why) {
+  const char* inject = std::getenv("HEADROOM_INJECT_DEVICE_LOST");
+  if (inject != nullptr && id == inject && restarts_so_far() == 0) {
+    *why = "injected (HEADROOM_INJECT_DEVICE_LOST)";
+    return true;
+  }
+  return dev.kind() == BackendKind::cuda && cuda_context_lost(why);
+}
 
 // Runs the suite per c and writes results.json and index.html into c.out_dir.
 // before_report is called with the run and its device while the device is open.
@@ -169,6 +193,9 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   }
   const std::string json_path = (fs::path(c.out_dir) / "results.json").string();
   opt.checkpoint = [&](const Results& partial) { save_results(partial, json_path); };
+  std::string device_lost;
+  opt.device_check = [&](const std::string& id, std::string* why) { return device_unusable(*dev, id, why); };
+  opt.device_lost = &device_lost;
   fmt::print(err, "headroom: {} the {} preset on {} ({}){}\n", resumed ? "resuming" : "running",
              preset_name(opt.preset), dev->record().name, backend_name(dev->kind()),
              opt.only.empty() ? "" : fmt::format(", only '{}'", opt.only));
@@ -176,7 +203,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     const StopSignals signals;
     r = run_suite(*dev, opt, &err);
   }
-  Written w{(fs::path(c.out_dir) / "results.json").string(), (fs::path(c.out_dir) / "index.html").string()};
+  Written w{(fs::path(c.out_dir) / "results.json").string(), (fs::path(c.out_dir) / "index.html").string(),
+            device_lost};
   save_results(r, w.json);
   if (before_report) before_report(r, *dev);
   write_file_atomic(w.html, report::render_report(r, ropt));
@@ -254,12 +282,32 @@ int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
     RunCommand rc = c;
     if (!rc.resume_dir.empty()) rc.out_dir = rc.resume_dir;
     const Written w = run_and_write(rc, err, r, {});
+    if (!w.device_lost.empty() && r.incomplete) {
+      // The context is gone for this process: what finished is written (marked
+      // incomplete, the failed spec recorded); a fresh process resumes the rest.
+      const int restarts = restarts_so_far();
+      if (restarts < kMaxDeviceRestarts) {
+        fmt::print(err, "headroom: the device is unusable after {}; continuing in a fresh process ({} of at most {}): "
+                        "headroom run --resume {}\n",
+                   w.device_lost, restarts + 1, kMaxDeviceRestarts, rc.out_dir);
+        err.flush();
+        out.flush();
+        std::fflush(nullptr);
+        const std::string count = std::to_string(restarts + 1);
+        ::setenv("HEADROOM_RESTARTS", count.c_str(), 1);
+        const char* args[] = {"headroom", "run", "--resume", rc.out_dir.c_str(), nullptr};
+        ::execv("/proc/self/exe", const_cast<char* const*>(args));
+        fmt::print(err, "headroom: could not start a fresh process: {}\n", std::strerror(errno));
+      } else {
+        fmt::print(err, "headroom: the device became unusable {} times; stopping\n", restarts + 1);
+      }
+    }
     if (r.incomplete) {
       fmt::print(out, "headroom: interrupted: {} measurements and {} sweep points of what finished are in {} (marked "
                       "incomplete); `headroom run --resume {}` runs the {} not run\n",
                  r.totals.measurements, r.totals.sweep_points, fs::absolute(w.json).string(), rc.out_dir,
                  r.not_run.size());
-      return interrupted_exit_code();
+      return w.device_lost.empty() ? interrupted_exit_code() : 1;
     }
     const bool ok = r.totals.failed == 0;
     fmt::print(out,

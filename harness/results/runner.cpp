@@ -120,7 +120,16 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
                  "--resume: the file's timings do not account for all its measurements and sweep points");
     r.run_time_utc = old.run_time_utc;
   }
-  auto stopping = [&] { return opt.stop != nullptr && *opt.stop != 0; };
+  bool lost = false;
+  auto stopping = [&] { return lost || (opt.stop != nullptr && *opt.stop != 0); };
+  // After a spec ran: a device this process can no longer use stops the run there.
+  auto check_device = [&](const std::string& id) {
+    std::string why;
+    if (!opt.device_check || !opt.device_check(id, &why)) return;
+    lost = true;
+    if (opt.device_lost != nullptr) *opt.device_lost = fmt::format("{}: {}", id, why);
+    say(fmt::format("headroom:        the device is unusable after {}: {}", id, why));
+  };
   // After each spec that ran: what finished, with everything after it as not run.
   size_t finished_specs = 0;
   auto checkpoint = [&] {
@@ -190,6 +199,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& m : got) r.measurements.push_back(std::move(m));
+    check_device(spec->id);
     checkpoint();
   }
 
@@ -232,6 +242,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     expected_done += spec->expected_seconds_quick;
     r.timings.push_back(timing);
     for (auto& p : got) r.sweep_points.push_back(std::move(p));
+    check_device(spec->id);
     checkpoint();
   }
 

@@ -30,6 +30,12 @@ struct RunOptions {
   // incomplete, the rest in not_run), e.g. to write it: a run killed outright
   // (SIGKILL, power) then loses only what was running and can be resumed.
   std::function<void(const Results&)> checkpoint;
+  // Asked after each property or sweep (its id): whether the device can no longer
+  // be used by this process (a sticky CUDA error). When it says so (with why), the
+  // run stops there as if interrupted, the rest listed in not_run, and
+  // *device_lost holds "ID: why" so that the caller can go on in a fresh process.
+  std::function<bool(const std::string& id, std::string* why)> device_check;
+  std::string* device_lost = nullptr;
 };
 
 // The registered specs the options select, in registration order (properties

@@ -4,7 +4,9 @@
 # code is 143 / 130; a second run into the same --out is refused while the first
 # holds it; an incomplete file is no baseline; `run --resume` runs only what is
 # missing and ends with the same set of measurements as an uninterrupted run;
-# after SIGKILL what had finished is on disk (written as each part finished).
+# after SIGKILL what had finished is on disk (written as each part finished); a
+# device that becomes unusable mid-run (a sticky CUDA error, injected here) is
+# left behind: the run goes on in a fresh process and ends with the same set.
 #   interrupt_resume.sh <headroom binary> <scratch dir>
 set -u
 headroom=$1
@@ -77,8 +79,19 @@ diff <(keys "$work/whole/results.json") <(keys "$work/term/results.json") >"$wor
   fail "the resumed run's set differs from the uninterrupted run's: $(head -20 "$work/keys.diff")"
 diff <(keys "$work/whole/results.json") <(keys "$work/kill/results.json") >"$work/kill_keys.diff" ||
   fail "the run resumed after SIGKILL differs from the uninterrupted run: $(head -20 "$work/kill_keys.diff")"
+# A device lost after GA-1 (HEADROOM_INJECT_DEVICE_LOST): the same command goes on
+# in a fresh process (exec of run --resume) and ends complete, exit 0, GA-1 run once.
+HEADROOM_INJECT_DEVICE_LOST=GA-1 "$headroom" run --backend cpu --only "$only" --out "$work/lost" \
+  >"$work/lost.out" 2>"$work/lost.err" || fail "the run whose device was lost failed: $(tail -3 "$work/lost.err")"
+grep -q 'continuing in a fresh process (1 of at most' "$work/lost.err" ||
+  fail "no fresh process after the device was lost: $(tail -5 "$work/lost.err")"
+grep -q 'resuming the' "$work/lost.err" || fail "the fresh process did not resume"
+[ "$(grep -c 'property GA-1' "$work/lost.err")" = 1 ] || fail "GA-1 ran again in the fresh process"
+grep -q '"incomplete"' "$work/lost/results.json" && fail "the results after a lost device are still incomplete"
+diff <(keys "$work/whole/results.json") <(keys "$work/lost/results.json") >"$work/lost_keys.diff" ||
+  fail "the run continued after a lost device differs from the uninterrupted run: $(head -20 "$work/lost_keys.diff")"
 n=$(keys "$work/whole/results.json" | grep -c '"id"')
 [ "$n" -gt 0 ] || fail "no measurements to compare"
 "$headroom" run --resume "$work/term" >"$work/again.log" 2>&1
 [ $? = 2 ] && grep -q 'nothing to resume' "$work/again.log" || fail "resuming a complete run was not refused"
-echo "interrupted, refused, resumed: the same $n measurements"
+echo "interrupted, refused, resumed, continued after a lost device: the same $n measurements"

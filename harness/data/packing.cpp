@@ -140,23 +140,37 @@ double pad_fraction_pad_to_longest(const std::vector<int64_t>& lengths, int64_t 
   return pad_fraction_of(total_tokens(lengths), padded_to_longest_slots(lengths, batch_rows));
 }
 
-double pad_fraction_bucketed(const std::vector<int64_t>& lengths, int64_t seq_len, int64_t batch_rows,
-                             int64_t buckets, uint64_t seed) {
+std::vector<std::vector<int64_t>> bucketed_batches(const std::vector<int64_t>& lengths, int64_t seq_len,
+                                                   int64_t batch_rows, int64_t buckets, uint64_t seed) {
   HR_ARG_CHECK(batch_rows > 0 && buckets > 0 && seq_len > 0, "bucketing: batch_rows, buckets and seq_len must be "
                "positive, got {}, {}, {}", batch_rows, buckets, seq_len);
   std::vector<std::vector<int64_t>> bucket(static_cast<size_t>(buckets));
-  for (int64_t len : lengths) {
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t len = lengths[i];
     HR_ARG_CHECK(len >= 1 && len <= seq_len, "bucketing: length {} outside [1, {}]", len, seq_len);
-    bucket[static_cast<size_t>((len - 1) * buckets / seq_len)].push_back(len);
+    bucket[static_cast<size_t>((len - 1) * buckets / seq_len)].push_back(static_cast<int64_t>(i));
   }
-  int64_t slots = 0;
+  std::vector<std::vector<int64_t>> out;
   uint64_t draw = 0;
   for (std::vector<int64_t>& b : bucket) {
     for (int64_t i = static_cast<int64_t>(b.size()) - 1; i > 0; --i) {  // Fisher-Yates on Philox draws
       const int64_t j = static_cast<int64_t>(philox_draw(seed, draw++) % static_cast<uint64_t>(i + 1));
       std::swap(b[static_cast<size_t>(i)], b[static_cast<size_t>(j)]);
     }
-    if (!b.empty()) slots += padded_to_longest_slots(b, batch_rows);
+    for (size_t k = 0; k < b.size(); k += static_cast<size_t>(batch_rows))
+      out.emplace_back(b.begin() + static_cast<std::ptrdiff_t>(k),
+                       b.begin() + static_cast<std::ptrdiff_t>(std::min(b.size(), k + static_cast<size_t>(batch_rows))));
+  }
+  return out;
+}
+
+double pad_fraction_bucketed(const std::vector<int64_t>& lengths, int64_t seq_len, int64_t batch_rows,
+                             int64_t buckets, uint64_t seed) {
+  int64_t slots = 0;
+  for (const std::vector<int64_t>& b : bucketed_batches(lengths, seq_len, batch_rows, buckets, seed)) {
+    int64_t longest = 0;
+    for (int64_t i : b) longest = std::max(longest, lengths[static_cast<size_t>(i)]);
+    slots += longest * static_cast<int64_t>(b.size());
   }
   return pad_fraction_of(total_tokens(lengths), slots);
 }

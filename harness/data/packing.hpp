@@ -69,6 +69,9 @@ double pad_fraction_pad_to_longest(const std::vector<int64_t>& lengths, int64_t 
 // Length bucketing: sequences go to `buckets` equal-width length ranges of
 // [1, seq_len], are shuffled inside their bucket (Philox, seed) and batched
 // there, each batch padded to its longest.
+// The batches themselves: sequence indices per batch, bucket by bucket.
+std::vector<std::vector<int64_t>> bucketed_batches(const std::vector<int64_t>& lengths, int64_t seq_len,
+                                                   int64_t batch_rows, int64_t buckets, uint64_t seed);
 double pad_fraction_bucketed(const std::vector<int64_t>& lengths, int64_t seq_len, int64_t batch_rows,
                              int64_t buckets, uint64_t seed);
 // Packing: first-fit decreasing into rows of seq_len.

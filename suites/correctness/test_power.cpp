@@ -72,7 +72,11 @@ const std::map<std::string, std::string> kGpuOnly = {
 
 // Properties whose subtle control is still to come. The test fails when one of
 // them gains a subtle control (shrink the list) and when any other lacks one.
-const std::set<std::string> kSubtleControlPending = {};
+// - PK-3: its check counts packed rows at most half full beyond the one first fit
+//   allows (bound: none); the pad fractions beside it are measurements. A packer
+//   fault that leaves between 1 and 100 such rows at every seed is still to be found
+//   (next fit in arrival order, the gross control, leaves hundreds).
+const std::set<std::string> kSubtleControlPending = {"PK-3"};
 
 TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);

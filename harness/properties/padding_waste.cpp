@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"
@@ -112,7 +114,8 @@ std::vector<Measurement> pk3_padding(Device& dev, Preset preset, uint64_t seed) 
   return out;
 }
 
-// BM-PK: the same long-tailed sequences under each strategy, batches of kBatchRows rows.
+// BM-PK: the same long-tailed sequences under each strategy, batches of up to kBatchRows rows
+// (the last one of each strategy may be smaller: no rows of padding only).
 std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t seed) {
   const OneBlasThread one_blas_thread(dev);
   const DType dtype = dev.kind() == BackendKind::cuda ? DType::bf16 : DType::f32;
@@ -151,7 +154,6 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t s
     for (int64_t k = 0; k < n; k += kBatchRows) {
       std::vector<int64_t> idx;
       for (int64_t i = k; i < std::min(n, k + kBatchRows); ++i) idx.push_back(i);
-      while (static_cast<int64_t>(idx.size()) < kBatchRows) idx.push_back(idx.back());  // fill the last batch
       b.push_back(make_padded_batch(dev, cfg.transformer, rows_of(idx), seq_len));
     }
     strategies.emplace_back("pad_to_max", std::move(b));
@@ -159,7 +161,6 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t s
   {
     std::vector<Batch> b;
     for (std::vector<int64_t> idx : bucketed_batches(lengths, seq_len, kBatchRows, kBuckets, seed + 2)) {
-      while (static_cast<int64_t>(idx.size()) < kBatchRows) idx.push_back(idx.back());
       b.push_back(make_padded_batch(dev, cfg.transformer, rows_of(idx)));
     }
     strategies.emplace_back("bucketed", std::move(b));
@@ -170,8 +171,8 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t s
     for (int64_t r0 = 0; r0 < plan.rows; r0 += kBatchRows) {
       PackPlan part;
       part.seq_len = seq_len;
-      part.rows = kBatchRows;
-      part.row_fill.assign(static_cast<size_t>(kBatchRows), 0);
+      part.rows = std::min(kBatchRows, plan.rows - r0);
+      part.row_fill.assign(static_cast<size_t>(part.rows), 0);
       for (PackedSequence p : plan.placed)
         if (p.row >= r0 && p.row < r0 + kBatchRows) {
           p.row -= r0;
@@ -198,11 +199,23 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t s
     TimingOptions timed = timing;
     timed.injected_slowdown = injected_slowdown(p.sweep, p.config);
     try {
-      TrainStep step(dev, cfg);
-      for (const Batch& b : batches) step.step(b);  // first-touch allocations out of the timed region
+      // One step per batch size (a last, smaller batch has its own), all from the same initial weights.
+      std::map<int64_t, std::unique_ptr<TrainStep>> steps;
+      for (const Batch& b : batches) {
+        std::unique_ptr<TrainStep>& st = steps[b.rows()];
+        if (!st) {
+          StepConfig c = cfg;
+          c.batch = c.micro_batch = b.rows();
+          st = std::make_unique<TrainStep>(dev, c);
+        }
+      }
+      auto epoch = [&] {
+        for (const Batch& b : batches) steps.at(b.rows())->step(b);
+      };
+      epoch();  // first-touch allocations out of the timed region
       dev.synchronize();
       dev.memory().reset_peak();
-      p.time = time_region(dev, [&] { for (const Batch& b : batches) step.step(b); }, timed);
+      p.time = time_region(dev, epoch, timed);
       p.memory = dev.memory().snapshot();
       p.metrics["epoch_time_s"] = p.time->median_s;
       p.metrics["steps"] = static_cast<double>(batches.size());

@@ -54,15 +54,7 @@ std::vector<int64_t> pk1_lengths(int64_t count, int64_t seq_len, uint64_t seed) 
   return out;
 }
 
-namespace {
-
-struct PassResult {
-  double loss = 0;
-  NamedValues grads;
-};
-
-// forward + backward of a fresh step (parameters from cfg.init_seed) sized to the batch.
-PassResult run_pass(Device& dev, StepConfig cfg, const Batch& batch) {
+PassResult run_fresh_pass(Device& dev, StepConfig cfg, const Batch& batch) {
   cfg.batch = cfg.micro_batch = batch.rows();
   TrainStep step(dev, cfg);
   PassResult r;
@@ -71,6 +63,17 @@ PassResult run_pass(Device& dev, StepConfig cfg, const Batch& batch) {
   return r;
 }
 
+double pass_error(const PassResult& got, const PassResult& ref, const ZeroGradientRule& zero, nlohmann::json* details) {
+  const double loss_rel = std::fabs(got.loss - ref.loss) / std::fabs(ref.loss);
+  const TensorsCompare g = compare_tensors(got.grads, ref.grads, zero);
+  *details = {{"loss_rel", json_number(loss_rel)}, {"grad_max_rel_l2", json_number(g.max_rel_l2)},
+              {"worst_tensor", g.worst}};
+  if (std::isnan(loss_rel) || std::isnan(g.max_rel_l2)) return NAN;
+  return std::max(loss_rel, g.max_rel_l2);
+}
+
+namespace {
+
 struct PackCompare {
   double error = 0;  // the largest relative error over losses and gradient tensors
   nlohmann::json details = nlohmann::json::object();
@@ -78,11 +81,7 @@ struct PackCompare {
 
 void fold(PackCompare& c, const std::string& what, const PassResult& got, const PassResult& ref,
           const ZeroGradientRule& zero) {
-  const double loss_rel = std::fabs(got.loss - ref.loss) / std::fabs(ref.loss);
-  const TensorsCompare g = compare_tensors(got.grads, ref.grads, zero);
-  const double e = std::isnan(loss_rel) || std::isnan(g.max_rel_l2) ? NAN : std::max(loss_rel, g.max_rel_l2);
-  c.details[what] = {{"loss_rel", json_number(loss_rel)}, {"grad_max_rel_l2", json_number(g.max_rel_l2)},
-                     {"worst_tensor", g.worst}};
+  const double e = pass_error(got, ref, zero, &c.details[what]);
   if (!(e <= c.error) && !std::isnan(c.error)) c.error = e;
 }
 
@@ -121,19 +120,19 @@ std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, ui
 
     // References: every sequence alone (one per padded row), and each sequence of
     // the busiest row on its own.
-    const PassResult alone_all = run_pass(dev, cfg, make_padded_batch(dev, cfg.transformer, seqs, cfg.seq_len));
+    const PassResult alone_all = run_fresh_pass(dev, cfg, make_padded_batch(dev, cfg.transformer, seqs, cfg.seq_len));
     std::vector<PassResult> alone_one;
     for (const PackedSequence& p : row.placed)
-      alone_one.push_back(run_pass(dev, cfg, make_padded_batch(dev, cfg.transformer, {seqs[static_cast<size_t>(p.index)]})));
+      alone_one.push_back(run_fresh_pass(dev, cfg, make_padded_batch(dev, cfg.transformer, {seqs[static_cast<size_t>(p.index)]})));
 
     auto compare = [&](const StepConfig& c, const PackFaults& faults, bool per_sequence) {
       PackCompare r;
-      fold(r, "batch", run_pass(dev, c, make_packed_batch(dev, c.transformer, plan, seqs, faults)), alone_all, zero);
+      fold(r, "batch", run_fresh_pass(dev, c, make_packed_batch(dev, c.transformer, plan, seqs, faults)), alone_all, zero);
       if (per_sequence)
         for (size_t i = 0; i < row.placed.size(); ++i) {
           const PackedSequence& p = row.placed[i];
           fold(r, fmt::format("sequence {} (offset {}, length {})", p.index, p.offset, p.length),
-               run_pass(dev, c, make_packed_batch(dev, c.transformer, row, seqs, faults, p.index)), alone_one[i],
+               run_fresh_pass(dev, c, make_packed_batch(dev, c.transformer, row, seqs, faults, p.index)), alone_one[i],
                zero);
         }
       return r;

@@ -87,30 +87,6 @@ std::vector<SweepPoint> seq_points(Device& dev, DType dtype, Preset preset, uint
   return cached_points("PK-4", dev, dtype, preset, seed, [&] { return pk4_seq_sweep(dev, dtype, preset, seed); });
 }
 
-struct Pass {
-  double loss = 0;
-  NamedValues grads;
-};
-
-Pass run_pass(Device& dev, StepConfig cfg, const Batch& batch) {
-  cfg.batch = cfg.micro_batch = batch.rows();
-  TrainStep step(dev, cfg);
-  Pass r;
-  r.loss = step.forward_backward(batch);
-  r.grads = gradient_values(step);
-  return r;
-}
-
-// max(relative loss error, worst tensor's relative L2), NaN when either is.
-double pass_error(const Pass& got, const Pass& ref, const ZeroGradientRule& zero, nlohmann::json* details) {
-  const double loss_rel = std::fabs(got.loss - ref.loss) / std::fabs(ref.loss);
-  const TensorsCompare g = compare_tensors(got.grads, ref.grads, zero);
-  *details = {{"loss_rel", json_number(loss_rel)}, {"grad_max_rel_l2", json_number(g.max_rel_l2)},
-              {"worst_tensor", g.worst}};
-  if (std::isnan(loss_rel) || std::isnan(g.max_rel_l2)) return NAN;
-  return std::max(loss_rel, g.max_rel_l2);
-}
-
 }  // namespace
 
 std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, uint64_t seed) {
@@ -131,9 +107,9 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     const Batch packed = make_packed_batch(dev, naive.transformer, plan, seqs);
     const Batch padded = make_padded_batch(dev, naive.transformer, seqs, naive.seq_len);
     nlohmann::json d_packed, d_padded, d_bad;
-    const Pass naive_packed = run_pass(dev, naive, packed);
-    const double e_packed = pass_error(run_pass(dev, eff, packed), naive_packed, zero, &d_packed);
-    const double e_padded = pass_error(run_pass(dev, eff, padded), run_pass(dev, naive, padded), zero, &d_padded);
+    const PassResult naive_packed = run_fresh_pass(dev, naive, packed);
+    const double e_packed = pass_error(run_fresh_pass(dev, eff, packed), naive_packed, zero, &d_packed);
+    const double e_padded = pass_error(run_fresh_pass(dev, eff, padded), run_fresh_pass(dev, naive, padded), zero, &d_padded);
     const double e = std::isnan(e_packed) || std::isnan(e_padded) ? NAN : std::max(e_packed, e_padded);
     auto fill = [&](Measurement& m) {
       describe(m, dev, dtype, "transformer");
@@ -150,7 +126,7 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     PackFaults f;
     f.no_segment_mask = true;
     const double e_bad =
-        pass_error(run_pass(dev, eff, make_packed_batch(dev, eff.transformer, plan, seqs, f)), naive_packed, zero, &d_bad);
+        pass_error(run_fresh_pass(dev, eff, make_packed_batch(dev, eff.transformer, plan, seqs, f)), naive_packed, zero, &d_bad);
     Measurement g = make_negative_control(
         "PK-4", "memory-efficient attention without the packing mask differs from masked naive attention", e_bad, tol);
     fill(g);

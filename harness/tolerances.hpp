@@ -469,20 +469,20 @@ inline constexpr const char* kCkDepthExponentReason =
 // The layouts compute the same sums over the same real tokens; what differs is the
 // row a token sits in, hence the product shapes and the masked keys the attention
 // skips: fp32 reorderings only. fp32: PROPERTIES.md PK-1's 1e-5 (measured over
-// seeds 1-20 <= 1.8e-6). fp16 / bf16: a reordered fp32 sum flips a fraction of the
-// stored 16-bit roundings, and the worst tensor is a LayerNorm bias, whose
-// gradient is a sum over tokens with cancellation, so one flip shows nearly in
-// full: measured (seeds 1-20, both attention forms) <= 7.2e-4 = 1.5u fp16 (u =
-// 2^-11) and <= 6.1e-3 = 1.6u bf16 (u = 2^-8). Bounds 4u fp16 (1.95e-3, 2.7x the
-// worst seen) and 3u bf16 (1.17e-2, 1.9x).
+// seeds 1-20, both attention forms, <= 2.0e-6). fp16 / bf16: a reordered fp32 sum
+// flips a fraction of the stored 16-bit roundings, and the worst tensor is a
+// LayerNorm bias, whose gradient is a sum over tokens with cancellation, so a flip
+// shows nearly in full: measured (seeds 1-20, 48 and 56 sequences, both forms)
+// <= 1.16e-3 = 2.4u fp16 (u = 2^-11) and <= 6.1e-3 = 1.6u bf16 (u = 2^-8). Bounds
+// 4u fp16 (1.95e-3, 1.7x the worst seen) and 3u bf16 (1.17e-2, 1.9x).
 inline constexpr PerDType kPackedRelL2{1e-5, 4.0 * 0x1p-11, 3.0 * 0x1p-8};
 inline constexpr const char* kPackedReason =
     "PK-1: fp32 1e-5 (PROPERTIES.md); fp16 4u, bf16 3u: a different row layout reorders fp32 sums and flips 16-bit "
     "roundings, shown in full by a LayerNorm bias's cancelling sum (harness/tolerances.hpp kPackedRelL2)";
 // PK-1's subtle control: the loss normaliser counts `extra` tokens that carry no
-// target, error extra / (N + extra) with N ~ 56 x 35 real tokens (quick). fp32: one
-// extra token (4.5e-4..5.7e-4, power 45-57); 16-bit: each sequence's last token
-// (extra = the number of sequences, ~1/36: power 13-16 fp16, 2.3-3.3 bf16, whose
+// target, error extra / (N + extra) with N ~ 48 x 35 real tokens (quick). fp32: one
+// extra token (power 53-71 over seeds 1-20); 16-bit: each sequence's last token
+// (extra = the number of sequences, ~1/36: power 13-17 fp16, 2.3-3.5 bf16, whose
 // own noise leaves no room for a fault of 10x its bound that is not gross).
 constexpr int64_t kPackedSubtleExtraTokens(DType t, int64_t sequences) { return t == DType::f32 ? 1 : sequences; }
 

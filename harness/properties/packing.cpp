@@ -105,7 +105,7 @@ PackPlan busiest_row(const PackPlan& plan) {
 }  // namespace
 
 std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, uint64_t seed) {
-  const int64_t count = preset == Preset::quick ? 56 : 96;
+  const int64_t count = preset == Preset::quick ? 48 : 96;
   std::vector<Measurement> out;
   for (bool eff : {false, true}) {
     StepConfig cfg = pk_config(dtype, eff);
@@ -199,7 +199,7 @@ namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"PK-1", "a packed sequence trains as if alone; no boundary mask or no restarted "
                                           "positions is caught (PK-2)",
-                                  1.5, [](RunContext& c) { return every_float_dtype(c, pk1_packing); }});
+                                  2.0, [](RunContext& c) { return every_float_dtype(c, pk1_packing); }});
 
 }  // namespace
 }  // namespace hr::props

@@ -9,7 +9,10 @@
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/properties/packing.hpp"
+#include "harness/properties/seq_length.hpp"
 #include "harness/step/train_step.hpp"
+#include "suites/common/property_check.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -97,6 +100,34 @@ TEST(Packing, PadFractionsPerStrategy) {
   // Packed: 8+2 | 7+3 -> two full rows.
   EXPECT_DOUBLE_EQ(pad_fraction_packed(lengths, 10), 0.0);
   EXPECT_THROW(pad_fraction_bucketed(lengths, 5, 2, 2, 9), InvalidArgument);
+}
+
+// PK-1 / PK-2 in fp32 on the CPU: both attention forms pass, and each form's three
+// controls (no boundary mask, positions running on, the real-token count off by
+// one) are caught by the same check.
+TEST(PackingProperties, PackedSequencesTrainAsIfAloneAndTheFaultsAreCaught) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  const std::vector<Measurement> ms = props::pk1_packing(dev, DType::f32, Preset::quick, 1234);
+  test::expect_all_passed(ms, 8, 6);
+  for (const Measurement& m : ms)
+    if (m.control == "subtle") {
+      ASSERT_TRUE(m.power.has_value());
+      EXPECT_GT(*m.power, 10.0) << test::describe(m);  // one token in ~1700: ~60x the bound
+    }
+}
+
+// PK-4 in the model: the forms agree, and the pass peaks' exponents sit where the
+// T x T probabilities (naive) and their absence (memory-efficient) put them.
+TEST(PackingProperties, MemoryEfficientAttentionAgreesAndScalesLinearly) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  const std::vector<Measurement> ms = props::pk4_attention(dev, DType::f32, Preset::quick, 1234);
+  test::expect_all_passed(ms, 5, 2);
+  const std::vector<SweepPoint> pts = props::pk4_seq_sweep(dev, DType::f32, Preset::quick, 1234);
+  ASSERT_EQ(pts.size(), 8u);
+  for (const SweepPoint& p : pts) {
+    ASSERT_EQ(p.status, "ok");
+    EXPECT_TRUE(p.config.contains("seq_len") && p.config.contains("attention"));  // what the report's chart reads
+  }
 }
 
 }  // namespace

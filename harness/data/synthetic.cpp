@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "harness/check.hpp"
+#include "harness/data/packing.hpp"
 #include "harness/models/params.hpp"
 #include "harness/step/train_step.hpp"
 #include "kernels/common/philox.hpp"
@@ -85,48 +86,30 @@ Batch make_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int
   return out;
 }
 
+std::vector<std::vector<int32_t>> make_lm_sequences(const TransformerConfig& cfg, const std::vector<int64_t>& lengths,
+                                                    uint64_t seed, const LmTask& task) {
+  const std::vector<int32_t> succ = successor_map(cfg.vocab, task.task_seed);
+  std::vector<std::vector<int32_t>> out(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    HR_ARG_CHECK(lengths[s] >= 1, "lm sequences: sequence {} has length {}", s, lengths[s]);
+    std::vector<int32_t>& seq = out[s];
+    seq.resize(static_cast<size_t>(lengths[s]));
+    int32_t t = random_token(seed, s, cfg.vocab);
+    for (int32_t& v : seq) {
+      v = t;
+      t = succ[static_cast<size_t>(t)];
+    }
+  }
+  return out;
+}
+
 Batch make_packed_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int64_t seq_len,
                            const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task) {
-  const std::vector<int32_t> succ = successor_map(cfg.vocab, task.task_seed);
-  std::vector<size_t> order(lengths.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
-  std::vector<int64_t> fill(static_cast<size_t>(rows), 0);
-  std::vector<int32_t> seg_count(static_cast<size_t>(rows), 0);
-  const size_t n = static_cast<size_t>(rows * seq_len);
-  std::vector<int32_t> ids(n, task.pad_id), pos(n, 0), tgt(n, cfg.ignore_index), seg(n, 0);
-  for (size_t s : order) {
-    const int64_t len = lengths[s];
-    HR_ARG_CHECK(len >= 1 && len <= seq_len, "packing: sequence {} has length {} outside [1, {}]", s, len, seq_len);
-    int64_t r = 0;
-    while (r < rows && fill[static_cast<size_t>(r)] + len > seq_len) ++r;
-    HR_ARG_CHECK(r < rows, "packing: the sequences do not fit into {} rows of {} tokens", rows, seq_len);
-    const int64_t start = fill[static_cast<size_t>(r)];
-    const int32_t segment = seg_count[static_cast<size_t>(r)]++;
-    int32_t t = random_token(seed, s, cfg.vocab);
-    for (int64_t i = 0; i < len; ++i) {
-      const size_t k = static_cast<size_t>(r * seq_len + start + i);
-      ids[k] = t;
-      pos[k] = static_cast<int32_t>(i);
-      seg[k] = segment;
-      t = succ[static_cast<size_t>(t)];
-      if (i + 1 < len) tgt[k] = t;
-    }
-    fill[static_cast<size_t>(r)] += len;
-  }
-  // The unused tail of each row: padding in a segment of its own.
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = fill[static_cast<size_t>(r)]; i < seq_len; ++i) {
-      const size_t k = static_cast<size_t>(r * seq_len + i);
-      seg[k] = seg_count[static_cast<size_t>(r)];
-      pos[k] = static_cast<int32_t>(i - fill[static_cast<size_t>(r)]);
-    }
-  Batch out;
-  out.ids = Tensor::from_host_i32(dev, ids, {rows, seq_len}, Consumer::workspace);
-  out.pos = Tensor::from_host_i32(dev, pos, {rows, seq_len}, Consumer::workspace);
-  out.targets = Tensor::from_host_i32(dev, tgt, {rows, seq_len}, Consumer::workspace);
-  out.segment_ids = Tensor::from_host_i32(dev, seg, {rows, seq_len}, Consumer::workspace);
-  return out;
+  PackPlan plan = pack_first_fit_decreasing(lengths, seq_len, rows);
+  // The caller asked for `rows` rows: the ones packing did not need are all padding.
+  plan.row_fill.resize(static_cast<size_t>(rows), 0);
+  plan.rows = rows;
+  return make_packed_batch(dev, cfg, plan, make_lm_sequences(cfg, lengths, seed, task), {}, -1, task.pad_id);
 }
 
 Batch make_mlp_batch(Device& dev, const MlpConfig& cfg, int64_t rows, uint64_t seed, const MlpTaskSpec& task) {

@@ -47,11 +47,16 @@ struct LmTask {
 Batch make_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int64_t seq_len, uint64_t seed,
                     const std::vector<int64_t>& lengths = {}, const LmTask& task = {});
 
+// The task's token sequences, one per length: sequence i starts at a random token
+// (Philox, seed, i) and follows the successor map.
+std::vector<std::vector<int32_t>> make_lm_sequences(const TransformerConfig& cfg, const std::vector<int64_t>& lengths,
+                                                    uint64_t seed, const LmTask& task = {});
+
 // Packs sequences of the given lengths into rows of seq_len tokens (first-fit
 // decreasing; each length <= seq_len): positions restart at 0 and segment ids
 // count up within a row; a sequence's last token and the row's tail have target
 // ignore_index; the unused tail is padding in its own segment. Throws when the
-// sequences need more than `rows` rows.
+// sequences need more than `rows` rows. (harness/data/packing.hpp: the steps.)
 Batch make_packed_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int64_t seq_len,
                            const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task = {});
 

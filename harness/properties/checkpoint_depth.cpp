@@ -20,6 +20,7 @@
 #include "harness/data/synthetic.hpp"
 #include "harness/fit.hpp"
 #include "harness/properties/accum_support.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/models/presets.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/timing.hpp"
@@ -113,46 +114,19 @@ std::vector<SweepPoint> ck3_depth_sweep(Device& dev, DType dtype, Preset preset,
   const DepthSchedule schedules[] = {DepthSchedule::none, DepthSchedule::sqrt_l, DepthSchedule::every_block,
                                      DepthSchedule::quarter_l};
   for (DepthSchedule s : schedules) {
-    std::vector<double> xs, act, pass;
     const size_t first = out.size();
-    for (int64_t depth : ck3_depths(preset)) {
-      out.push_back(measure_depth_point(dev, dtype, preset, depth, s, seed));
-      const SweepPoint& p = out.back();
-      if (p.status != "ok") continue;
-      xs.push_back(static_cast<double>(depth));
-      act.push_back(p.metrics["activation_peak_bytes"].get<double>());
-      pass.push_back(p.metrics["pass_peak_bytes"].get<double>());
-    }
-    if (xs.size() < 2) continue;
-    const PowerFit fa = fit_power_law(xs, act), fp = fit_power_law(xs, pass);
-    for (size_t i = first; i < out.size(); ++i) {
-      out[i].metrics["activation_exponent"] = fa.exponent;
-      out[i].metrics["activation_exponent_r2"] = fa.r2;
-      out[i].metrics["pass_peak_exponent"] = fp.exponent;
-    }
+    for (int64_t depth : ck3_depths(preset)) out.push_back(measure_depth_point(dev, dtype, preset, depth, s, seed));
+    fit_series(out, first, "depth", "activation_peak_bytes", "activation_exponent");
+    fit_series(out, first, "depth", "pass_peak_bytes", "pass_peak_exponent");
   }
   return out;
 }
 
 namespace {
 
-// The property and the sweep read the same points: the sweep's points of the last
-// (device, dtype, preset, seed) measured in this process are kept for the other.
-// Byte counts are exact and do not depend on when they are taken.
+// The property and the sweep read the same points (sweep_support.hpp).
 std::vector<SweepPoint> depth_points(Device& dev, DType dtype, Preset preset, uint64_t seed) {
-  struct Key {
-    const Device* dev;
-    DType dtype;
-    Preset preset;
-    uint64_t seed;
-    bool operator==(const Key& o) const {
-      return dev == o.dev && dtype == o.dtype && preset == o.preset && seed == o.seed;
-    }
-  };
-  static std::optional<std::pair<Key, std::vector<SweepPoint>>> last;
-  const Key key{&dev, dtype, preset, seed};
-  if (!last || !(last->first == key)) last.emplace(key, ck3_depth_sweep(dev, dtype, preset, seed));
-  return last->second;
+  return cached_points("CK-3", dev, dtype, preset, seed, [&] { return ck3_depth_sweep(dev, dtype, preset, seed); });
 }
 
 }  // namespace

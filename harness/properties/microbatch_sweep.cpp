@@ -70,33 +70,15 @@ MicroBatchSweep microbatch_sweep_smoke_config() {
   return s;
 }
 
-namespace {
+OneBlasThread::OneBlasThread(const Device& dev) : active_(dev.kind() == BackendKind::cpu) {
+  if (!active_) return;
+  saved_ = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+}
 
-// On the CPU, a point's steps run BLAS on one thread. With two threads on a
-// machine shared with other work, each product waits for whichever thread is
-// descheduled: on a 2-core machine under a load of ~8 the same quick step took
-// a median of 0.25-1.4 s of wall clock, and a run of the sweep 9.6-23 s of CPU time
-// (one thread: 0.28-0.37 s, 8.7-9.2 s), too unsteady for any comparison. These
-// products are small, so one thread costs little when the machine is idle.
-class OneBlasThread {
- public:
-  explicit OneBlasThread(const Device& dev) : active_(dev.kind() == BackendKind::cpu) {
-    if (!active_) return;
-    saved_ = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-  }
-  ~OneBlasThread() {
-    if (active_) openblas_set_num_threads(saved_);
-  }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  bool active_;
-  int saved_ = 1;
-};
-
-}  // namespace
+OneBlasThread::~OneBlasThread() {
+  if (active_) openblas_set_num_threads(saved_);
+}
 
 SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing) {
   const OneBlasThread one_blas_thread(dev);

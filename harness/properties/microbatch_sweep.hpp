@@ -16,6 +16,24 @@
 
 namespace hr::props {
 
+// On the CPU, the timed steps of a point run BLAS on one thread. With two threads
+// on a machine shared with other work, each product waits for whichever thread is
+// descheduled: on a 2-core machine under a load of ~8 the same quick step took a
+// median of 0.25-1.4 s of wall clock, and a run of the sweep 9.6-23 s of CPU time
+// (one thread: 0.28-0.37 s, 8.7-9.2 s), too unsteady for any comparison. These
+// products are small, so one thread costs little when the machine is idle.
+class OneBlasThread {
+ public:
+  explicit OneBlasThread(const Device& dev);
+  ~OneBlasThread();
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  bool active_;
+  int saved_ = 1;
+};
+
 struct MicroBatchSweep {
   StepConfig base;                    // batch = the effective batch; micro_batch set per point
   std::vector<int64_t> micro_batches; // largest first: the reference for relative throughput

@@ -72,7 +72,17 @@ const std::map<std::string, std::string> kGpuOnly = {
 
 // Properties whose subtle control is still to come. The test fails when one of
 // them gains a subtle control (shrink the list) and when any other lacks one.
-const std::set<std::string> kSubtleControlPending = {};
+// - PK-3: its check counts packed rows at most half full beyond the one first fit
+//   allows (bound: none); the pad fractions beside it are measurements. A packer
+//   fault that leaves between 1 and 100 such rows at every seed is still to be found
+//   (next fit in arrival order, the gross control, leaves hundreds).
+// - PK-2: both faults it names are gross by nature. Without the boundary mask a
+//   sequence attends to whole other sequences; with positions running on, a
+//   sequence's tokens read, and send their gradient to, other rows of the learned
+//   position table, so that table's gradient differs in full (measured >= 110x
+//   bf16's bound, >= 1e5x fp32's). PK-1's own subtle control (the real-token count
+//   off) shows the same check seeing errors near its bound.
+const std::set<std::string> kSubtleControlPending = {"PK-2", "PK-3"};
 
 TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);

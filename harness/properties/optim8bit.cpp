@@ -56,8 +56,10 @@ std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale) {
 // Half the gap between the two codes around normalised value u (beyond the lowest
 // code, the gap of the two lowest), from the sorted codebook.
 double half_gap(const q8::Codebook& c, double u) {
-  int j = 0;
-  while (j + 2 < q8::kCodes && static_cast<double>(c.value[j + 1]) <= u) ++j;
+  // j: the last code <= u (0 below the lowest), at most kCodes - 2.
+  const float* above = std::upper_bound(c.value + 1, c.value + q8::kCodes - 1, u,
+                                        [](double x, float v) { return x < static_cast<double>(v); });
+  const int j = static_cast<int>(above - c.value) - 1;
   return 0.5 * (static_cast<double>(c.value[j + 1]) - static_cast<double>(c.value[j]));
 }
 

@@ -4,6 +4,8 @@
 // step time are read side by side.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
@@ -54,7 +56,9 @@ SweepPoint measure_optimizer_point(Device& dev, StepConfig cfg, OptimizerKind ki
 std::vector<SweepPoint> run_optimizer_sweep(RunContext& ctx) {
   const MicroBatchSweep base = microbatch_sweep_config(ctx.preset, ctx.device.kind());
   StepConfig cfg = base.base;
-  cfg.micro_batch = cfg.batch;
+  // The optimizer step does not depend on the micro-batch: the smallest keeps the
+  // gradient step that precedes the timing light on memory.
+  cfg.micro_batch = *std::min_element(base.micro_batches.begin(), base.micro_batches.end());
   std::vector<SweepPoint> points;
   points.push_back(measure_optimizer_point(ctx.device, cfg, OptimizerKind::adamw, 0, ctx.seed, base.timing));
   for (const int64_t block : {q8::kDefaultBlock, q8::kLargeBlock})

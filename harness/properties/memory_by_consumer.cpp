@@ -224,6 +224,10 @@ std::vector<StepConfig> memory_model_grid(Preset preset) {
     c.precision.compute = DType::bf16;
   });
   add(t, [](StepConfig& c) { c.optimizer.kind = OptimizerKind::sgd, c.optimizer.sgd.momentum = 0.9f; });
+  add(t, [](StepConfig& c) { c.optimizer.kind = OptimizerKind::adamw8bit; });
+  add(t, [](StepConfig& c) {
+    c.optimizer.kind = OptimizerKind::adamw8bit, c.optimizer.adamw8bit.block_size = q8::kLargeBlock;
+  });
 
   StepConfig m;
   m.model = ModelKind::mlp;

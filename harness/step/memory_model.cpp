@@ -30,6 +30,28 @@ size_t MemoryPrediction::of(Consumer c) const {
   return 0;
 }
 
+std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg) {
+  std::vector<int64_t> sizes;
+  if (cfg.model == ModelKind::mlp) {
+    const MlpConfig& m = cfg.mlp;
+    for (int64_t l = 0; l < m.layers; ++l) {
+      const int64_t in = l == 0 ? m.in_dim : m.width, out = l + 1 == m.layers ? m.out_dim : m.width;
+      sizes.push_back(out * in);
+      sizes.push_back(out);
+    }
+    if (m.norm != NormKind::none)
+      for (int64_t l = 0; l + 1 < m.layers; ++l) sizes.insert(sizes.end(), {m.width, m.width});
+    return sizes;
+  }
+  const TransformerConfig& t = cfg.transformer;
+  const int64_t C = t.d_model, R = t.mlp_ratio * C;
+  sizes = {t.vocab * C, t.max_positions * C};
+  for (int64_t l = 0; l < t.layers; ++l)
+    sizes.insert(sizes.end(), {C, C, C * C, C, C * C, C, C * C, C, C * C, C, C, C, R * C, R, C * R, C});
+  sizes.insert(sizes.end(), {C, C, t.vocab * C});
+  return sizes;
+}
+
 int64_t parameter_count(const StepConfig& cfg) {
   if (cfg.model == ModelKind::mlp) {
     const MlpConfig& m = cfg.mlp;
@@ -675,6 +697,12 @@ MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, Pred
     case OptimizerKind::adamw: optimizer = static_cast<double>(P) * 8; break;
     case OptimizerKind::sgd: optimizer = cfg.optimizer.sgd.momentum != 0.f ? static_cast<double>(P) * 4 : 0; break;
     case OptimizerKind::custom: optimizer = 0; break;  // not modelled
+    case OptimizerKind::adamw8bit:
+      // Per tensor: 2 bytes of codes per element plus 2 fp32 absmax per block, or fp32
+      // moments (8 bytes per element) under q8::kMin8bitNumel elements.
+      for (const int64_t n : parameter_tensor_sizes(cfg))
+        optimizer += static_cast<double>(adamw8bit_state_bytes(n, cfg.optimizer.adamw8bit.block_size));
+      break;
   }
 
   Ledger L;

@@ -5,7 +5,8 @@
 //   weights          = P * 4 (fp32 masters) + P * s (16-bit compute copies)
 //                      [+ BatchNorm running statistics 2 * W * 4 per norm layer]
 //   gradients        = P * 4 (fp32 accumulation)
-//   optimizer state  = AdamW 8 * P, SGD with momentum 4 * P, else 0
+//   optimizer state  = AdamW 8 * P, SGD with momentum 4 * P, 8-bit AdamW per tensor
+//                      2 * n + 8 * ceil(n / block) (8 * n under 4096 elements), else 0
 //   activations      = the per-layer formula (layer_terms, in the spirit of
 //                      Korthikanti et al. 2022's s*b*h*(34 + 5*a*s/h)), peak over the
 //                      forward pass and each checkpoint segment's recompute
@@ -21,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "harness/device.hpp"
 #include "harness/step/step_config.hpp"
@@ -51,6 +53,8 @@ struct MemoryPrediction {
 MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend = BackendKind::cpu,
                                 PredictionFault fault = PredictionFault::none);
 
+// Element counts of a configuration's parameter tensors, in the model's order.
+std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg);
 // Parameter count of a configuration's model (no allocation).
 int64_t parameter_count(const StepConfig& cfg);
 

@@ -10,6 +10,7 @@ const char* optimizer_kind_name(OptimizerKind k) {
     case OptimizerKind::sgd: return "sgd";
     case OptimizerKind::adamw: return "adamw";
     case OptimizerKind::custom: return "custom";
+    case OptimizerKind::adamw8bit: return "adamw8bit";
   }
   return "?";
 }
@@ -102,12 +103,96 @@ class AdamW final : public Optimizer {
   std::vector<std::string> names_;
 };
 
+// AdamW whose moments are kept block-wise in 8 bits between steps. Tensors under
+// q8::kMin8bitNumel elements (biases, norm weights) keep fp32 moments, as
+// bitsandbytes does by default (min_8bit_size = 4096).
+class AdamW8bit final : public Optimizer {
+ public:
+  AdamW8bit(const ops::AdamWConfig& cfg, const ops::AdamW8bitOptions& opt, ParamSet& params) : cfg_(cfg), opt_(opt) {
+    HR_ARG_CHECK(opt.block_size > 0, "optimizer.adamw8bit.block_size: must be positive, got {}", opt.block_size);
+    Device& dev = params.device();
+    for (Param& p : params.all()) {
+      State st;
+      if (p.trainable) {
+        const int64_t n = p.master.numel();
+        if (n >= q8::kMin8bitNumel) {
+          const Shape blocks{q8::block_count(n, opt.block_size)};
+          // Zero absmax decodes every code to zero: the moments start at zero.
+          st.m = Tensor::zeros(dev, p.master.shape(), DType::u8, Consumer::optimizer_state);
+          st.v = Tensor::zeros(dev, p.master.shape(), DType::u8, Consumer::optimizer_state);
+          st.m_absmax = Tensor::zeros(dev, blocks, DType::f32, Consumer::optimizer_state);
+          st.v_absmax = Tensor::zeros(dev, blocks, DType::f32, Consumer::optimizer_state);
+        } else {
+          st.m = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::optimizer_state);
+          st.v = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::optimizer_state);
+        }
+      }
+      states_.push_back(st);
+      names_.push_back(p.name);
+    }
+  }
+  std::string name() const override { return "adamw8bit"; }
+  void step(ParamSet& params, int64_t step) override {
+    auto& ps = params.all();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (!ps[i].trainable) continue;
+      ops::AdamWConfig c = cfg_;
+      if (!ps[i].weight_decay) c.weight_decay = 0.f;
+      State& st = states_[i];
+      if (st.m_absmax.defined())
+        ops::adamw8bit_step(ps[i].master, ps[i].grad, st.m, st.m_absmax, st.v, st.v_absmax, step, c, opt_);
+      else
+        ops::adamw_step(ps[i].master, ps[i].grad, st.m, st.v, step, c);
+    }
+  }
+  size_t state_bytes() const override {
+    size_t n = 0;
+    for (const State& st : states_)
+      for (const Tensor* t : {&st.m, &st.v, &st.m_absmax, &st.v_absmax})
+        if (t->defined()) n += t->nbytes();
+    return n;
+  }
+  std::vector<std::pair<std::string, Tensor>> state() const override {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (size_t i = 0; i < states_.size(); ++i) {
+      const State& st = states_[i];
+      if (!st.m.defined()) continue;
+      if (st.m_absmax.defined()) {
+        out.emplace_back(names_[i] + ".exp_avg.codes", st.m);
+        out.emplace_back(names_[i] + ".exp_avg.absmax", st.m_absmax);
+        out.emplace_back(names_[i] + ".exp_avg_sq.codes", st.v);
+        out.emplace_back(names_[i] + ".exp_avg_sq.absmax", st.v_absmax);
+      } else {
+        out.emplace_back(names_[i] + ".exp_avg", st.m);
+        out.emplace_back(names_[i] + ".exp_avg_sq", st.v);
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct State {
+    Tensor m, v;                // uint8 codes, or fp32 moments for small tensors
+    Tensor m_absmax, v_absmax;  // fp32, one per block; undefined for fp32 state
+  };
+  ops::AdamWConfig cfg_;
+  ops::AdamW8bitOptions opt_;
+  std::vector<State> states_;
+  std::vector<std::string> names_;
+};
+
 }  // namespace
+
+size_t adamw8bit_state_bytes(int64_t numel, int64_t block_size) {
+  if (numel < q8::kMin8bitNumel) return static_cast<size_t>(numel) * 8;
+  return static_cast<size_t>(2 * numel + 2 * 4 * q8::block_count(numel, block_size));
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamSet& params) {
   switch (cfg.kind) {
     case OptimizerKind::sgd: return std::make_unique<Sgd>(cfg.sgd, params);
     case OptimizerKind::adamw: return std::make_unique<AdamW>(cfg.adamw, params);
+    case OptimizerKind::adamw8bit: return std::make_unique<AdamW8bit>(cfg.adamw, cfg.adamw8bit, params);
     case OptimizerKind::custom:
       HR_ARG_CHECK(static_cast<bool>(cfg.factory), "optimizer.factory: kind 'custom' needs a factory");
       return cfg.factory(params);

@@ -11,6 +11,7 @@
 
 #include "harness/models/params.hpp"
 #include "kernels/optim/optim.hpp"
+#include "kernels/optim/optim8.hpp"
 
 namespace hr {
 
@@ -27,16 +28,24 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
 };
 
-enum class OptimizerKind : uint8_t { sgd, adamw, custom };
-const char* optimizer_kind_name(OptimizerKind k);  // "sgd" | "adamw" | "custom"
+// adamw8bit: AdamW with block-wise 8-bit moments (kernels/optim/optim8.hpp);
+// tensors under q8::kMin8bitNumel elements keep fp32 moments.
+enum class OptimizerKind : uint8_t { sgd, adamw, custom, adamw8bit };
+const char* optimizer_kind_name(OptimizerKind k);  // "sgd" | "adamw" | "custom" | "adamw8bit"
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adamw;
   ops::SgdConfig sgd;
-  ops::AdamWConfig adamw;
+  ops::AdamWConfig adamw;  // also the hyperparameters of adamw8bit
+  ops::AdamW8bitOptions adamw8bit;
   // kind == custom: builds the optimizer for a parameter set (e.g. 8-bit AdamW).
   std::function<std::unique_ptr<Optimizer>(ParamSet&)> factory;
 };
+
+// Bytes of 8-bit AdamW state for one tensor of `numel` elements: codes for both
+// moments plus one fp32 absmax per block per moment, or fp32 moments below
+// q8::kMin8bitNumel elements.
+size_t adamw8bit_state_bytes(int64_t numel, int64_t block_size);
 
 // State is allocated here, for every trainable parameter.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamSet& params);

@@ -85,6 +85,10 @@ void validate(const StepConfig& c) {
     case OptimizerKind::sgd:
       HR_ARG_CHECK(c.optimizer.sgd.lr >= 0.f, "optimizer.sgd.lr: must be >= 0, got {}", c.optimizer.sgd.lr);
       break;
+    case OptimizerKind::adamw8bit:
+      HR_ARG_CHECK(c.optimizer.adamw8bit.block_size > 0, "optimizer.adamw8bit.block_size: must be positive, got {}",
+                   c.optimizer.adamw8bit.block_size);
+      [[fallthrough]];
     case OptimizerKind::adamw:
       HR_ARG_CHECK(c.optimizer.adamw.lr >= 0.f, "optimizer.adamw.lr: must be >= 0, got {}", c.optimizer.adamw.lr);
       HR_ARG_CHECK(c.optimizer.adamw.beta1 >= 0.f && c.optimizer.adamw.beta1 < 1.f &&
@@ -222,7 +226,9 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
                 {"momentum", c.optimizer.sgd.momentum},
                 {"weight_decay", c.optimizer.sgd.weight_decay}};
-  if (c.optimizer.kind == OptimizerKind::adamw)
+  if (c.optimizer.kind == OptimizerKind::adamw8bit)
+    o["adamw8bit"] = {{"block_size", c.optimizer.adamw8bit.block_size}};
+  if (c.optimizer.kind == OptimizerKind::adamw || c.optimizer.kind == OptimizerKind::adamw8bit)
     o["adamw"] = {{"lr", c.optimizer.adamw.lr},     {"beta1", c.optimizer.adamw.beta1},
                   {"beta2", c.optimizer.adamw.beta2}, {"eps", c.optimizer.adamw.eps},
                   {"weight_decay", c.optimizer.adamw.weight_decay}};
@@ -458,9 +464,15 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
   if (const nlohmann::json* op = section(j, "optimizer", "")) {
     const auto& o = *op;
     const std::string kind = get_str(o, "kind", optimizer_kind_name(base.optimizer.kind), "optimizer.");
-    HR_ARG_CHECK(kind == "sgd" || kind == "adamw" || (kind == "custom" && base.optimizer.kind == OptimizerKind::custom),
-                 "optimizer.kind: unknown optimizer '{}' (expected sgd or adamw)", kind);
-    if (kind != "custom") c.optimizer.kind = kind == "sgd" ? OptimizerKind::sgd : OptimizerKind::adamw;
+    HR_ARG_CHECK(kind == "sgd" || kind == "adamw" || kind == "adamw8bit" ||
+                     (kind == "custom" && base.optimizer.kind == OptimizerKind::custom),
+                 "optimizer.kind: unknown optimizer '{}' (expected sgd, adamw or adamw8bit)", kind);
+    if (kind == "sgd") c.optimizer.kind = OptimizerKind::sgd;
+    if (kind == "adamw") c.optimizer.kind = OptimizerKind::adamw;
+    if (kind == "adamw8bit") c.optimizer.kind = OptimizerKind::adamw8bit;
+    if (const nlohmann::json* q = section(o, "adamw8bit", "optimizer.")) {
+      get(*q, "block_size", c.optimizer.adamw8bit.block_size, "optimizer.adamw8bit.");
+    }
     if (const nlohmann::json* sgd = section(o, "sgd", "optimizer.")) {
       get(*sgd, "lr", c.optimizer.sgd.lr, "optimizer.sgd.");
       get(*sgd, "momentum", c.optimizer.sgd.momentum, "optimizer.sgd.");

@@ -59,15 +59,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t
   HR_ARG_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
   HR_ARG_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f && cfg.eps > 0.f,
                "adamw_step: betas ({}, {}) must be in [0, 1) and eps {} > 0", cfg.beta1, cfg.beta2, cfg.eps);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(step));
-  const optim::AdamWScalars s{cfg.lr,
-                              cfg.beta1,
-                              cfg.beta2,
-                              cfg.eps,
-                              cfg.weight_decay,
-                              static_cast<float>(cfg.lr / bc1),
-                              static_cast<float>(std::sqrt(bc2))};
+  const optim::AdamWScalars s =
+      optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
   HR_IF_CUDA(param, cuda::adamw_step(param, grad, m, v, s));
   dispatch_float2(param.dtype(), grad.dtype(), "adamw_step", [&](auto tp, auto tg) {
     using TP = decltype(tp);

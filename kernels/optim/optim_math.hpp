@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/common/hd.hpp"
 
@@ -32,6 +33,15 @@ struct AdamWScalars {
   float step_size;           // lr / (1 - beta1^step)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
 };
+
+// The per-step scalars, bias corrections in double on the host, once per step
+// (shared by the fp32 and the 8-bit AdamW so that both take the same step).
+inline AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  return AdamWScalars{lr, beta1, beta2, eps, weight_decay, static_cast<float>(lr / bc1),
+                      static_cast<float>(std::sqrt(bc2))};
+}
 
 // PyTorch: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= step_size m / (sqrt(v) / sqrt(bc2) + eps).

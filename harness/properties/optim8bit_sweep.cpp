@@ -1,0 +1,79 @@
+// BM-OPT: fp32 AdamW against 8-bit AdamW (block 256 and 2048) on the model of BM-MB:
+// the optimizer step's time alone (gradients from one real step, then the update
+// timed) and the state's bytes per consumer, so the memory saved and its cost in
+// step time are read side by side.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "harness/check.hpp"
+#include "harness/data/synthetic.hpp"
+#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/step/train_step.hpp"
+
+namespace hr::props {
+namespace {
+
+SweepPoint measure_optimizer_point(Device& dev, StepConfig cfg, OptimizerKind kind, int64_t block, uint64_t seed,
+                                   const TimingOptions& timing) {
+  cfg.optimizer.kind = kind;
+  cfg.optimizer.adamw8bit.block_size = block;
+  SweepPoint p;
+  p.sweep = "BM-OPT";
+  p.backend = backend_name(dev.kind());
+  p.dtype = dtype_name(cfg.precision.compute);
+  p.model = model_kind_name(cfg.model);
+  p.config = {{"optimizer", optimizer_kind_name(kind)},
+              {"block_size", kind == OptimizerKind::adamw8bit ? nlohmann::json(block) : nlohmann::json(nullptr)},
+              {"d_model", cfg.transformer.d_model},
+              {"layers", cfg.transformer.layers},
+              {"vocab", cfg.transformer.vocab}};
+  try {
+    TrainStep step(dev, cfg);
+    const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
+    step.step(batch);  // gradients, and the state's first touch, out of the timed region
+    dev.synchronize();
+    dev.memory().reset_peak();
+    int64_t t = 1;
+    TimingOptions timed = timing;
+    timed.reference_work = dev.kind() == BackendKind::cpu;
+    p.time = time_region(dev, [&] { step.optimizer().step(step.params(), ++t); }, timed);
+    p.memory = dev.memory().snapshot();
+    const double params = static_cast<double>(step.params().trainable_numel());
+    const double state = static_cast<double>(step.optimizer().state_bytes());
+    p.metrics["optimizer_step_s"] = p.time->median_s;
+    p.metrics["state_bytes"] = state;
+    p.metrics["state_bytes_per_parameter"] = state / params;
+    p.metrics["parameters"] = params;
+    p.metrics["noisy"] = p.time->noisy;
+  } catch (const OutOfMemory& e) {
+    p.status = "out_of_memory";
+    p.reason = e.what();
+  }
+  return p;
+}
+
+std::vector<SweepPoint> run_optimizer_sweep(RunContext& ctx) {
+  const MicroBatchSweep base = microbatch_sweep_config(ctx.preset, ctx.device.kind());
+  StepConfig cfg = base.base;
+  // The optimizer step does not depend on the micro-batch: the smallest keeps the
+  // gradient step that precedes the timing light on memory.
+  cfg.micro_batch = *std::min_element(base.micro_batches.begin(), base.micro_batches.end());
+  std::vector<SweepPoint> points;
+  points.push_back(measure_optimizer_point(ctx.device, cfg, OptimizerKind::adamw, 0, ctx.seed, base.timing));
+  for (const int64_t block : {q8::kDefaultBlock, q8::kLargeBlock})
+    points.push_back(measure_optimizer_point(ctx.device, cfg, OptimizerKind::adamw8bit, block, ctx.seed, base.timing));
+  const SweepPoint& ref = points.front();
+  for (SweepPoint& p : points) {
+    if (p.status != "ok" || ref.status != "ok") continue;
+    p.metrics["step_time_vs_fp32"] = p.metrics["optimizer_step_s"].get<double>() / ref.metrics["optimizer_step_s"].get<double>();
+    p.metrics["state_bytes_vs_fp32"] = p.metrics["state_bytes"].get<double>() / ref.metrics["state_bytes"].get<double>();
+  }
+  return points;
+}
+
+HR_REGISTER_SWEEP(SweepSpec{"BM-OPT", "fp32 AdamW against 8-bit AdamW: optimizer step time and state bytes", 2.0,
+                            run_optimizer_sweep});
+
+}  // namespace
+}  // namespace hr::props

@@ -1,0 +1,122 @@
+// 8-bit optimizer state: checks, dispatch, and the CPU loops over
+// quant8_math.hpp, one quantisation block at a time (absmax first, then codes).
+#include "kernels/optim/optim8.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/common/dispatch.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
+
+#if HEADROOM_HAVE_CUDA
+#include "kernels/optim/optim8_cuda.hpp"
+#endif
+
+namespace hr::ops {
+namespace {
+
+// Each map is built once (its values do not change) and shared by both backends.
+const q8::Codebook& codebook(q8::MapKind kind) {
+  static const q8::Codebook maps[] = {q8::make_codebook(q8::MapKind::dynamic_signed),
+                                      q8::make_codebook(q8::MapKind::dynamic_unsigned),
+                                      q8::make_codebook(q8::MapKind::linear_signed),
+                                      q8::make_codebook(q8::MapKind::linear_unsigned)};
+  return maps[static_cast<int>(kind)];
+}
+
+void check_quantised(const Tensor& like, const Tensor& codes, const Tensor& absmax, int64_t block_size,
+                     const char* op) {
+  HR_ARG_CHECK(block_size > 0, "{}: block size must be positive, got {}", op, block_size);
+  HR_CHECK(codes.defined() && absmax.defined(), "{}: undefined state", op);
+  HR_CHECK(codes.dtype() == DType::u8 && codes.numel() == like.numel(), "{}: codes must be uint8 of {} elements, got {}",
+           op, like.numel(), codes.str());
+  HR_CHECK(absmax.dtype() == DType::f32 && absmax.numel() == q8::block_count(like.numel(), block_size),
+           "{}: absmax must be fp32 of {} blocks, got {}", op, q8::block_count(like.numel(), block_size), absmax.str());
+  check_same_device(like, codes, op);
+  check_same_device(like, absmax, op);
+}
+
+}  // namespace
+
+void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, q8::MapKind map) {
+  HR_CHECK(x.defined() && x.dtype() == DType::f32, "quantize_blockwise: fp32 input expected, got {}", x.str());
+  check_quantised(x, codes, absmax, block_size, "quantize_blockwise");
+  const q8::Codebook& c = codebook(map);
+  HR_IF_CUDA(x, cuda::quantize_blockwise(x, codes, absmax, block_size, c));
+  const float* px = x.data_as<float>();
+  uint8_t* pq = codes.data_as<uint8_t>();
+  float* pa = absmax.data_as<float>();
+  const int64_t n = x.numel();
+  for (int64_t b = 0, nb = absmax.numel(); b < nb; ++b) {
+    const int64_t begin = b * block_size, end = std::min(n, begin + block_size);
+    float a = 0.f;
+    for (int64_t i = begin; i < end; ++i) a = fmaxf(a, fabsf(px[i]));
+    pa[b] = a;
+    for (int64_t i = begin; i < end; ++i) pq[i] = q8::quantize(c, px[i], a);
+  }
+}
+
+void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out, int64_t block_size,
+                          q8::MapKind map) {
+  HR_CHECK(out.defined() && out.dtype() == DType::f32, "dequantize_blockwise: fp32 output expected, got {}",
+           out.str());
+  check_quantised(out, codes, absmax, block_size, "dequantize_blockwise");
+  const q8::Codebook& c = codebook(map);
+  HR_IF_CUDA(out, cuda::dequantize_blockwise(codes, absmax, out, block_size, c));
+  const uint8_t* pq = codes.data_as<uint8_t>();
+  const float* pa = absmax.data_as<float>();
+  float* po = out.data_as<float>();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = q8::decode(c, pq[i], pa[i / block_size]);
+}
+
+void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& m_absmax, Tensor& v_codes,
+                    Tensor& v_absmax, int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt) {
+  const char* op = "adamw8bit_step";
+  HR_CHECK(param.defined() && grad.defined(), "{}: undefined tensor", op);
+  HR_CHECK(is_float(param.dtype()) && is_float(grad.dtype()), "{}: float tensors expected: {}, {}", op, param.str(),
+           grad.str());
+  check_same_shape(param, grad, op);
+  check_same_device(param, grad, op);
+  check_quantised(param, m_codes, m_absmax, opt.block_size, op);
+  check_quantised(param, v_codes, v_absmax, opt.block_size, op);
+  HR_ARG_CHECK(step >= 1, "{}: step is 1-based, got {}", op, step);
+  HR_ARG_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f && cfg.eps > 0.f,
+               "{}: betas ({}, {}) must be in [0, 1) and eps {} > 0", op, cfg.beta1, cfg.beta2, cfg.eps);
+  const optim::AdamWScalars s = optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  const q8::Codebook& cm = codebook(opt.m_map);
+  const q8::Codebook& cv = codebook(opt.v_map);
+  HR_IF_CUDA(param, cuda::adamw8bit_step(param, grad, m_codes, m_absmax, v_codes, v_absmax, opt.block_size, cm, cv, s));
+  dispatch_float2(param.dtype(), grad.dtype(), op, [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    TP* p = param.data_as<TP>();
+    const TG* g = grad.data_as<TG>();
+    uint8_t* mq = m_codes.data_as<uint8_t>();
+    uint8_t* vq = v_codes.data_as<uint8_t>();
+    float* ma = m_absmax.data_as<float>();
+    float* va = v_absmax.data_as<float>();
+    const int64_t n = param.numel();
+    std::vector<float> m(static_cast<size_t>(std::min(n, opt.block_size)));
+    std::vector<float> v(m.size());
+    for (int64_t b = 0, nb = m_absmax.numel(); b < nb; ++b) {
+      const int64_t begin = b * opt.block_size, end = std::min(n, begin + opt.block_size);
+      float m_new = 0.f, v_new = 0.f;  // the block's new absmax
+      for (int64_t i = begin; i < end; ++i) {
+        float* mi = &m[static_cast<size_t>(i - begin)];
+        float* vi = &v[static_cast<size_t>(i - begin)];
+        p[i] = from_float<TP>(q8::adamw8(to_float(p[i]), to_float(g[i]), mq[i], vq[i], ma[b], va[b], cm, cv, s, mi, vi));
+        m_new = fmaxf(m_new, fabsf(*mi));
+        v_new = fmaxf(v_new, fabsf(*vi));
+      }
+      ma[b] = m_new;
+      va[b] = v_new;
+      for (int64_t i = begin; i < end; ++i) {
+        mq[i] = q8::quantize(cm, m[static_cast<size_t>(i - begin)], m_new);
+        vq[i] = q8::quantize(cv, v[static_cast<size_t>(i - begin)], v_new);
+      }
+    }
+  });
+}
+
+}  // namespace hr::ops

@@ -112,7 +112,10 @@ Param& ParamSet::add(std::string name, Shape shape, const std::vector<float>& va
     p.compute = Tensor::empty(*dev_, shape, storage_.compute, Consumer::weights);
     ops::cast(p.master, p.compute);
   }
-  p.grad = Tensor::zeros(*dev_, shape, DType::f32, Consumer::gradients);
+  // A frozen parameter (LoRA's base) never owns a gradient buffer, not even briefly:
+  // the tracker's gradient peak would show it.
+  if (add_frozen_) p.trainable = false;
+  else p.grad = Tensor::zeros(*dev_, shape, DType::f32, Consumer::gradients);
   p.weight_decay = weight_decay;
   p.init = std::move(init_desc);
   params_.push_back(std::move(p));

@@ -63,6 +63,8 @@ class ParamSet {
   void sync_compute();
   // Marks a parameter frozen: drops its gradient buffer.
   void freeze(const std::string& name);
+  // Parameters added while this is set are frozen from the start (no gradient buffer).
+  void set_add_frozen(bool frozen) { add_frozen_ = frozen; }
 
   Device& device() const { return *dev_; }
   const ParamStorage& storage() const { return storage_; }
@@ -72,7 +74,8 @@ class ParamSet {
   Device* dev_;
   ParamStorage storage_;
   uint64_t seed_;
-  uint64_t next_stream_ = 0;  // index of the next parameter's offset range
+  uint64_t next_stream_ = 0;
+  bool add_frozen_ = false;  // index of the next parameter's offset range
   std::vector<Param> params_;
 };
 

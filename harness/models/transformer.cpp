@@ -30,8 +30,12 @@ struct TransformerModel::State final : BlockState {
   DropoutDraw drop_probs, drop_attn, drop_mlp;  // replay the three sites' masks
 };
 
-TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed)
-    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute) {
+TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed,
+                                   int64_t lora_rank, float lora_alpha)
+    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute), lora_rank_(lora_rank) {
+  HR_ARG_CHECK(lora_rank >= 0, "adapters.rank: {} < 0", lora_rank);
+  if (lora_rank > 0) lora_scale_ = lora_alpha / static_cast<float>(lora_rank);
+  params_.set_add_frozen(lora_rank > 0);
   const int64_t C = cfg.d_model, R = cfg.mlp_ratio * cfg.d_model;
   const float std = 0.02f;
   const float proj_std = std / std::sqrt(2.f * static_cast<float>(cfg.layers));
@@ -62,6 +66,59 @@ TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, Pa
   lnf_w_ = idx(params_.add_const("ln_f.weight", {C}, 1.f));
   lnf_b_ = idx(params_.add_const("ln_f.bias", {C}, 0.f));
   head_w_ = idx(params_.add_normal("lm_head.weight", {cfg.vocab, C}, std));
+  params_.set_add_frozen(false);
+  if (lora_rank > 0) {
+    const float bound = 1.f / std::sqrt(static_cast<float>(C));
+    for (int64_t l = 0; l < cfg.layers; ++l) {
+      const std::string h = fmt::format("h.{}.attn.", l);
+      BlockParams& b = blocks_[static_cast<size_t>(l)];
+      b.q_la = idx(params_.add_uniform(h + "q.lora_A", {lora_rank, C}, bound));
+      b.q_lb = idx(params_.add_const(h + "q.lora_B", {C, lora_rank}, 0.f, true));
+      b.v_la = idx(params_.add_uniform(h + "v.lora_A", {lora_rank, C}, bound));
+      b.v_lb = idx(params_.add_const(h + "v.lora_B", {C, lora_rank}, 0.f, true));
+    }
+  }
+}
+
+void TransformerModel::lora_forward(int a, int b, const Tensor& x, Tensor& lin) {
+  Device& dev = x.device();
+  const int64_t N = x.dim(0);
+  Tensor u = Tensor::empty(dev, {N, lora_rank_}, dtype_, Consumer::workspace);
+  ops::linear_forward(x, P(a).compute, Tensor(), u);
+  ops::scale(u, lora_scale_, u);
+  Tensor d = Tensor::empty(dev, lin.shape(), dtype_, Consumer::workspace);
+  ops::linear_forward(u, P(b).compute, Tensor(), d);
+  u = Tensor();
+  ops::add(lin, d, lin);
+}
+
+void TransformerModel::lora_backward(int a, int b, const Tensor& x, const Tensor& dlin, Tensor& dx) {
+  Device& dev = x.device();
+  const int64_t N = x.dim(0);
+  Tensor no_bias;
+  Tensor u = Tensor::empty(dev, {N, lora_rank_}, dtype_, Consumer::workspace);  // recomputed, not kept
+  ops::linear_forward(x, P(a).compute, Tensor(), u);
+  ops::scale(u, lora_scale_, u);
+  Tensor du = Tensor::empty(dev, {N, lora_rank_}, dtype_, Consumer::workspace);
+  ops::linear_backward(u, P(b).compute, dlin, du, P(b).grad, no_bias);  // dB += dlin^T (s u)
+  u = Tensor();
+  ops::scale(du, lora_scale_, du);
+  Tensor dxa = Tensor::empty(dev, x.shape(), dtype_, Consumer::workspace);
+  ops::linear_backward(x, P(a).compute, du, dxa, P(a).grad, no_bias);  // dA += (s dlin B)^T x
+  du = Tensor();
+  ops::add(dx, dxa, dx);
+}
+
+void TransformerModel::layernorm_backward_params(const Tensor& dy, const Tensor& x, int w, int b, const Tensor& mean,
+                                                 const Tensor& rstd, Tensor& dx) {
+  if (P(w).grad.defined()) {
+    ops::layernorm_backward(dy, x, P(w).compute, mean, rstd, dx, P(w).grad, P(b).grad);
+    return;
+  }
+  const int64_t C = x.dim(-1);
+  Tensor dg = Tensor::zeros(x.device(), {C}, DType::f32, Consumer::workspace);
+  Tensor db = Tensor::zeros(x.device(), {C}, DType::f32, Consumer::workspace);
+  ops::layernorm_backward(dy, x, P(w).compute, mean, rstd, dx, dg, db);
 }
 
 int64_t TransformerModel::loss_items(const Batch& mb) const {
@@ -87,16 +144,17 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   st->mean1 = Tensor::empty(dev, {N}, DType::f32, stats_c);
   st->rstd1 = Tensor::empty(dev, {N}, DType::f32, stats_c);
   ops::layernorm_forward(x, P(bp.ln1_w).compute, P(bp.ln1_b).compute, cfg_.ln_eps, st->ln1, st->mean1, st->rstd1);
-  auto project_heads = [&](int w, int b) {
+  auto project_heads = [&](int w, int b, int la = -1, int lb = -1) {
     Tensor lin = Tensor::empty(dev, {N, C}, dtype_, ws);
     ops::linear_forward(st->ln1, P(w).compute, P(b).compute, lin);
+    if (la >= 0) lora_forward(la, lb, st->ln1, lin);
     Tensor heads = Tensor::empty(dev, {B_, H, T_, D}, dtype_, a);
     ops::split_heads(lin.reshape({B_, T_, C}), H, heads);
     return heads;
   };
-  st->q = project_heads(bp.q_w, bp.q_b);
+  st->q = project_heads(bp.q_w, bp.q_b, bp.q_la, bp.q_lb);
   st->k = project_heads(bp.k_w, bp.k_b);
-  st->v = project_heads(bp.v_w, bp.v_b);
+  st->v = project_heads(bp.v_w, bp.v_b, bp.v_la, bp.v_lb);
   st->att = Tensor::empty(dev, {B_, H, T_, D}, dtype_, a);
   const ops::AttentionImpl impl =
       cfg_.memory_efficient_attention ? ops::AttentionImpl::memory_efficient : ops::AttentionImpl::naive;
@@ -179,8 +237,7 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
     ops::linear_backward(st.ln2, P(bp.fc_w).compute, dfc, dln2, P(bp.fc_w).grad, P(bp.fc_b).grad);
     dfc = Tensor();
     st.ln2 = Tensor();
-    ops::layernorm_backward(dln2, st.x1, P(bp.ln2_w).compute, st.mean2, st.rstd2, dx1, P(bp.ln2_w).grad,
-                            P(bp.ln2_b).grad);
+    layernorm_backward_params(dln2, st.x1, bp.ln2_w, bp.ln2_b, st.mean2, st.rstd2, dx1);
     ops::add(dx1, dy, dx1);  // the residual path
     st.x1 = st.mean2 = st.rstd2 = Tensor();
   }
@@ -223,21 +280,21 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
   {
     Tensor tmp = Tensor::empty(dev, {N, C}, dtype_, ws);
     Tensor lin = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
-    auto back = [&](Tensor& dh, int w, int b, Tensor& into) {
+    auto back = [&](Tensor& dh, int w, int b, Tensor& into, int la = -1, int lb = -1) {
       ops::merge_heads(dh, lin);
       dh = Tensor();
       ops::linear_backward(st.ln1, P(w).compute, lin.reshape({N, C}), into, P(w).grad, P(b).grad);
+      if (la >= 0) lora_backward(la, lb, st.ln1, lin.reshape({N, C}), into);
     };
-    back(dq, bp.q_w, bp.q_b, dln1);
+    back(dq, bp.q_w, bp.q_b, dln1, bp.q_la, bp.q_lb);
     back(dk, bp.k_w, bp.k_b, tmp);
     ops::add(dln1, tmp, dln1);
-    back(dv, bp.v_w, bp.v_b, tmp);
+    back(dv, bp.v_w, bp.v_b, tmp, bp.v_la, bp.v_lb);
     ops::add(dln1, tmp, dln1);
     st.ln1 = Tensor();
   }
   Tensor dx = Tensor::empty(dev, {N, C}, dtype_, ws);
-  ops::layernorm_backward(dln1, st.x, P(bp.ln1_w).compute, st.mean1, st.rstd1, dx, P(bp.ln1_w).grad,
-                          P(bp.ln1_b).grad);
+  layernorm_backward_params(dln1, st.x, bp.ln1_w, bp.ln1_b, st.mean1, st.rstd1, dx);
   ops::add(dx, dx1, dx);
   st.x = st.mean1 = st.rstd1 = Tensor();
   (void)need_dx;  // block 0's dx feeds the embedding gradient: always needed
@@ -299,13 +356,14 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   }
   lnf = Tensor();
   Tensor dxL = Tensor::empty(dev, {N, C}, dtype_, Consumer::workspace);
-  ops::layernorm_backward(dlnf, xL, P(lnf_w_).compute, meanf, rstdf, dxL, P(lnf_w_).grad, P(lnf_b_).grad);
+  layernorm_backward_params(dlnf, xL, lnf_w_, lnf_b_, meanf, rstdf, dxL);
   dlnf = meanf = rstdf = xL = Tensor();
 
   Tensor dx0 = stack.backward(dxL, true);
   dxL = Tensor();
   x0 = Tensor();
-  ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad);
+  if (P(wte_).grad.defined())  // frozen embeddings (LoRA): no gradient to scatter
+    ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad);
   stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
 }

@@ -15,6 +15,15 @@
 // h.{i}.attn.{q,k,v,proj}.{weight,bias}, h.{i}.ln2.{weight,bias},
 // h.{i}.mlp.{fc,proj}.{weight,bias}, ln_f.{weight,bias}, lm_head.weight.
 //
+// LoRA (lora_rank > 0): every base parameter is frozen (no gradient buffer, no
+// optimizer state) and the q and v projections (separate matrices, not a fused
+// qkv) get y += (alpha / r) (x A^T) B^T with A [r, C] uniform(+-1/sqrt(C)) (the
+// kaiming-uniform bound of nn.Linear) and B [C, r] zero, named
+// h.{i}.attn.{q,v}.lora_{A,B}, added after every base parameter so the base draws
+// the same Philox values as without adapters. The adapter's [N, r] product is
+// recomputed in the backward pass, not kept; frozen LayerNorms take their
+// parameter gradients into fp32 [C] workspace temporaries (the kernel needs them).
+//
 // Activations kept per block (N = B*T tokens, C = d_model, H heads, s = bytes of
 // the compute dtype), the formula MEM-1 predicts with:
 //   x (block input) N C s | LN1 out N C s + mean, rstd 2 N 4 | q, k, v 3 N C s |
@@ -38,7 +47,10 @@ namespace hr {
 
 class TransformerModel final : public Model, private BlockStack {
  public:
-  TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed);
+  TransformerModel(Device& dev, const TransformerConfig& cfg, ParamStorage storage, uint64_t seed,
+                   int64_t lora_rank = 0, float lora_alpha = 0.f);
+  int64_t lora_rank() const { return lora_rank_; }
+  float lora_scale() const { return lora_scale_; }
 
   const char* name() const override { return "transformer"; }
   const TransformerConfig& config() const { return cfg_; }
@@ -50,7 +62,15 @@ class TransformerModel final : public Model, private BlockStack {
  private:
   struct BlockParams {
     int ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
+    int q_la = -1, q_lb = -1, v_la = -1, v_lb = -1;  // LoRA A and B of q and v (-1: none)
   };
+  // lin += scale (x A^T) B^T
+  void lora_forward(int a, int b, const Tensor& x, Tensor& lin);
+  // A's and B's gradients from the projection's output gradient dlin; dx += its path's share.
+  void lora_backward(int a, int b, const Tensor& x, const Tensor& dlin, Tensor& dx);
+  // LayerNorm backward; a frozen norm's parameter gradients go to workspace temporaries.
+  void layernorm_backward_params(const Tensor& dy, const Tensor& x, int w, int b, const Tensor& mean,
+                                 const Tensor& rstd, Tensor& dx);
   struct State;
 
   Param& P(int i) { return params_.all()[static_cast<size_t>(i)]; }
@@ -62,6 +82,8 @@ class TransformerModel final : public Model, private BlockStack {
   TransformerConfig cfg_;
   DType dtype_;
   int wte_, wpe_, lnf_w_, lnf_b_, head_w_;
+  int64_t lora_rank_ = 0;
+  float lora_scale_ = 0.f;  // alpha / r
   std::vector<BlockParams> blocks_;
   // Per micro-batch context the blocks read.
   int64_t B_ = 0, T_ = 0;

@@ -30,6 +30,7 @@ void describe(Measurement& m, Device& dev, const StepConfig& cfg) {
   c["batch"] = cfg.batch;
   c["checkpoint_every_k"] = cfg.checkpoint.every_k_blocks;
   c["optimizer"] = optimizer_kind_name(cfg.optimizer.kind);
+  if (cfg.adapters.kind == AdapterKind::lora) c["lora_rank"] = cfg.adapters.rank, c["lora_alpha"] = cfg.adapters.alpha;
   if (cfg.model == ModelKind::transformer) {
     c["layers"] = cfg.transformer.layers;
     c["d_model"] = cfg.transformer.d_model;
@@ -227,6 +228,12 @@ std::vector<StepConfig> memory_model_grid(Preset preset) {
   add(t, [](StepConfig& c) { c.optimizer.kind = OptimizerKind::adamw8bit; });
   add(t, [](StepConfig& c) {
     c.optimizer.kind = OptimizerKind::adamw8bit, c.optimizer.adamw8bit.block_size = q8::kLargeBlock;
+  });
+  // LoRA: frozen base (no gradients, no state), adapters on q and v; fp32 and bf16.
+  add(t, [](StepConfig& c) { c.adapters.kind = AdapterKind::lora, c.adapters.rank = 4, c.adapters.alpha = 8.f; });
+  add(t, [](StepConfig& c) {
+    c.adapters.kind = AdapterKind::lora, c.adapters.rank = 8, c.precision.compute = DType::bf16,
+    c.checkpoint.every_k_blocks = 1;
   });
 
   StepConfig m;

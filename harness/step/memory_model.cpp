@@ -49,6 +49,17 @@ std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg) {
   for (int64_t l = 0; l < t.layers; ++l)
     sizes.insert(sizes.end(), {C, C, C * C, C, C * C, C, C * C, C, C * C, C, C, C, R * C, R, C * R, C});
   sizes.insert(sizes.end(), {C, C, t.vocab * C});
+  if (cfg.adapters.kind == AdapterKind::lora) {  // q and v's A [r, C] and B [C, r], after the base
+    const int64_t r = cfg.adapters.rank;
+    for (int64_t l = 0; l < t.layers; ++l) sizes.insert(sizes.end(), {r * C, C * r, r * C, C * r});
+  }
+  return sizes;
+}
+
+std::vector<int64_t> trainable_tensor_sizes(const StepConfig& cfg) {
+  std::vector<int64_t> sizes = parameter_tensor_sizes(cfg);
+  if (cfg.adapters.kind == AdapterKind::lora)  // the frozen base owns no gradient and no state
+    sizes.erase(sizes.begin(), sizes.end() - 4 * cfg.transformer.layers);
   return sizes;
 }
 
@@ -70,7 +81,8 @@ int64_t parameter_count(const StepConfig& cfg) {
                             + 2 * C            // ln2
                             + (R * C + R)      // fc
                             + (C * R + C);     // mlp proj
-  return t.vocab * C + t.max_positions * C + t.layers * per_block + 2 * C + t.vocab * C;
+  const int64_t adapters = cfg.adapters.kind == AdapterKind::lora ? t.layers * 4 * cfg.adapters.rank * C : 0;
+  return t.vocab * C + t.max_positions * C + t.layers * per_block + 2 * C + t.vocab * C + adapters;
 }
 
 namespace {
@@ -187,9 +199,10 @@ struct Kernels {
     if (widen) L.scratch(4 * (a + b + (c_f32 ? 0 : c)));
   }
   void linear_forward(double n, double in, double out) const { gemm(n * in, out * in, n * out, false); }
-  void linear_backward(double n, double in, double out, bool dx, bool bias) const {
+  // dw false: a frozen weight (LoRA's base), whose gradient product is skipped.
+  void linear_backward(double n, double in, double out, bool dx, bool bias, bool dw = true) const {
     if (dx) gemm(n * out, out * in, n * in, false);  // dx = dy W
-    gemm(n * out, n * in, out * in, true);           // dW += dy^T x (fp32)
+    if (dw) gemm(n * out, n * in, out * in, true);   // dW += dy^T x (fp32)
     if (bias && cuda) L.scratch(4 * cuda_bias_grad_chunks(n) * out);
   }
   void layernorm_backward(double n, double c) const {
@@ -307,6 +320,8 @@ class TransformerReplay {
     D_ = C_ / H_;
     R_ = static_cast<double>(t.mlp_ratio) * C_;
     V_ = static_cast<double>(t.vocab);
+    lora_ = cfg.adapters.kind == AdapterKind::lora;
+    r_ = static_cast<double>(cfg.adapters.rank);
   }
 
   // One micro-batch's forward + backward; *boundary gets the activations alive after the loss.
@@ -334,12 +349,12 @@ class TransformerReplay {
     const Ledger::Id dlnf = L_.alloc(kWs, NCs);
     const Ledger::Id dlogits = L_.alloc(kWs, N_ * V_ * c_.s);
     L_.free(logits);
-    k_.linear_backward(N_, C_, V_, true, false);
+    k_.linear_backward(N_, C_, V_, true, false, !lora_);
     L_.free(dlogits);
     L_.free(lnf);
     L_.phase("final layernorm backward");
     const Ledger::Id dxL = L_.alloc(kWs, NCs);
-    k_.layernorm_backward(N_, C_);
+    layernorm_backward();
     L_.free(dlnf), L_.free(meanf), L_.free(rstdf), L_.free(xL);
 
     // The stack backward (harness/step/checkpoint.cpp): dxL stays held by the caller.
@@ -348,8 +363,10 @@ class TransformerReplay {
     L_.free(dxL);
     L_.free(x0);
     L_.phase("embedding backward");
-    k_.embedding_backward(N_, V_);
-    k_.embedding_backward(N_, T_);
+    if (!lora_) {  // frozen embeddings: no gradient scattered
+      k_.embedding_backward(N_, V_);
+      k_.embedding_backward(N_, T_);
+    }
     L_.free(d);
   }
 
@@ -390,6 +407,35 @@ class TransformerReplay {
   }
 
  private:
+  // TransformerModel::layernorm_backward_params: a frozen norm's gradients are fp32 temporaries.
+  void layernorm_backward() {
+    const Ledger::Id dg = lora_ ? L_.alloc(kWs, C_ * 4) : Ledger::kNone;
+    const Ledger::Id db = lora_ ? L_.alloc(kWs, C_ * 4) : Ledger::kNone;
+    k_.layernorm_backward(N_, C_);
+    L_.free(dg), L_.free(db);
+  }
+  // TransformerModel::lora_forward: lin += s (x A^T) B^T through two temporaries.
+  void lora_forward() {
+    const Ledger::Id u = L_.alloc(kWs, N_ * r_ * c_.s);
+    k_.linear_forward(N_, C_, r_);
+    const Ledger::Id d = L_.alloc(kWs, N_ * C_ * c_.s);
+    k_.linear_forward(N_, r_, C_);
+    L_.free(u);
+    L_.free(d);
+  }
+  // TransformerModel::lora_backward: x A^T recomputed, then B's and A's gradients.
+  void lora_backward() {
+    const Ledger::Id u = L_.alloc(kWs, N_ * r_ * c_.s);
+    k_.linear_forward(N_, C_, r_);
+    const Ledger::Id du = L_.alloc(kWs, N_ * r_ * c_.s);
+    k_.linear_backward(N_, r_, C_, true, false);
+    L_.free(u);
+    const Ledger::Id dxa = L_.alloc(kWs, N_ * C_ * c_.s);
+    k_.linear_backward(N_, C_, r_, true, false);
+    L_.free(du);
+    L_.free(dxa);
+  }
+
   // harness/models/transformer.cpp block_forward: keep = the tensors are activations.
   Ledger::Id block_forward(bool keep, Consumer out_c, Kept* st) {
     const Consumer a = keep ? kAct : kWs;
@@ -400,6 +446,7 @@ class TransformerReplay {
     for (int h = 0; h < 3; ++h) {  // q, k, v: a projection into a temporary, split into heads
       const Ledger::Id lin = L_.alloc(kWs, NCs);
       k_.linear_forward(N_, C_, C_);
+      if (lora_ && h != 1) lora_forward();  // q and v carry adapters
       ids.push_back(L_.alloc(a, NCs));
       L_.free(lin);
     }
@@ -464,17 +511,17 @@ class TransformerReplay {
     {
       const Ledger::Id dm = dropout ? L_.alloc(kWs, NCs) : Ledger::kNone;
       const Ledger::Id dact = L_.alloc(kWs, N_ * R_ * c_.s);
-      k_.linear_backward(N_, R_, C_, true, true);
+      k_.linear_backward(N_, R_, C_, true, !lora_, !lora_);
       L_.free(dm);
       L_.free(id[13]);  // act
       const Ledger::Id dfc = L_.alloc(kWs, N_ * R_ * c_.s);
       L_.free(dact);
       L_.free(id[12]);  // fc
       const Ledger::Id dln2 = L_.alloc(kWs, NCs);
-      k_.linear_backward(N_, C_, R_, true, true);
+      k_.linear_backward(N_, C_, R_, true, !lora_, !lora_);
       L_.free(dfc);
       L_.free(id[9]);  // ln2
-      k_.layernorm_backward(N_, C_);
+      layernorm_backward();
       L_.free(id[8]), L_.free(id[10]), L_.free(id[11]);  // x1, mean2, rstd2
       L_.free(dln2);
     }
@@ -482,7 +529,7 @@ class TransformerReplay {
     {
       const Ledger::Id dproj = cfg_.transformer.attn_out_p() > 0.f ? L_.alloc(kWs, NCs) : Ledger::kNone;
       const Ledger::Id merged = L_.alloc(kWs, NCs), dmerged = L_.alloc(kWs, NCs);
-      k_.linear_backward(N_, C_, C_, true, true);
+      k_.linear_backward(N_, C_, C_, true, !lora_, !lora_);
       L_.free(merged);
       L_.free(dproj);
       const Ledger::Id datt = L_.alloc(kWs, NCs);
@@ -511,13 +558,14 @@ class TransformerReplay {
       const Ledger::Id tmp = L_.alloc(kWs, NCs), lin = L_.alloc(kWs, NCs);
       for (Ledger::Id dh : {dq, dk, dv}) {
         L_.free(dh);
-        k_.linear_backward(N_, C_, C_, true, true);
+        k_.linear_backward(N_, C_, C_, true, !lora_, !lora_);
+        if (lora_ && dh != dk) lora_backward();  // q and v carry adapters
       }
       L_.free(id[0]);  // ln1
       L_.free(tmp), L_.free(lin);
     }
     const Ledger::Id dx = L_.alloc(kWs, NCs);
-    k_.layernorm_backward(N_, C_);
+    layernorm_backward();
     L_.free(id[1]), L_.free(id[2]);  // mean1, rstd1
     L_.free(st.x);
     L_.free(dln1), L_.free(dx1);
@@ -529,6 +577,8 @@ class TransformerReplay {
   const StepConfig& cfg_;
   Common c_;
   double B_, T_, N_, C_, H_, D_, R_, V_;
+  bool lora_ = false;
+  double r_ = 0;
 };
 
 class MlpReplay {
@@ -681,7 +731,6 @@ double batch_bytes(const StepConfig& cfg) {
 
 MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, PredictionFault fault) {
   validate(cfg);
-  HR_ARG_CHECK(cfg.adapters.kind == AdapterKind::none, "adapters: the memory model does not cover adapters");
   MemoryPrediction p;
   const int64_t P = parameter_count(cfg);
   p.parameters = P;
@@ -691,16 +740,20 @@ MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, Pred
   double weights = static_cast<double>(P) * static_cast<double>(master_s + (copies ? s : 0));
   if (cfg.model == ModelKind::mlp && cfg.mlp.norm == NormKind::batchnorm)
     weights += static_cast<double>((cfg.mlp.layers - 1) * 2 * cfg.mlp.width * 4);  // running mean and variance
-  const double gradients = static_cast<double>(P) * 4;
+  // Gradients and optimizer state: trainable parameters only (LoRA: the adapters).
+  std::vector<int64_t> trainable = trainable_tensor_sizes(cfg);
+  double P_train = 0;
+  for (const int64_t n : trainable) P_train += static_cast<double>(n);
+  const double gradients = P_train * 4;
   double optimizer = 0;
   switch (cfg.optimizer.kind) {
-    case OptimizerKind::adamw: optimizer = static_cast<double>(P) * 8; break;
-    case OptimizerKind::sgd: optimizer = cfg.optimizer.sgd.momentum != 0.f ? static_cast<double>(P) * 4 : 0; break;
+    case OptimizerKind::adamw: optimizer = P_train * 8; break;
+    case OptimizerKind::sgd: optimizer = cfg.optimizer.sgd.momentum != 0.f ? P_train * 4 : 0; break;
     case OptimizerKind::custom: optimizer = 0; break;  // not modelled
     case OptimizerKind::adamw8bit:
       // Per tensor: 2 bytes of codes per element plus 2 fp32 absmax per block, or fp32
       // moments (8 bytes per element) under q8::kMin8bitNumel elements.
-      for (const int64_t n : parameter_tensor_sizes(cfg))
+      for (const int64_t n : trainable)
         optimizer += static_cast<double>(adamw8bit_state_bytes(n, cfg.optimizer.adamw8bit.block_size));
       break;
   }

@@ -4,8 +4,9 @@
 // with what the tracking allocator measures.
 //   weights          = P * 4 (fp32 masters) + P * s (16-bit compute copies)
 //                      [+ BatchNorm running statistics 2 * W * 4 per norm layer]
-//   gradients        = P * 4 (fp32 accumulation)
-//   optimizer state  = AdamW 8 * P, SGD with momentum 4 * P, 8-bit AdamW per tensor
+//   gradients        = P' * 4 (fp32 accumulation; P' the trainable parameters: all,
+//                      or with LoRA only the adapters r * (in + out) per adapted matrix)
+//   optimizer state  = (over P') AdamW 8 * P', SGD with momentum 4 * P, 8-bit AdamW per tensor
 //                      2 * n + 8 * ceil(n / block) (8 * n under 4096 elements), else 0
 //   activations      = the per-layer formula (layer_terms, in the spirit of
 //                      Korthikanti et al. 2022's s*b*h*(34 + 5*a*s/h)), peak over the
@@ -55,6 +56,8 @@ MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend = Bac
 
 // Element counts of a configuration's parameter tensors, in the model's order.
 std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg);
+// Those that own a gradient and optimizer state (LoRA: the adapters only).
+std::vector<int64_t> trainable_tensor_sizes(const StepConfig& cfg);
 // Parameter count of a configuration's model (no allocation).
 int64_t parameter_count(const StepConfig& cfg);
 

@@ -100,8 +100,13 @@ void validate(const StepConfig& c) {
       HR_ARG_CHECK(static_cast<bool>(c.optimizer.factory), "optimizer.factory: kind 'custom' needs a factory");
       break;
   }
-  HR_ARG_CHECK(c.adapters.kind == AdapterKind::none,
-               "adapters.kind: lora is not available in this build of the step (adapters: none only)");
+  if (c.adapters.kind == AdapterKind::lora) {
+    HR_ARG_CHECK(c.model == ModelKind::transformer, "adapters.kind: lora adapts the transformer only (model mlp)");
+    HR_ARG_CHECK(c.adapters.rank > 0 && c.adapters.rank <= c.transformer.d_model,
+                 "adapters.rank: {} must be in [1, d_model = {}]", c.adapters.rank, c.transformer.d_model);
+    HR_ARG_CHECK(std::isfinite(c.adapters.alpha) && c.adapters.alpha > 0.f, "adapters.alpha: {} must be > 0",
+                 c.adapters.alpha);
+  }
 
   if (c.model == ModelKind::mlp) {
     const MlpConfig& m = c.mlp;
@@ -279,6 +284,8 @@ std::string summary(const StepConfig& cfg) {
     s += cfg.checkpoint.every_k_blocks == 1 ? ", every block checkpointed"
                                             : fmt::format(", every {} blocks checkpointed", cfg.checkpoint.every_k_blocks);
   s += fmt::format(", {}", optimizer_kind_name(cfg.optimizer.kind));
+  if (cfg.adapters.kind == AdapterKind::lora)
+    s += fmt::format(", LoRA rank {} alpha {:g} on q and v", cfg.adapters.rank, cfg.adapters.alpha);
   return s;
 }
 

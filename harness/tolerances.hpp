@@ -525,4 +525,18 @@ inline constexpr const char* kQ8StateBytesReason =
     "2 bytes per parameter + 4 bytes per block per moment (fp32 8 bytes under 4096 elements), counted exactly by the "
     "tracker (harness/tolerances.hpp kQ8StateBytesRelError)";
 
+// ---- LR: low-rank adapters ----
+// LR-2: merged W + (alpha/r) B A (one fp32 rounding per weight element, relative
+// 6e-8) against the adapter path (two extra fp32 products and an add): the loss of
+// the 2-layer d32 transformer differs by a few units of fp32 roundoff. PROPERTIES.md
+// bound 1e-6 relative.
+inline constexpr double kLoraMergedRel = 1e-6;
+// LR-2's B draw: the adapter moves the loss by ~1e-4..5e-3 relative (measured, 5 seeds).
+inline constexpr float kLoraMergeBStd = 0.05f;
+// LR-2's subtle control: a scale error sized to move the loss by this many bounds.
+inline constexpr double kLoraSubtleBounds = 30.0;
+// LR-1's subtle control: B this small changes each loss by ~1e-6 relative (bitwise
+// check: the power is the number of the 4 losses that differ).
+inline constexpr float kLoraSubtleBStd = 1e-4f;
+
 }  // namespace hr::tol

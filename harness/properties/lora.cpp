@@ -1,0 +1,223 @@
+// LR: low-rank adapters (Hu et al. 2021) on the transformer's q and v projections.
+// LR-1 identity at initialisation (B = 0), LR-2 the merged weight W + (alpha/r) B A
+// against the adapter path, LR-4 the frozen base's gradient and optimizer bytes as
+// the tracker sees them; each with a gross and a subtle control.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/data/synthetic.hpp"
+#include "harness/models/params.hpp"
+#include "harness/registry.hpp"
+#include "harness/step/train_step.hpp"
+#include "harness/tolerances.hpp"
+
+namespace hr::props {
+namespace {
+
+constexpr int64_t kLoraRank = 4;
+constexpr float kLoraAlpha = 8.f;
+
+StepConfig lora_config(bool lora) {
+  StepConfig c;
+  c.model = ModelKind::transformer;
+  c.transformer.vocab = 64;
+  c.transformer.max_positions = 32;
+  c.transformer.d_model = 32;
+  c.transformer.heads = 4;
+  c.transformer.layers = 2;
+  c.seq_len = 16;
+  c.batch = 2;
+  c.micro_batch = 2;
+  c.optimizer.kind = OptimizerKind::adamw;
+  if (lora) c.adapters.kind = AdapterKind::lora, c.adapters.rank = kLoraRank, c.adapters.alpha = kLoraAlpha;
+  return c;
+}
+
+void describe(Measurement& m, Device& dev, const StepConfig& cfg, const char* metric) {
+  m.backend = backend_name(dev.kind());
+  m.dtype = "fp32";
+  m.model = "transformer";
+  m.config = {{"d_model", cfg.transformer.d_model}, {"layers", cfg.transformer.layers},
+              {"lora_rank", kLoraRank},           {"lora_alpha", kLoraAlpha},
+              {"adapted", "q, v"}};
+  m.metric = metric;
+  m.tolerance_reason = "harness/tolerances.hpp, LR block";
+}
+
+void set_host(Param& p, const std::vector<float>& v) {
+  p.master.copy_from(Tensor::from_host(p.master.device(), v, p.master.shape(), DType::f32, Consumer::workspace));
+}
+
+// Every B of the step's adapters drawn normal(0, std) from its own Philox stream.
+void set_b(TrainStep& step, uint64_t seed, float std) {
+  uint64_t k = 0;
+  for (Param& p : step.params().all())
+    if (p.name.find("lora_B") != std::string::npos)
+      set_host(p, philox_normal(seed, (uint64_t{1} << 24) * ++k, p.master.numel(), 0.f, std));
+  step.params().sync_compute();
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
+
+// LR-1: B = 0 at initialisation, so the adapted model's loss is the base model's,
+// bitwise, on each of kLr1Batches batches. Error: the number of losses that differ.
+constexpr int kLr1Batches = 4;
+std::vector<Measurement> lr1_identity(RunContext& ctx) {
+  std::vector<Measurement> out;
+  Device& dev = ctx.device;
+  const StepConfig base_cfg = lora_config(false), cfg = lora_config(true);
+  std::vector<Batch> batches;
+  for (int j = 0; j < kLr1Batches; ++j)
+    batches.push_back(make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, ctx.seed * 7919 + j));
+  TrainStep base(dev, base_cfg);
+  std::vector<double> l0;
+  for (const Batch& b : batches) l0.push_back(base.loss(b));
+  auto mismatches = [&](TrainStep& s) {
+    double n = 0;
+    for (size_t j = 0; j < batches.size(); ++j) n += s.loss(batches[j]) != l0[j];
+    return n;
+  };
+  auto emit = [&](Measurement m) {
+    describe(m, dev, cfg, "bitwise_mismatches (losses of 4 batches)");
+    out.push_back(std::move(m));
+  };
+  {
+    TrainStep s(dev, cfg);
+    emit(make_check("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise", mismatches(s),
+                    0.0));
+  }
+  {
+    TrainStep s(dev, cfg);
+    set_b(s, ctx.seed, 0.05f);
+    emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), 0.0));
+  }
+  {
+    TrainStep s(dev, cfg);
+    set_b(s, ctx.seed, tol::kLoraSubtleBStd);
+    emit(make_subtle_control("LR-1", fmt::format("B drawn normal(0, {:g}) instead of zero", tol::kLoraSubtleBStd),
+                             mismatches(s), 0.0));
+  }
+  return out;
+}
+
+// LR-2: the base model with W_q, W_v replaced by W + scale B A (computed in double,
+// rounded once to fp32) against the adapter path with the same A and B.
+std::vector<Measurement> lr2_merged(RunContext& ctx) {
+  std::vector<Measurement> out;
+  Device& dev = ctx.device;
+  const StepConfig base_cfg = lora_config(false), cfg = lora_config(true);
+  const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, ctx.seed);
+  TrainStep adapted(dev, cfg);
+  set_b(adapted, ctx.seed, tol::kLoraMergeBStd);
+  const double l_unmerged = adapted.loss(batch);
+  const int64_t C = cfg.transformer.d_model, r = kLoraRank;
+  const double scale = static_cast<double>(kLoraAlpha) / static_cast<double>(r);
+  // Loss of the base model with merged weights at a given adapter scale.
+  auto merged_loss = [&](double s) {
+    TrainStep base(dev, base_cfg);
+    for (int64_t l = 0; l < cfg.transformer.layers; ++l)
+      for (const char* proj : {"q", "v"}) {
+        const std::string h = fmt::format("h.{}.attn.{}.", l, proj);
+        const std::vector<float> A = adapted.params().at(h + "lora_A").master.to_host_f32();
+        const std::vector<float> B = adapted.params().at(h + "lora_B").master.to_host_f32();
+        Param& w = base.params().at(h + "weight");
+        std::vector<float> W = w.master.to_host_f32();
+        for (int64_t o = 0; o < C; ++o)
+          for (int64_t i = 0; i < C; ++i) {
+            double ba = 0;
+            for (int64_t k = 0; k < r; ++k)
+              ba += static_cast<double>(B[static_cast<size_t>(o * r + k)]) * A[static_cast<size_t>(k * C + i)];
+            const size_t at = static_cast<size_t>(o * C + i);
+            W[at] = static_cast<float>(static_cast<double>(W[at]) + s * ba);
+          }
+        set_host(w, W);
+      }
+    base.params().sync_compute();
+    return base.loss(batch);
+  };
+  auto emit = [&](Measurement m) {
+    describe(m, dev, cfg, "relative_loss_difference");
+    out.push_back(std::move(m));
+  };
+  emit(make_check("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)",
+                  rel(merged_loss(scale), l_unmerged), tol::kLoraMergedRel));
+  emit(make_negative_control("LR-2", "merged with scale alpha instead of alpha/r",
+                             rel(merged_loss(static_cast<double>(kLoraAlpha)), l_unmerged), tol::kLoraMergedRel));
+  // A scale error sized to move the loss by about kLoraSubtleBounds bounds: first
+  // from the loss's measured sensitivity to the scale (merged at scale (1 + eps)),
+  // then halved or doubled while the shift leaves [kLoraSubtleBounds / 2, 2 x] (the
+  // loss is not linear in the scale where its first derivative nearly vanishes).
+  const double eps = 0.1;
+  const double slope = std::fabs(merged_loss(scale * (1 + eps)) - l_unmerged) / (eps * std::fabs(l_unmerged));
+  double delta = tol::kLoraSubtleBounds * tol::kLoraMergedRel / std::max(slope, 1e-30);
+  double shift = rel(merged_loss(scale * (1 + delta)), l_unmerged);
+  for (int it = 0; it < 8; ++it) {
+    const double bounds = shift / tol::kLoraMergedRel;
+    if (bounds > 2 * tol::kLoraSubtleBounds) delta *= 0.5;
+    else if (bounds < 0.5 * tol::kLoraSubtleBounds) delta *= 2;
+    else break;
+    shift = rel(merged_loss(scale * (1 + delta)), l_unmerged);
+  }
+  emit(make_subtle_control("LR-2", fmt::format("merged with the scale off by a factor 1 + {:.2g}", delta), shift,
+                           tol::kLoraMergedRel));
+  out.back().details["loss_sensitivity_to_scale"] = slope;
+  return out;
+}
+
+// LR-4: gradient and optimizer-state bytes of a LoRA step (tracker, after one step):
+// only the adapters r (in + out) per adapted matrix, 4 and 8 (AdamW) bytes each.
+// Error in parameters: |extra gradient bytes| / 4 + |extra state bytes| / 8.
+std::vector<Measurement> lr4_frozen(RunContext& ctx) {
+  std::vector<Measurement> out;
+  Device& dev = ctx.device;
+  const StepConfig cfg = lora_config(true);
+  const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, ctx.seed);
+  const double adapter_params =
+      static_cast<double>(cfg.transformer.layers * 2 * kLoraRank * (2 * cfg.transformer.d_model));
+  enum class Variant { lora, full, ln_grad_kept };
+  auto error_of = [&](Variant v, nlohmann::json& d) {
+    const MemorySnapshot before = dev.memory().snapshot();
+    TrainStep step(dev, v == Variant::full ? lora_config(false) : cfg);
+    if (v == Variant::ln_grad_kept) {  // one frozen LayerNorm bias still owns its gradient buffer
+      Param& p = step.params().at("ln_f.bias");
+      p.grad = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::gradients);
+    }
+    step.step(batch);
+    const MemorySnapshot after = dev.memory().snapshot();
+    const double grad_bytes = static_cast<double>(after.current(Consumer::gradients)) -
+                              static_cast<double>(before.current(Consumer::gradients));
+    const double state_bytes = static_cast<double>(after.current(Consumer::optimizer_state)) -
+                               static_cast<double>(before.current(Consumer::optimizer_state));
+    d = {{"gradient_bytes", grad_bytes},
+         {"optimizer_state_bytes", state_bytes},
+         {"expected_gradient_bytes", 4 * adapter_params},
+         {"expected_optimizer_state_bytes", 8 * adapter_params}};
+    return std::fabs(grad_bytes - 4 * adapter_params) / 4 + std::fabs(state_bytes - 8 * adapter_params) / 8;
+  };
+  auto emit = [&](Measurement m, nlohmann::json d) {
+    describe(m, dev, cfg, "parameters_with_gradient_or_state_beyond_the_adapters");
+    m.details = std::move(d);
+    out.push_back(std::move(m));
+  };
+  nlohmann::json d;
+  double e = error_of(Variant::lora, d);
+  emit(make_check("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)", e, 0.0), d);
+  e = error_of(Variant::full, d);
+  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, 0.0), d);
+  e = error_of(Variant::ln_grad_kept, d);
+  emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, 0.0), d);
+  return out;
+}
+
+}  // namespace
+
+HR_REGISTER_PROPERTY(PropertySpec{"LR-1", "LoRA at initialisation (B = 0) leaves the model's output unchanged", 0.2,
+                                  lr1_identity});
+HR_REGISTER_PROPERTY(PropertySpec{"LR-2", "LoRA merged weights give the adapter path's output", 0.3, lr2_merged});
+HR_REGISTER_PROPERTY(PropertySpec{"LR-4", "LoRA's frozen base owns no gradient and no optimizer state", 0.2,
+                                  lr4_frozen});
+
+}  // namespace hr::props

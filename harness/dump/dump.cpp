@@ -140,6 +140,15 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
   j["dropout"]["masks"] = any ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, in the shape of the "
                                 "tensor it masks"
                               : "none (p = 0)";
+  if (cfg.adapters.kind == AdapterKind::lora) {
+    j["adapters"] = {
+        {"kind", "lora"},
+        {"rank", cfg.adapters.rank},
+        {"alpha", cfg.adapters.alpha},
+        {"scale", cfg.adapters.alpha / static_cast<float>(cfg.adapters.rank)},
+        {"adapted", "h.{i}.attn.q and h.{i}.attn.v: y = x W^T + b + scale (x A^T) B^T, lora_A [r, in], lora_B [out, r]"},
+        {"frozen", "every base parameter: no gradient in gradients.safetensors; only the adapters train"}};
+  }
   nlohmann::ordered_json per_param = nlohmann::ordered_json::object();
   for (const Param& prm : step.params().all()) per_param[prm.name] = prm.init;
   j["init"] = {{"seed", cfg.init_seed},

@@ -239,6 +239,31 @@ TEST(Dump, MlpWithBatchNormWritesRunningStatistics) {
   std::filesystem::remove_all(dir);
 }
 
+// LoRA: the weights hold the frozen base and the adapters, the gradients only the
+// adapters (the step's own), and the conventions name the scale.
+TEST(Dump, LoraWritesAdaptersAndOnlyTheirGradients) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config();
+  cfg.adapters.kind = AdapterKind::lora;
+  cfg.adapters.rank = 4;
+  cfg.adapters.alpha = 8.f;
+  const std::string dir = temp_dir("lora");
+  dump_model(dev, cfg, dir, 3);
+  TrainStep step(dev, cfg);
+  const auto weights = read_safetensors(dir + "/weights.safetensors");
+  EXPECT_EQ(weights.size(), step.params().size());
+  ASSERT_TRUE(weights.count("h.1.attn.v.lora_A"));
+  EXPECT_EQ(weights.at("h.1.attn.v.lora_A").shape, (std::vector<int64_t>{4, cfg.transformer.d_model}));
+  const auto grads = read_safetensors(dir + "/gradients.safetensors");
+  EXPECT_EQ(grads.size(), static_cast<size_t>(4 * cfg.transformer.layers));
+  for (const auto& [name, t] : grads) EXPECT_NE(name.find("lora_"), std::string::npos) << name;
+  EXPECT_TRUE(grads.count("h.0.attn.q.lora_B"));
+  std::ifstream in(dir + "/conventions.json");
+  const nlohmann::json conv = nlohmann::json::parse(in);
+  EXPECT_EQ(conv.at("adapters").at("scale").get<double>(), 2.0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Dump, InvalidConfigNamesTheField) {
   HR_TEST_DEVICE(dev, BackendKind::cpu);
   StepConfig cfg = test::tiny_transformer_config();

@@ -39,8 +39,12 @@ struct MlpModel::State final : BlockState {
   DropoutDraw drop;  // replays the block's mask
 };
 
-MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed)
-    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute) {
+MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed, int64_t lora_rank,
+                   float lora_alpha)
+    : Model(ParamSet(dev, storage, seed)), cfg_(cfg), dtype_(storage.compute), lora_rank_(lora_rank) {
+  HR_ARG_CHECK(lora_rank == 0 || cfg.norm != NormKind::batchnorm, "adapters: LoRA on the MLP needs norm none or layernorm");
+  if (lora_rank > 0) lora_scale_ = lora_alpha / static_cast<float>(lora_rank);
+  params_.set_add_frozen(lora_rank > 0);
   for (int64_t l = 0; l < cfg.layers; ++l) {
     const int64_t in = l == 0 ? cfg.in_dim : cfg.width;
     const int64_t out = l + 1 == cfg.layers ? cfg.out_dim : cfg.width;
@@ -67,6 +71,15 @@ MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint
                                                {cfg.width}, DType::f32, Consumer::weights));
     }
   }
+  params_.set_add_frozen(false);
+  if (lora_rank > 0)
+    for (int64_t l = 0; l + 1 < cfg.layers; ++l) {
+      const int64_t in = l == 0 ? cfg.in_dim : cfg.width;
+      params_.add_uniform(fmt::format("layers.{}.lora_A", l), {lora_rank, in}, 1.f / std::sqrt(static_cast<float>(in)));
+      la_.push_back(static_cast<int>(params_.size() - 1));
+      params_.add_const(fmt::format("layers.{}.lora_B", l), {cfg.width, lora_rank}, 0.f, true);
+      lb_.push_back(static_cast<int>(params_.size() - 1));
+    }
 }
 
 std::vector<std::pair<std::string, Tensor>> MlpModel::buffers() const {
@@ -104,6 +117,15 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
   st->x = x;
   st->h = Tensor::empty(dev, {N, W}, dtype_, h_c);
   ops::linear_forward(x, P(w_[l]).compute, P(b_[l]).compute, st->h);
+  if (lora_rank_ > 0) {  // h += scale (x A^T) B^T
+    Tensor u = Tensor::empty(dev, {N, lora_rank_}, dtype_, Consumer::workspace);
+    ops::linear_forward(x, P(la_[l]).compute, Tensor(), u);
+    ops::scale(u, lora_scale_, u);
+    Tensor d = Tensor::empty(dev, {N, W}, dtype_, Consumer::workspace);
+    ops::linear_forward(u, P(lb_[l]).compute, Tensor(), d);
+    u = Tensor();
+    ops::add(st->h, d, st->h);
+  }
   Tensor gelu_in = st->h;
   if (cfg_.norm == NormKind::layernorm) {
     if (cfg_.fault_ln_batch_leak != 0.f) leak_batch_mean(st->h, cfg_.fault_ln_batch_leak);
@@ -183,8 +205,13 @@ Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, 
   Tensor dh = dn;
   if (cfg_.norm == NormKind::layernorm) {
     dh = Tensor::empty(dev, {N, W}, dtype_, ws);
-    ops::layernorm_backward(dn, st.h, P(gamma_[l]).compute, st.mean, st.rstd, dh, P(gamma_[l]).grad,
-                            P(beta_[l]).grad);
+    if (P(gamma_[l]).grad.defined()) {
+      ops::layernorm_backward(dn, st.h, P(gamma_[l]).compute, st.mean, st.rstd, dh, P(gamma_[l]).grad,
+                              P(beta_[l]).grad);
+    } else {  // frozen (LoRA): the kernel's parameter gradients go to temporaries
+      Tensor dgamma = Tensor::zeros(dev, {W}, DType::f32, ws), dbeta = Tensor::zeros(dev, {W}, DType::f32, ws);
+      ops::layernorm_backward(dn, st.h, P(gamma_[l]).compute, st.mean, st.rstd, dh, dgamma, dbeta);
+    }
   } else if (cfg_.norm == NormKind::batchnorm) {
     dh = Tensor::empty(dev, {N, W}, dtype_, ws);
     const int64_t chunks = st.mean.dim(0), vb = N / chunks;
@@ -200,6 +227,21 @@ Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, 
   Tensor dx;
   if (need_dx) dx = Tensor::empty(dev, {N, st.x.dim(1)}, dtype_, ws);
   ops::linear_backward(st.x, P(w_[l]).compute, dh, dx, P(w_[l]).grad, P(b_[l]).grad);
+  if (lora_rank_ > 0) {  // B's and A's gradients; dx += the adapter path's share
+    Tensor no_bias;
+    Tensor u = Tensor::empty(dev, {N, lora_rank_}, dtype_, ws);  // recomputed, not kept
+    ops::linear_forward(st.x, P(la_[l]).compute, Tensor(), u);
+    ops::scale(u, lora_scale_, u);
+    Tensor du = Tensor::empty(dev, {N, lora_rank_}, dtype_, ws);
+    ops::linear_backward(u, P(lb_[l]).compute, dh, du, P(lb_[l]).grad, no_bias);
+    u = Tensor();
+    ops::scale(du, lora_scale_, du);
+    Tensor dxa;
+    if (need_dx) dxa = Tensor::empty(dev, {N, st.x.dim(1)}, dtype_, ws);
+    ops::linear_backward(st.x, P(la_[l]).compute, du, dxa, P(la_[l]).grad, no_bias);
+    du = Tensor();
+    if (need_dx) ops::add(dx, dxa, dx);
+  }
   st.x = st.h = Tensor();
   return dx;
 }

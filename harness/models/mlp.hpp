@@ -15,6 +15,12 @@
 //   mean, rstd 2 N 4 or BatchNorm batch mean, rstd 2 W 4 per virtual batch.
 // (The GELU output is dropout's input only; dropout keeps no mask.) The head
 // keeps its input (the last block's output, N W s) and the prediction N out s.
+//
+// LoRA (lora_rank > 0; norm none or LayerNorm): every base parameter frozen, and
+// each hidden linear (layers 0 .. L-2, the blocks') gets h += (alpha / r) (x A^T) B^T,
+// layers.{i}.lora_{A,B}, A [r, in] uniform(+-1/sqrt(in)), B [W, r] zero, added after
+// the base; [N, r] recomputed in the backward pass. A frozen LayerNorm's parameter
+// gradients go to fp32 [W] workspace temporaries.
 #pragma once
 
 #include <memory>
@@ -26,7 +32,8 @@ namespace hr {
 
 class MlpModel final : public Model, private BlockStack {
  public:
-  MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed);
+  MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint64_t seed, int64_t lora_rank = 0,
+           float lora_alpha = 0.f);
 
   const char* name() const override { return "mlp"; }
   const MlpConfig& config() const { return cfg_; }
@@ -52,6 +59,9 @@ class MlpModel final : public Model, private BlockStack {
   MlpConfig cfg_;
   DType dtype_;
   std::vector<int> w_, b_, gamma_, beta_;  // per layer; gamma_/beta_ -1 without a norm
+  std::vector<int> la_, lb_;               // per block: LoRA A and B (empty without adapters)
+  int64_t lora_rank_ = 0;
+  float lora_scale_ = 0.f;
   std::vector<Tensor> running_mean_, running_var_;
   // Per pass.
   bool update_stats_ = true;

@@ -254,6 +254,12 @@ std::vector<StepConfig> memory_model_grid(Preset preset) {
   add(m, [](StepConfig& c) {
     c.precision.compute = DType::f16, c.optimizer.kind = OptimizerKind::sgd, c.mlp.task = MlpTask::classification;
   });
+  // LoRA on the hidden linears: plain fp32, and LayerNorm in bf16 with checkpointing and dropout.
+  add(m, [](StepConfig& c) { c.adapters.kind = AdapterKind::lora, c.adapters.rank = 4, c.adapters.alpha = 8.f; });
+  add(m, [](StepConfig& c) {
+    c.adapters.kind = AdapterKind::lora, c.adapters.rank = 8, c.mlp.norm = NormKind::layernorm,
+    c.precision.compute = DType::bf16, c.mlp.layers = 5, c.checkpoint.every_k_blocks = 2, c.mlp.dropout = 0.1f;
+  });
   return grid;
 }
 

@@ -41,6 +41,11 @@ std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg) {
     }
     if (m.norm != NormKind::none)
       for (int64_t l = 0; l + 1 < m.layers; ++l) sizes.insert(sizes.end(), {m.width, m.width});
+    if (cfg.adapters.kind == AdapterKind::lora)  // each hidden linear's A [r, in] and B [W, r], after the base
+      for (int64_t l = 0; l + 1 < m.layers; ++l) {
+        const int64_t in = l == 0 ? m.in_dim : m.width;
+        sizes.insert(sizes.end(), {cfg.adapters.rank * in, m.width * cfg.adapters.rank});
+      }
     return sizes;
   }
   const TransformerConfig& t = cfg.transformer;
@@ -58,8 +63,10 @@ std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg) {
 
 std::vector<int64_t> trainable_tensor_sizes(const StepConfig& cfg) {
   std::vector<int64_t> sizes = parameter_tensor_sizes(cfg);
-  if (cfg.adapters.kind == AdapterKind::lora)  // the frozen base owns no gradient and no state
-    sizes.erase(sizes.begin(), sizes.end() - 4 * cfg.transformer.layers);
+  if (cfg.adapters.kind == AdapterKind::lora) {  // the frozen base owns no gradient and no state
+    const int64_t adapters = cfg.model == ModelKind::mlp ? 2 * (cfg.mlp.layers - 1) : 4 * cfg.transformer.layers;
+    sizes.erase(sizes.begin(), sizes.end() - adapters);
+  }
   return sizes;
 }
 
@@ -72,6 +79,9 @@ int64_t parameter_count(const StepConfig& cfg) {
       p += out * in + out;
     }
     if (m.norm != NormKind::none) p += (m.layers - 1) * 2 * m.width;
+    if (cfg.adapters.kind == AdapterKind::lora)
+      for (int64_t l = 0; l + 1 < m.layers; ++l)
+        p += cfg.adapters.rank * ((l == 0 ? m.in_dim : m.width) + m.width);
     return p;
   }
   const TransformerConfig& t = cfg.transformer;
@@ -591,6 +601,8 @@ class MlpReplay {
     Out_ = static_cast<double>(m.out_dim);
     vb_ =
         m.bn_virtual_batch <= 0 || m.bn_virtual_batch >= cfg.micro_batch ? N_ : static_cast<double>(m.bn_virtual_batch);
+    lora_ = cfg.adapters.kind == AdapterKind::lora;
+    r_ = static_cast<double>(cfg.adapters.rank);
   }
 
   void pass(double* boundary) {
@@ -617,7 +629,7 @@ class MlpReplay {
     const Ledger::Id dpred = L_.alloc(kWs, N_ * Out_ * c_.s);
     L_.free(pred);
     const Ledger::Id dxL = L_.alloc(kWs, NWs);
-    k_.linear_backward(N_, W_, Out_, true, true);
+    k_.linear_backward(N_, W_, Out_, true, !lora_, !lora_);
     L_.free(dpred), L_.free(xL);
 
     const Ledger::Id d = backward_segments(L_, c_, dxL, st, seg_input, block,
@@ -663,6 +675,13 @@ class MlpReplay {
     std::vector<Ledger::Id> ids;
     ids.push_back(L_.alloc(a, NWs));  // linear out
     k_.linear_forward(N_, in, W_);
+    if (lora_) {  // h += s (x A^T) B^T through two temporaries
+      const Ledger::Id u = L_.alloc(kWs, N_ * r_ * c_.s);
+      k_.linear_forward(N_, in, r_);
+      const Ledger::Id d = L_.alloc(kWs, NWs);
+      k_.linear_forward(N_, r_, W_);
+      L_.free(u), L_.free(d);
+    }
     std::vector<Ledger::Id> scratch;
     if (cfg_.mlp.norm == NormKind::layernorm) {
       ids.push_back(L_.alloc(a, NWs));
@@ -698,7 +717,10 @@ class MlpReplay {
     if (cfg_.mlp.norm != NormKind::none) {
       dh = L_.alloc(kWs, NWs);
       if (cfg_.mlp.norm == NormKind::layernorm) {
+        const Ledger::Id dgamma = lora_ ? L_.alloc(kWs, 4 * W_) : Ledger::kNone;  // a frozen norm's temporaries
+        const Ledger::Id dbeta = lora_ ? L_.alloc(kWs, 4 * W_) : Ledger::kNone;
         k_.layernorm_backward(N_, W_);
+        L_.free(dgamma), L_.free(dbeta);
       } else {
         for (double c = 0; c < N_ / vb_; ++c) k_.batchnorm_backward(vb_, W_);
       }
@@ -707,7 +729,17 @@ class MlpReplay {
     }
     const bool need_dx = i > 0;
     const Ledger::Id dx = need_dx ? L_.alloc(kWs, N_ * in * c_.s) : Ledger::kNone;
-    k_.linear_backward(N_, in, W_, need_dx, true);
+    k_.linear_backward(N_, in, W_, need_dx, !lora_, !lora_);
+    if (lora_) {  // harness/models/mlp.cpp: x A^T recomputed, then B's and A's gradients
+      const Ledger::Id u = L_.alloc(kWs, N_ * r_ * c_.s);
+      k_.linear_forward(N_, in, r_);
+      const Ledger::Id du = L_.alloc(kWs, N_ * r_ * c_.s);
+      k_.linear_backward(N_, r_, W_, true, false);
+      L_.free(u);
+      const Ledger::Id dxa = need_dx ? L_.alloc(kWs, N_ * in * c_.s) : Ledger::kNone;
+      k_.linear_backward(N_, in, r_, need_dx, false);
+      L_.free(du), L_.free(dxa);
+    }
     L_.free(st.x), L_.free(id[0]);
     L_.free(dh);
     return dx;
@@ -718,6 +750,8 @@ class MlpReplay {
   const StepConfig& cfg_;
   Common c_;
   double N_, W_, In_, Out_, vb_;
+  bool lora_ = false;
+  double r_ = 0;
 };
 
 double batch_bytes(const StepConfig& cfg) {

@@ -101,9 +101,11 @@ void validate(const StepConfig& c) {
       break;
   }
   if (c.adapters.kind == AdapterKind::lora) {
-    HR_ARG_CHECK(c.model == ModelKind::transformer, "adapters.kind: lora adapts the transformer only (model mlp)");
-    HR_ARG_CHECK(c.adapters.rank > 0 && c.adapters.rank <= c.transformer.d_model,
-                 "adapters.rank: {} must be in [1, d_model = {}]", c.adapters.rank, c.transformer.d_model);
+    HR_ARG_CHECK(c.model == ModelKind::transformer || c.mlp.norm != NormKind::batchnorm,
+                 "adapters.kind: lora on the mlp needs norm none or layernorm (batchnorm given)");
+    const int64_t width = c.model == ModelKind::transformer ? c.transformer.d_model : c.mlp.width;
+    HR_ARG_CHECK(c.adapters.rank > 0 && c.adapters.rank <= width, "adapters.rank: {} must be in [1, {}]",
+                 c.adapters.rank, width);
     HR_ARG_CHECK(std::isfinite(c.adapters.alpha) && c.adapters.alpha > 0.f, "adapters.alpha: {} must be > 0",
                  c.adapters.alpha);
   }

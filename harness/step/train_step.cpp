@@ -15,8 +15,10 @@ namespace hr {
 std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   validate(cfg);
   const ParamStorage storage{cfg.precision.compute, cfg.precision.master_weights, cfg.precision.fault_no_master};
-  if (cfg.model == ModelKind::mlp) return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed);
   const bool lora = cfg.adapters.kind == AdapterKind::lora;
+  if (cfg.model == ModelKind::mlp)
+    return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,
+                                      cfg.adapters.alpha);
   return std::make_unique<TransformerModel>(dev, cfg.transformer, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,
                                             cfg.adapters.alpha);
 }

@@ -118,6 +118,27 @@ TEST_P(LoraGrad, AdapterGradientsMatchFloat64FiniteDifferences) {
   std::printf("LR-3 rel_l2 %.3e gross %.3e subtle %.3e\n", err, gross, subtle);
 }
 
+// The MLP's hidden linears: at B = 0 the loss is the base model's bitwise, only the
+// adapters have gradients, and B's are non-zero (A's vanish while B is zero).
+TEST(LoraMlp, IdentityAtInitAndOnlyAdapterGradients) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig base_cfg = test::tiny_mlp_config(DType::f32, NormKind::layernorm);
+  StepConfig cfg = base_cfg;
+  cfg.adapters.kind = AdapterKind::lora;
+  cfg.adapters.rank = 4;
+  cfg.adapters.alpha = 8.f;
+  TrainStep base(dev, base_cfg), step(dev, cfg);
+  const Batch batch = make_mlp_batch(dev, cfg.mlp, cfg.batch, 9);
+  EXPECT_EQ(step.loss(batch), base.loss(batch));
+  step.forward_backward(batch);
+  const auto grads = step.gradients();
+  ASSERT_EQ(grads.size(), static_cast<size_t>(2 * (cfg.mlp.layers - 1)));
+  for (const auto& [name, g] : grads) {
+    EXPECT_NE(name.find("lora_"), std::string::npos) << name;
+    if (name.find("lora_B") != std::string::npos) EXPECT_GT(test::squared_norm(g.to_host_f32()), 0.0) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, LoraGrad, testing::Values(BackendKind::cpu, BackendKind::cuda),
                          test::backend_param_name);
 

@@ -529,7 +529,8 @@ inline constexpr const char* kQ8StateBytesReason =
 // LR-2: merged W + (alpha/r) B A (one fp32 rounding per weight element, relative
 // 6e-8) against the adapter path (two extra fp32 products and an add): the loss of
 // the 2-layer d32 transformer differs by a few units of fp32 roundoff. PROPERTIES.md
-// bound 1e-6 relative.
+// bound 1e-6 relative. Measured (30 seeds): at most 1.1e-8; gross control (scale
+// alpha) 83x-35000x, subtle (scale sized to ~30 bounds) 25x-30x.
 inline constexpr double kLoraMergedRel = 1e-6;
 // LR-2's B draw: the adapter moves the loss by ~1e-4..5e-3 relative (measured, 5 seeds).
 inline constexpr float kLoraMergeBStd = 0.05f;

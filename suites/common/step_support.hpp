@@ -12,6 +12,7 @@
 #include "harness/compare.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
+#include "suites/common/ref_transformer.hpp"
 
 namespace hr::test {
 
@@ -108,6 +109,29 @@ inline void expect_checkpointing_replays_dropout(Device& dev, const StepConfig& 
     const CheckpointRun broken = run_with_checkpointing(dev, cfg, batch, k, true);
     EXPECT_GT(rel_l2(broken.values, base.values), tol::kCheckpointFreshRngMinRelL2);
   }
+}
+
+// The parameters' fp32 master weights in float64, by name: what the float64
+// reference models (ref_transformer.hpp, ref_mlp.hpp) read.
+inline std::map<std::string, std::vector<double>> master_weights_f64(const ParamSet& params) {
+  std::map<std::string, std::vector<double>> out;
+  for (const Param& p : params.all()) {
+    const auto v = p.master.to_host_f32();
+    out[p.name] = std::vector<double>(v.begin(), v.end());
+  }
+  return out;
+}
+
+// A language-model batch of `rows` x `seq_len` tokens as the float64 transformer reads it.
+inline RefLmBatch ref_lm_batch(const Batch& batch, int64_t rows, int64_t seq_len) {
+  RefLmBatch rb;
+  rb.B = rows;
+  rb.T = seq_len;
+  rb.ids = batch.ids.to_host_i32();
+  rb.pos = batch.pos.to_host_i32();
+  rb.targets = batch.targets.to_host_i32();
+  rb.key_valid_len = batch.key_valid_len.to_host_i32();
+  return rb;
 }
 
 }  // namespace hr::test

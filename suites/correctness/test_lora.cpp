@@ -53,18 +53,8 @@ TEST_P(LoraGrad, AdapterGradientsMatchFloat64FiniteDifferences) {
   step.forward_backward(batch);
   EXPECT_THROW(step.grad("h.0.attn.q.weight"), std::exception);  // frozen: no gradient buffer
 
-  test::RefParams ref;
-  for (const Param& p : step.params().all()) {
-    const auto v = p.master.to_host_f32();
-    ref[p.name] = std::vector<double>(v.begin(), v.end());
-  }
-  test::RefLmBatch rb;
-  rb.B = cfg.batch;
-  rb.T = cfg.seq_len;
-  rb.ids = batch.ids.to_host_i32();
-  rb.pos = batch.pos.to_host_i32();
-  rb.targets = batch.targets.to_host_i32();
-  rb.key_valid_len = batch.key_valid_len.to_host_i32();
+  test::RefParams ref = test::master_weights_f64(step.params());
+  const test::RefLmBatch rb = test::ref_lm_batch(batch, cfg.batch, cfg.seq_len);
   double count = 0;
   for (int32_t t : rb.targets) count += t != cfg.transformer.ignore_index;
   const int64_t C = cfg.transformer.d_model, r = cfg.adapters.rank;
@@ -161,11 +151,7 @@ TEST(LoraMlp, AdapterGradientsMatchFloat64FiniteDifferences) {
   step.params().sync_compute();
   const Batch batch = make_mlp_batch(dev, cfg.mlp, cfg.batch, 11);
   step.forward_backward(batch);
-  test::RefMlpParams ref;
-  for (const Param& p : step.params().all()) {
-    const auto v = p.master.to_host_f32();
-    ref[p.name] = std::vector<double>(v.begin(), v.end());
-  }
+  test::RefMlpParams ref = test::master_weights_f64(step.params());
   test::RefMlpBatch rb;
   rb.rows = cfg.batch;
   const auto x = batch.x.to_host_f32();

@@ -196,10 +196,7 @@ ModelPass run_model(Device& dev, const StepConfig& cfg, uint64_t seed) {
     const auto v = t.to_host_f32();
     out.running.insert(out.running.end(), v.begin(), v.end());
   }
-  for (const Param& p : step.params().all()) {
-    const auto v = p.master.to_host_f32();
-    out.params[p.name] = std::vector<double>(v.begin(), v.end());
-  }
+  out.params = test::master_weights_f64(step.params());
   test::RefMlpBatch& rb = out.batch;
   rb.rows = cfg.batch;
   const auto x = batch.x.to_host_f32();

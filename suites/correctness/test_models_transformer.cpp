@@ -70,18 +70,8 @@ TEST_P(TransformerGrad, MatchesFloat64FiniteDifferences) {
   const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 5, lengths);
   const double loss = step.forward_backward(batch);
 
-  test::RefParams ref;
-  for (const Param& p : step.params().all()) {
-    const auto v = p.master.to_host_f32();
-    ref[p.name] = std::vector<double>(v.begin(), v.end());
-  }
-  test::RefLmBatch rb;
-  rb.B = cfg.batch;
-  rb.T = cfg.seq_len;
-  rb.ids = batch.ids.to_host_i32();
-  rb.pos = batch.pos.to_host_i32();
-  rb.targets = batch.targets.to_host_i32();
-  rb.key_valid_len = batch.key_valid_len.to_host_i32();
+  test::RefParams ref = test::master_weights_f64(step.params());
+  const test::RefLmBatch rb = test::ref_lm_batch(batch, cfg.batch, cfg.seq_len);
   double count = 0;
   for (int32_t t : rb.targets) count += t != cfg.transformer.ignore_index;
   const double ref_loss = test::ref_transformer_loss(cfg.transformer, ref, rb, count);

@@ -6,9 +6,12 @@
 #include "kernels/attention/attention.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "harness/check.hpp"
 #include "kernels/attention/attention_math.hpp"
@@ -26,6 +29,27 @@ namespace hr::ops {
 const char* attention_impl_name(AttentionImpl a) {
   return a == AttentionImpl::naive ? "naive" : "memory_efficient";
 }
+
+const char* gpu_attention_kernel_name(GpuAttentionKernel k) {
+  return k == GpuAttentionKernel::scalar ? "scalar" : "tensor_core";
+}
+
+namespace {
+std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
+  static std::atomic<GpuAttentionKernel> setting{[] {
+    const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
+    if (env == nullptr || *env == '\0') return GpuAttentionKernel::scalar;
+    const std::string v = env;
+    HR_ARG_CHECK(v == "scalar" || v == "tensor_core",
+                 "HEADROOM_ATTENTION_KERNEL must be scalar or tensor_core, got '{}'", v);
+    return v == "scalar" ? GpuAttentionKernel::scalar : GpuAttentionKernel::tensor_core;
+  }()};
+  return setting;
+}
+}  // namespace
+
+GpuAttentionKernel gpu_attention_kernel() { return gpu_kernel_setting().load(); }
+void set_gpu_attention_kernel(GpuAttentionKernel k) { gpu_kernel_setting().store(k); }
 
 namespace {
 

@@ -1,11 +1,17 @@
-// Memory-efficient attention on the GPU: the dispatch by dtype and head-dim bucket,
+// Memory-efficient attention on the GPU: the dispatch by dtype, head-dim bucket and
+// kernel form (scalar, or tensor cores for fp16/bf16: ops::gpu_attention_kernel()),
 // D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
-// themselves (attention_kernels.cuh) are compiled per bucket in their own files.
+// themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
+// bucket in their own files.
 #include <climits>
+#include <string>
 #include <cstdint>
 #include <type_traits>
 
 #include "harness/cuda_check.cuh"
+#include <fmt/format.h>
+
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_cuda.hpp"
 #include "kernels/attention/attention_launch.hpp"
 #include "kernels/attention/attention_math.hpp"
@@ -102,16 +108,55 @@ void head_move(const Tensor& src, Tensor& dst, int64_t H, int64_t T, int64_t D) 
   HR_CUDA_CHECK_LAUNCH();
 }
 
+template <int kD>
+size_t tc_smem_bytes() {
+  return attn_tc::max_smem_bytes<kD>();
+}
+
+// The tensor-core form runs when it is asked for and the device can take it.
+bool use_tensor_cores(const Tensor& q) {
+  return ops::gpu_attention_kernel() == ops::GpuAttentionKernel::tensor_core && tensor_core_attention_available(q);
+}
+
 }  // namespace
+
+bool tensor_core_attention_available(const Tensor& q, std::string* why) {
+  auto no = [why](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  if (q.dtype() != DType::f16 && q.dtype() != DType::bf16)
+    return no(fmt::format("{} takes the scalar kernels", dtype_name(q.dtype())));
+  if (q.ndim() != 4 || q.dim(3) > attn_tc::kMaxTcHeadDim)
+    return no(fmt::format("head dim of {} above {}", q.str(), attn_tc::kMaxTcHeadDim));
+  int dev = 0, major = 0, minor = 0, optin = 0;
+  HR_CUDA_CHECK(cudaGetDevice(&dev));
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major < 8) return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", major, minor));
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  size_t need = 0;
+  with_head_dim(static_cast<int>(q.dim(3)), [&](auto kd) { need = tc_smem_bytes<decltype(kd)::value>(); });
+  if (static_cast<size_t>(optin) < need)
+    return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", optin, need));
+  return true;
+}
 
 void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                                      float scale, Tensor& out, Tensor& lse) {
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);
+  const bool tc = use_tensor_cores(q);
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using S = decltype(tag);
-    with_head_dim(l.D, [&](auto kd) { forward_launch<S, decltype(kd)::value>(l, q, k, v, m, scale, out, lse); });
+    with_head_dim(l.D, [&](auto kd) {
+      constexpr int kD = decltype(kd)::value;
+      if constexpr (!std::is_same_v<S, float>) {
+        if (tc) return attn_tc::forward_launch<S, kD>(l, q, k, v, m, scale, out, lse);
+      }
+      forward_launch<S, kD>(l, q, k, v, m, scale, out, lse);
+    });
   });
 }
 
@@ -122,6 +167,7 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
+  const bool tc = use_tensor_cores(q);
   Tensor row_dot = Tensor::empty(q.device(), {rows}, DType::f32, Consumer::workspace);
   dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using S = decltype(tag);
@@ -129,7 +175,11 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
         dout.data_as<S>(), out.data_as<S>(), rows, l.D, row_dot.data_as<float>());
     HR_CUDA_CHECK_LAUNCH();
     with_head_dim(l.D, [&](auto kd) {
-      backward_launch<S, decltype(kd)::value>(l, q, k, v, dout, lse, row_dot, m, scale, dq, dk, dv);
+      constexpr int kD = decltype(kd)::value;
+      if constexpr (!std::is_same_v<S, float>) {
+        if (tc) return attn_tc::backward_launch<S, kD>(l, q, k, v, dout, lse, row_dot, m, scale, dq, dk, dv);
+      }
+      backward_launch<S, kD>(l, q, k, v, dout, lse, row_dot, m, scale, dq, dk, dv);
     });
   });
 }

@@ -35,6 +35,19 @@ struct AttnProbDropout {
   bool enabled() const { return static_cast<bool>(forward); }
 };
 
+// Which kernels run the memory-efficient form in fp16 and bf16 on a GPU:
+// - scalar: one thread per query row, fp32 arithmetic (attention_kernels.cuh);
+// - tensor_core: WMMA tiles of 64 rows, P and dS rounded to 16 bits before their
+//   products as FlashAttention-2 does (attention_tc_kernels.cuh; sm_80 and newer,
+//   head dim <= 128; elsewhere the scalar kernels run).
+// fp32 and the CPU always take the scalar form. The conformance tests run both; the
+// default is scalar, the form that has been checked on a GPU. The environment's
+// HEADROOM_ATTENTION_KERNEL=scalar|tensor_core sets the starting value.
+enum class GpuAttentionKernel { scalar, tensor_core };
+const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core"
+GpuAttentionKernel gpu_attention_kernel();
+void set_gpu_attention_kernel(GpuAttentionKernel k);
+
 // `saved` tensors are allocated by the op with consumer `saved_consumer`.
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                        float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,

@@ -3,6 +3,8 @@
 // the caller; tensors are contiguous [B, H, T, D] on one CUDA device.
 #pragma once
 
+#include <string>
+
 #include "harness/tensor.hpp"
 #include "kernels/softmax/softmax.hpp"
 
@@ -15,6 +17,10 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
 void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv);
+// Whether the tensor-core kernels can take q on this device (fp16 or bf16, head dim
+// <= 128, compute capability 8.0 or newer, enough shared memory per block); when
+// not, `why` (if given) says why and the scalar kernels run instead.
+bool tensor_core_attention_available(const Tensor& q, std::string* why = nullptr);
 // Largest head dimension the CUDA memory-efficient kernels take.
 inline constexpr int64_t kMaxHeadDim = 128;
 

@@ -1,11 +1,13 @@
 // Memory-efficient attention on the GPU: what the dispatcher (attention.cu) and the
-// kernel translation units (attention_{fwd,bwd}_d{32,64,128}.cu) share. The kernels
+// kernel translation units (attention_{fwd,bwd}_d{32,64,128}.cu for the scalar
+// kernels, attention_tc_d{32,64,128}.cu for the tensor-core ones) share. The kernels
 // are instantiated per head-dim bucket in their own files, so nvcc compiles them in
 // parallel; attention.cu sees only these declarations.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "harness/tensor.hpp"
@@ -38,3 +40,67 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
                      Tensor& dv);
 
 }  // namespace hr::ops::cuda::attn_kernels
+
+// The tensor-core kernels (attention_tc_kernels.cuh): fp16 and bf16 only, sm_80 and
+// newer. A block is kWarps warps over a tile of kTile query rows (or keys), 16 a warp.
+namespace hr::ops::cuda::attn_tc {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = kWarps * 16;  // rows per block, and keys (or queries) per step
+constexpr int kMaxTcHeadDim = 128;
+
+// Row strides in elements, padded against shared-memory bank conflicts; WMMA wants
+// multiples of 16 bytes, and every tile then starts 32-byte aligned.
+template <int kD>
+constexpr int kLdIn = kD + 8;        // 16-bit [kTile][kD] tiles of Q, K, V, dO
+constexpr int kLdScore = kTile + 4;  // fp32 [16][kTile] scores, per warp
+constexpr int kLdProb = kTile + 8;   // 16-bit [16][kTile] P or dS, per warp
+template <int kD>
+constexpr int kLdOut = kD + 4;  // fp32 [16][kD] output rows, per warp
+
+template <int kD>
+constexpr size_t in_tile_bytes() {
+  return static_cast<size_t>(kTile) * kLdIn<kD> * 2;
+}
+constexpr size_t kScoreBytes = static_cast<size_t>(16) * kLdScore * 4;  // per warp
+constexpr size_t kProbBytes = static_cast<size_t>(16) * kLdProb * 2;    // per warp
+template <int kD>
+constexpr size_t out_bytes() {
+  return static_cast<size_t>(16) * kLdOut<kD> * 4;
+}
+// Dynamic shared memory of each kernel (at head dim 128: 110, 111 and 120 KiB; A100
+// and H100 opt in to 163 and 227 KiB); the dispatcher checks them against the device.
+template <int kD>
+constexpr size_t forward_smem_bytes() {
+  return 3 * in_tile_bytes<kD>() + kWarps * (kScoreBytes + kProbBytes + out_bytes<kD>());
+}
+template <int kD>
+constexpr size_t dq_smem_bytes() {
+  return 4 * in_tile_bytes<kD>() + kWarps * (2 * kScoreBytes + kProbBytes);
+}
+template <int kD>
+constexpr size_t dkv_smem_bytes() {
+  return 4 * in_tile_bytes<kD>() + 2 * kTile * sizeof(float) + kWarps * (2 * kScoreBytes + 2 * kProbBytes);
+}
+// The most any of them takes at head-dim bucket kD.
+template <int kD>
+constexpr size_t max_smem_bytes() {
+  const size_t a = forward_smem_bytes<kD>(), b = dq_smem_bytes<kD>(), c = dkv_smem_bytes<kD>();
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+using attn_kernels::Launch;
+using attn_kernels::MaskArgs;
+
+// Instantiated for S in {half_t, bfloat16_t}, kD in {32, 64, 128} by
+// HR_ATTENTION_TC_INSTANTIATE; the grid's y extent is recomputed for kTile.
+template <typename S, int kD>
+void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
+                    float scale, Tensor& out, Tensor& lse);
+template <typename S, int kD>
+void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                     const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
+                     Tensor& dv);
+
+}  // namespace hr::ops::cuda::attn_tc

@@ -1,6 +1,7 @@
 // Matrix products and attention: throughput of our wrappers, and of cuBLAS alone
 // (the same cublasGemmEx call without the wrapper's checks and dispatch) so the
-// wrapper's overhead is visible; naive against memory-efficient attention over T.
+// wrapper's overhead is visible; naive against memory-efficient attention over T
+// (on the GPU with the scalar kernels and with the tensor-core ones).
 // GPU cases are timed with device events (UseManualTime) and registered only when
 // a CUDA device answers; CPU cases are small and named "cpu" for the smoke run.
 #include <benchmark/benchmark.h>
@@ -19,6 +20,7 @@
 
 #if HEADROOM_HAVE_CUDA
 #include "harness/cuda_check.cuh"
+#include "kernels/attention/attention_cuda.hpp"
 #endif
 
 namespace hr {
@@ -89,13 +91,23 @@ void bm_cublas_alone(benchmark::State& state, DType dt) {
 
 // Attention forward + backward at sequence length T; counters: peak bytes kept for
 // the backward pass (activations) and of the whole step, above the inputs.
+// On the GPU, `kernel` picks the memory-efficient form's kernels (scalar or tensor cores).
 void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl impl, int64_t B, int64_t H,
-                  int64_t D) {
+                  int64_t D, ops::GpuAttentionKernel kernel) {
   Device& dev = device(kind);
   const int64_t T = state.range(0);
   const DType dt = kind == BackendKind::cuda ? DType::bf16 : DType::f32;
   Tensor q = random_tensor(dev, {B, H, T, D}, dt, 3), k = random_tensor(dev, {B, H, T, D}, dt, 4),
          v = random_tensor(dev, {B, H, T, D}, dt, 5), g = random_tensor(dev, {B, H, T, D}, dt, 6);
+#if HEADROOM_HAVE_CUDA
+  std::string why_not;
+  if (kernel == ops::GpuAttentionKernel::tensor_core && !ops::cuda::tensor_core_attention_available(q, &why_not)) {
+    state.SkipWithError(("tensor-core attention unavailable: " + why_not).c_str());
+    return;
+  }
+#endif
+  const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+  ops::set_gpu_attention_kernel(kernel);
   Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
   Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
   ops::AttnMask mask;  // causal
@@ -117,6 +129,7 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
   // Model FLOPs: 2 products forward (4 B H T^2 D) and 4 backward (8 B H T^2 D),
   // halved for the causal mask; recomputation is not counted.
   set_flops(state, 6.0 * B * H * T * T * D);
+  ops::set_gpu_attention_kernel(before);
 }
 
 void register_all() {
@@ -130,7 +143,8 @@ void register_all() {
   }
   for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
     benchmark::RegisterBenchmark((std::string("attention_cpu/") + ops::attention_impl_name(impl)).c_str(),
-                                 bm_attention, BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32})
+                                 bm_attention, BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32},
+                                 ops::GpuAttentionKernel::scalar)
         ->Arg(64)
         ->Arg(256)
         ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
@@ -155,9 +169,18 @@ void register_all() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
-  for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
-    benchmark::RegisterBenchmark((std::string("attention_cuda/") + ops::attention_impl_name(impl)).c_str(),
-                                 bm_attention, BackendKind::cuda, impl, int64_t{4}, int64_t{8}, int64_t{64})
+  // Naive, memory-efficient with the scalar kernels, and with the tensor-core kernels.
+  struct Form {
+    ops::AttentionImpl impl;
+    ops::GpuAttentionKernel kernel;
+    const char* name;
+  };
+  for (const Form& f : {Form{ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
+                        Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
+                        Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core,
+                             "memory_efficient_tensor_core"}})
+    benchmark::RegisterBenchmark((std::string("attention_cuda/") + f.name).c_str(), bm_attention, BackendKind::cuda,
+                                 f.impl, int64_t{4}, int64_t{8}, int64_t{64}, f.kernel)
         ->RangeMultiplier(2)
         ->Range(512, 8192)
         ->UseManualTime()

@@ -2,7 +2,8 @@
 // causal, padding and packed-segment masks), OPS-2 (both backwards against float64
 // central finite differences), PK-4 (memory-efficient equals naive in fp32; peak
 // activation bytes against T fit exponents ~2 naive, ~1 memory-efficient), DET-1,
-// and the [B, T, H*D] <-> [B, H, T, D] head moves.
+// the [B, T, H*D] <-> [B, H, T, D] head moves, and the GPU's tensor-core kernels
+// (fp16, bf16) against float64, finite differences and the scalar kernels.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,9 @@
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_ref.hpp"
+#if HEADROOM_HAVE_CUDA
+#include "kernels/attention/attention_cuda.hpp"
+#endif
 #include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
@@ -377,6 +381,196 @@ TEST_P(AttentionForms, PeakBytesScaleQuadraticallyNaiveAndLinearlyMemoryEfficien
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionForms, testing::Values(BackendKind::cpu, BackendKind::cuda),
                          test::backend_param_name);
+
+// ---- the tensor-core kernels (CUDA, fp16 and bf16) ---------------------------------------
+
+// Selects the GPU's tensor-core kernels for the scope, then restores the setting.
+class TensorCoreScope {
+ public:
+  TensorCoreScope() : before_(ops::gpu_attention_kernel()) {
+    ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::tensor_core);
+  }
+  ~TensorCoreScope() { ops::set_gpu_attention_kernel(before_); }
+  TensorCoreScope(const TensorCoreScope&) = delete;
+  TensorCoreScope& operator=(const TensorCoreScope&) = delete;
+
+ private:
+  ops::GpuAttentionKernel before_;
+};
+
+// Empty when the tensor-core kernels can take a [B, H, T, D] tensor of dt on dev,
+// else why not (no CUDA backend built, an older GPU, too little shared memory).
+std::string why_no_tensor_cores(Device& dev, DType dt, int64_t D) {
+#if HEADROOM_HAVE_CUDA
+  std::string why;
+  Tensor probe = Tensor::zeros(dev, {1, 1, 1, D}, dt, Consumer::activations);
+  return ops::cuda::tensor_core_attention_available(probe, &why) ? std::string() : why;
+#else
+  (void)dev, (void)dt, (void)D;
+  return "built without the CUDA backend";
+#endif
+}
+
+#define HR_TENSOR_CORE_DEVICE(dev, dt)                                                          \
+  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                       \
+  if (const std::string hr_tc_why = why_no_tensor_cores(dev, (dt), 128); !hr_tc_why.empty())     \
+  GTEST_SKIP() << "tensor-core attention unavailable: " << hr_tc_why
+
+class AttentionTensorCore : public testing::TestWithParam<DType> {};
+
+// OPS-1 for the tensor-core forward: every mask, T across tile edges (1, 17, 64,
+// 129, 200) and every head-dim bucket, rows of D a multiple of 8 (16-byte staging)
+// and not (24, 40: element staging).
+TEST_P(AttentionTensorCore, ForwardMatchesFloat64ReferenceUnderEveryMask) {
+  const DType dt = GetParam();
+  HR_TENSOR_CORE_DEVICE(dev, dt);
+  TensorCoreScope tc;
+  double worst = 0;
+  uint64_t seed = 8000;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{1, 16}, {17, 24}, {64, 32}, {129, 64}, {200, 40}, {70, 128}})
+    for (MaskKind mk : kAllMasks) {
+      const int64_t B = 2, H = 3;
+      const float scale = 1.f / std::sqrt(static_cast<float>(D));
+      Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      Mask m = make_mask(dev, mk, B, T);
+      test::Guarded out(dev, {B, H, T, D}, dt);
+      ops::AttentionSaved saved;
+      ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out.tensor(), saved,
+                             Consumer::activations);
+      const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, m.causal, m.kv_len, m.seg, scale);
+      const std::string what = fmt::format("tensor cores T {} D {} mask {}", T, D, mask_name(mk));
+      EXPECT_TRUE(test::nmse_within(out.values(), want, tol::kAttentionNmse(dt), what));
+      EXPECT_TRUE(out.guards_intact()) << what;
+      worst = std::max(worst, test::nmse(out.values(), want));
+    }
+  RecordProperty("worst_nmse", fmt::format("{:.3g}", worst));
+}
+
+// OPS-2 for the tensor-core backward: against central finite differences of the
+// float64 reference (small shapes: the differences cost T^2 D per element).
+TEST_P(AttentionTensorCore, BackwardMatchesFiniteDifferences) {
+  const DType dt = GetParam();
+  HR_TENSOR_CORE_DEVICE(dev, dt);
+  TensorCoreScope tc;
+  double worst = 0;
+  uint64_t seed = 8500;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{11, 4}, {37, 8}})
+    for (MaskKind mk : {MaskKind::none, MaskKind::causal_padding, MaskKind::causal_packed, MaskKind::padding_packed}) {
+      const int64_t B = 2, H = 2;
+      const float scale = 0.5f;
+      Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      Mask m = make_mask(dev, mk, B, T);
+      Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3),
+                                   {B, H, T, D}, dt, Consumer::activations);
+      const auto gh = test::widen(g.to_host_f32());
+      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      ops::AttentionSaved saved;
+      ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
+                             Consumer::activations);
+      test::Guarded dq(dev, {B, H, T, D}, dt), dk(dev, {B, H, T, D}, dt), dv(dev, {B, H, T, D}, dt);
+      ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved,
+                              dq.tensor(), dk.tensor(), dv.tensor());
+      const ref::AttentionShape sh{B, H, T, D};
+      auto loss = [&](const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v) {
+        return test::dot(ref::attention_forward(q, k, v, sh, m.causal, m.kv_len, m.seg, scale), gh);
+      };
+      const auto gq = test::finite_diff_grad([&](const std::vector<double>& q) { return loss(q, x.kh, x.vh); }, x.qh);
+      const auto gk = test::finite_diff_grad([&](const std::vector<double>& k) { return loss(x.qh, k, x.vh); }, x.kh);
+      const auto gv = test::finite_diff_grad([&](const std::vector<double>& v) { return loss(x.qh, x.kh, v); }, x.vh);
+      const std::string what = fmt::format("tensor cores T {} D {} mask {}", T, D, mask_name(mk));
+      const double tol = tol::kAttentionGradNmse(dt);
+      EXPECT_TRUE(test::nmse_within(dq.values(), gq, tol, "dq " + what));
+      EXPECT_TRUE(test::nmse_within(dk.values(), gk, tol, "dk " + what));
+      EXPECT_TRUE(test::nmse_within(dv.values(), gv, tol, "dv " + what));
+      EXPECT_TRUE(dq.guards_intact() && dk.guards_intact() && dv.guards_intact()) << what;
+      worst = std::max({worst, test::nmse(dq.values(), gq), test::nmse(dk.values(), gk), test::nmse(dv.values(), gv)});
+    }
+  RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", worst));
+}
+
+// At the head dims finite differences cannot afford (64, 128, and 40 across a
+// bucket), the tensor-core gradients against the scalar kernels' (another code
+// path: one thread per row, fp32 products), both in the storage format.
+TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {
+  const DType dt = GetParam();
+  HR_TENSOR_CORE_DEVICE(dev, dt);
+  double worst = 0;
+  uint64_t seed = 9000;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {97, 128}, {200, 40}})
+    for (MaskKind mk : {MaskKind::causal, MaskKind::causal_packed, MaskKind::padding_packed}) {
+      const int64_t B = 2, H = 2;
+      const float scale = 1.f / std::sqrt(static_cast<float>(D));
+      Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      Mask m = make_mask(dev, mk, B, T);
+      Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3),
+                                   {B, H, T, D}, dt, Consumer::activations);
+      auto run = [&](ops::GpuAttentionKernel kernel) {
+        const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+        ops::set_gpu_attention_kernel(kernel);
+        Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+        Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+        ops::AttentionSaved saved;
+        ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
+                               Consumer::activations);
+        ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk,
+                                dv);
+        ops::set_gpu_attention_kernel(before);
+        return std::vector<std::vector<double>>{test::widen(dq.to_host_f32()), test::widen(dk.to_host_f32()),
+                                                test::widen(dv.to_host_f32())};
+      };
+      const auto scalar = run(ops::GpuAttentionKernel::scalar);
+      const auto tensor = run(ops::GpuAttentionKernel::tensor_core);
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> got(tensor[i].begin(), tensor[i].end());
+        const std::string what = fmt::format("{} T {} D {} mask {}", names[i], T, D, mask_name(mk));
+        EXPECT_TRUE(test::nmse_within(got, scalar[i], tol::kAttentionGradNmse(dt), what));
+        worst = std::max(worst, test::nmse(got, scalar[i]));
+      }
+    }
+  RecordProperty("worst_grad_nmse_vs_scalar", fmt::format("{:.3g}", worst));
+}
+
+TEST_P(AttentionTensorCore, ForwardAndBackwardAreBitwiseRepeatable) {
+  const DType dt = GetParam();
+  HR_TENSOR_CORE_DEVICE(dev, dt);
+  TensorCoreScope tc;
+  const int64_t B = 2, H = 2, T = 150, D = 64;
+  Qkv x = random_qkv(dev, {B, H, T, D}, dt, 9500);
+  Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 9501), {B, H, T, D}, dt,
+                               Consumer::activations);
+  std::vector<std::vector<uint8_t>> first;
+  for (int run = 0; run < 2; ++run) {
+    Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+    Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+    ops::AttentionSaved saved;
+    ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, 0.2f, out, saved,
+                           Consumer::activations);
+    ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, 0.2f, saved, dq, dk, dv);
+    std::vector<std::vector<uint8_t>> now = {out.to_host_bytes(), dq.to_host_bytes(), dk.to_host_bytes(),
+                                             dv.to_host_bytes()};
+    if (run == 0)
+      first = now;
+    else
+      for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(bitwise_mismatches(first[i], now[i]), 0u) << "tensor " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, AttentionTensorCore, testing::Values(DType::f16, DType::bf16),
+                         [](const testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// The setting's names, and the environment's value checked (a typo is an error).
+TEST(GpuAttentionKernel, NamesAndSettingRoundTrip) {
+  const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+  EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::scalar), "scalar");
+  EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::tensor_core), "tensor_core");
+  ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::tensor_core);
+  EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::tensor_core);
+  ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);
+  EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::scalar);
+  ops::set_gpu_attention_kernel(before);
+}
 
 // ---- the exponent fit itself -------------------------------------------------------------
 

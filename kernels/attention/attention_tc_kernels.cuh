@@ -1,0 +1,432 @@
+// Memory-efficient attention on tensor cores, fp16 and bf16 (sm_80 and newer).
+// One block of four warps takes a tile of 64 query rows (forward, dQ) or 64 keys
+// (dK, dV); each warp owns 16 of them. The products (Q K^T, P V, dO V^T, dS K, ...)
+// run as 16x16x16 WMMA tiles with fp32 accumulation from shared memory; the
+// softmax's row statistics are kept by two lanes per row, each over half of the
+// 64 columns of a step. P and dS are rounded to the storage format before their
+// product, as FlashAttention-2 does; every sum stays fp32. The forward output
+// lives in shared memory (it is rescaled per row as the running max moves, and a
+// WMMA accumulator's element-to-row map is unspecified); the backward
+// accumulators need no rescaling and stay in registers. Deterministic: no atomics.
+// Include only from the per-head-dim translation units (attention_tc_d*.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "harness/cuda_check.cuh"
+#include "kernels/attention/attention_launch.hpp"
+#include "kernels/attention/attention_math.hpp"
+#include "kernels/common/float16.hpp"
+#include "kernels/softmax/softmax_math.hpp"
+
+namespace hr::ops::cuda::attn_tc {
+
+namespace wmma = nvcuda::wmma;
+using attn_kernels::Launch;
+using attn_kernels::MaskArgs;
+// The backward kernels stage their fp32 results through the warp's two score buffers.
+static_assert(out_bytes<kMaxTcHeadDim>() <= 2 * kScoreBytes, "backward output staging exceeds the score buffers");
+
+// The CUDA type WMMA takes for each storage format (same bits).
+template <typename S>
+struct MmaType;
+template <>
+struct MmaType<half_t> {
+  using T = __half;
+  static __device__ T from(float f) { return __float2half_rn(f); }
+};
+template <>
+struct MmaType<bfloat16_t> {
+  using T = __nv_bfloat16;
+  static __device__ T from(float f) { return __float2bfloat16_rn(f); }
+};
+
+__device__ inline sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
+  return sm::RowMask{m.causal, t, m.kv_len ? m.kv_len[b] : INT32_MAX,
+                     m.seg ? m.seg + static_cast<int64_t>(b) * T : nullptr};
+}
+
+// Rows [r0, r0 + kTile) of a [T, D] matrix into dst [kTile][kLdIn], zero past T
+// and past D, so every product runs over whole 16x16 tiles. 16-byte copies where
+// the rows allow them (D a multiple of 8 and the matrix 16-byte aligned).
+template <typename M, int kD>
+__device__ void stage_tile(const M* __restrict__ src, int r0, int T, int D, M* __restrict__ dst) {
+  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
+  uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+  if (D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    constexpr int kVecs = kD / 8;
+    for (int i = threadIdx.x; i < kTile * kVecs; i += blockDim.x) {
+      const int r = i / kVecs, c = (i % kVecs) * 8, row = r0 + r;
+      uint4 val = make_uint4(0u, 0u, 0u, 0u);
+      if (row < T && c < D) val = *reinterpret_cast<const uint4*>(s16 + static_cast<int64_t>(row) * D + c);
+      *reinterpret_cast<uint4*>(d16 + r * kLdIn<kD> + c) = val;
+    }
+  } else {
+    for (int i = threadIdx.x; i < kTile * kD; i += blockDim.x) {
+      const int r = i / kD, c = i % kD, row = r0 + r;
+      d16[r * kLdIn<kD> + c] = (row < T && c < D) ? s16[static_cast<int64_t>(row) * D + c] : uint16_t{0};
+    }
+  }
+}
+
+// out[16][kTile] (fp32, ld kLdScore) = A[16][kD] * B[kTile][kD]^T, A and B row-major
+// 16-bit tiles with stride kLdIn: the scores of a warp's 16 rows against a step's keys.
+template <typename M, int kD>
+__device__ void product_abt(const M* a, const M* b, float* out) {
+#pragma unroll
+  for (int j = 0; j < kTile / 16; ++j) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, a + kk * 16, kLdIn<kD>);
+      wmma::load_matrix_sync(fb, b + j * 16 * kLdIn<kD> + kk * 16, kLdIn<kD>);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + j * 16, acc, kLdScore, wmma::mem_row_major);
+  }
+}
+
+// acc[j] += P[16][kTile] (16-bit, ld kLdProb) * B[kTile][kD] (ld kLdIn), column tile j.
+template <typename M, int kD>
+__device__ void accumulate_pb(wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[kD / 16], const M* p,
+                              const M* b) {
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j)
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, p + kk * 16, kLdProb);
+      wmma::load_matrix_sync(fb, b + kk * 16 * kLdIn<kD> + j * 16, kLdIn<kD>);
+      wmma::mma_sync(acc[j], fa, fb, acc[j]);
+    }
+}
+
+template <typename S, int kD>
+__global__ void __launch_bounds__(kThreads)
+    tc_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, MaskArgs mask, int H,
+                      int T, int D, float scale, S* __restrict__ out, float* __restrict__ lse) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using M = typename MmaType<S>::T;
+  extern __shared__ __align__(128) unsigned char smem[];
+  M* qs = reinterpret_cast<M*>(smem);
+  M* ks = qs + kTile * kLdIn<kD>;
+  M* vs = ks + kTile * kLdIn<kD>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 16 * kLdScore;
+  M* p_w = reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + kWarps * 16 * kLdScore) +
+           warp * 16 * kLdProb;
+  float* o_w = reinterpret_cast<float*>(reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) +
+                                                             kWarps * 16 * kLdScore) +
+                                        kWarps * 16 * kLdProb) +
+               warp * 16 * kLdOut<kD>;
+
+  const int bh = blockIdx.x, b = bh / H;
+  const int t0 = blockIdx.y * kTile, w0 = t0 + warp * 16;  // the block's and the warp's first row
+  const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const int r = lane >> 1, half = lane & 1;  // this lane's row of the warp, and its half of the columns
+  const int t = w0 + r;
+  const bool active = t < T;
+  const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
+  const M* qm = reinterpret_cast<const M*>(q);
+  stage_tile<M, kD>(qm + base, t0, T, D, qs);
+  for (int i = lane; i < 16 * kLdOut<kD>; i += 32) o_w[i] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  const int t_last = min(T, t0 + kTile) - 1;  // a causal block sees no key past its last row
+  const int w_last = min(T, w0 + 16) - 1;
+  for (int s0 = 0; s0 < T; s0 += kTile) {
+    if (mask.causal && s0 > t_last) break;  // uniform across the block
+    __syncthreads();                         // the previous step's K and V are consumed
+    stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s0, T, D, ks);
+    stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s0, T, D, vs);
+    __syncthreads();
+    if (w0 >= T || (mask.causal && s0 > w_last)) continue;  // uniform across the warp
+    product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
+    __syncwarp();
+    const float* srow = s_w + r * kLdScore + half * 32;
+    uint32_t ok = 0;
+    float chunk_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {
+      const int s = s0 + half * 32 + c;
+      if (active && s < T && sm::allowed(rm, s)) {
+        ok |= 1u << c;
+        chunk_max = fmaxf(chunk_max, scale * srow[c]);
+      }
+    }
+    chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+    const float factor = attn::online_rescale(m, l, chunk_max);  // the pair computes it alike
+    M* prow = p_w + r * kLdProb + half * 32;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {
+      const float p = (ok & (1u << c)) ? attn::online_weight(scale * srow[c], m) : 0.f;
+      sum += p;
+      prow[c] = MmaType<S>::from(p);
+    }
+    l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (factor != 1.f) {
+      float* orow = o_w + r * kLdOut<kD> + half * (kD / 2);
+#pragma unroll
+      for (int d = 0; d < kD / 2; ++d) orow[d] *= factor;
+    }
+    __syncwarp();
+    // O += P V one 16-column tile at a time: one accumulator live, not kD / 16.
+#pragma unroll
+    for (int j = 0; j < kD / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, o_w + j * 16, kLdOut<kD>, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, p_w + kk * 16, kLdProb);
+        wmma::load_matrix_sync(fb, vs + kk * 16 * kLdIn<kD> + j * 16, kLdIn<kD>);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(o_w + j * 16, acc, kLdOut<kD>, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  __syncwarp();
+  if (!active) return;
+  const float inv = attn::inv_row_sum(l);
+  const float* orow = o_w + r * kLdOut<kD>;
+  S* o = out + base + static_cast<int64_t>(t) * D;
+  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) o[d] = from_float<S>(orow[d] * inv);
+  if (half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
+#else
+  __trap();  // the dispatcher selects these kernels only on sm_80 and newer
+#endif
+}
+
+// dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
+// dP = dO V^T, then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
+template <typename S, int kD>
+__global__ void __launch_bounds__(kThreads)
+    tc_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
+                 const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
+                 MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dq) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using M = typename MmaType<S>::T;
+  extern __shared__ __align__(128) unsigned char smem[];
+  M* qs = reinterpret_cast<M*>(smem);
+  M* gs = qs + kTile * kLdIn<kD>;
+  M* ks = gs + kTile * kLdIn<kD>;
+  M* vs = ks + kTile * kLdIn<kD>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 2 * 16 * kLdScore;
+  float* dp_w = s_w + 16 * kLdScore;
+  M* ds_w = reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + kWarps * 2 * 16 * kLdScore) +
+            warp * 16 * kLdProb;
+
+  const int bh = blockIdx.x, b = bh / H;
+  const int t0 = blockIdx.y * kTile, w0 = t0 + warp * 16;
+  const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const int r = lane >> 1, half = lane & 1;
+  const int t = w0 + r;
+  const bool active = t < T;
+  const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
+  const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
+  const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
+  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
+  stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kD / 16];
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(acc[j], 0.f);
+  const int t_last = min(T, t0 + kTile) - 1;
+  const int w_last = min(T, w0 + 16) - 1;
+  for (int s0 = 0; s0 < T; s0 += kTile) {
+    if (mask.causal && s0 > t_last) break;
+    __syncthreads();
+    stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s0, T, D, ks);
+    stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s0, T, D, vs);
+    __syncthreads();
+    if (w0 >= T || (mask.causal && s0 > w_last)) continue;
+    product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
+    product_abt<M, kD>(gs + warp * 16 * kLdIn<kD>, vs, dp_w);
+    __syncwarp();
+    const float* srow = s_w + r * kLdScore + half * 32;
+    const float* dprow = dp_w + r * kLdScore + half * 32;
+    M* dsrow = ds_w + r * kLdProb + half * 32;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {
+      const int s = s0 + half * 32 + c;
+      float ds = 0.f;
+      if (active && s < T && sm::allowed(rm, s))
+        ds = attn::dscore_unscaled(attn::prob_from_lse(scale * srow[c], lse_t), dprow[c], dot_t);
+      dsrow[c] = MmaType<S>::from(ds);
+    }
+    __syncwarp();
+    accumulate_pb<M, kD>(acc, ds_w, ks);
+  }
+  __syncwarp();
+  if (w0 >= T) return;
+  float* stage = s_w;  // [16][kLdOut] fits the warp's two score buffers
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc[j], kLdOut<kD>, wmma::mem_row_major);
+  __syncwarp();
+  if (!active) return;
+  const float* row = stage + r * kLdOut<kD>;
+  S* o = dq + base + static_cast<int64_t>(t) * D;
+  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) o[d] = from_float<S>(scale * row[d]);
+#else
+  __trap();
+#endif
+}
+
+// dK, dV per tile of 64 keys: for each step of 64 queries, S^T = K Q^T and
+// dP^T = V dO^T, P^T from the saved log-sum-exp, dS^T = P^T (dP^T - D);
+// dV += P^T dO and dK += dS^T Q.
+template <typename S, int kD>
+__global__ void __launch_bounds__(kThreads)
+    tc_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
+                  const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
+                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dk, S* __restrict__ dv) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using M = typename MmaType<S>::T;
+  extern __shared__ __align__(128) unsigned char smem[];
+  M* ks = reinterpret_cast<M*>(smem);
+  M* vs = ks + kTile * kLdIn<kD>;
+  M* qs = vs + kTile * kLdIn<kD>;
+  M* gs = qs + kTile * kLdIn<kD>;
+  float* lse_s = reinterpret_cast<float*>(gs + kTile * kLdIn<kD>);
+  float* dot_s = lse_s + kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* st_w = dot_s + kTile + warp * 2 * 16 * kLdScore;
+  float* dpt_w = st_w + 16 * kLdScore;
+  M* pt_w = reinterpret_cast<M*>(dot_s + kTile + kWarps * 2 * 16 * kLdScore) + warp * 2 * 16 * kLdProb;
+  M* dst_w = pt_w + 16 * kLdProb;
+
+  const int bh = blockIdx.x, b = bh / H;
+  const int s_first = blockIdx.y * kTile, w0 = s_first + warp * 16;
+  const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const int r = lane >> 1, half = lane & 1;  // this lane's key of the warp, and its half of the queries
+  const int s = w0 + r;
+  const bool active = s < T;
+  stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s_first, T, D, ks);
+  stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s_first, T, D, vs);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_dk[kD / 16], acc_dv[kD / 16];
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) {
+    wmma::fill_fragment(acc_dk[j], 0.f);
+    wmma::fill_fragment(acc_dv[j], 0.f);
+  }
+  // Causal: queries before the block's first key see none of its keys.
+  const int t_begin = mask.causal ? s_first : 0;
+  for (int t0 = t_begin; t0 < T; t0 += kTile) {
+    __syncthreads();
+    stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
+    stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      const int t = t0 + i;
+      lse_s[i] = t < T ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
+      dot_s[i] = t < T ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
+    }
+    __syncthreads();
+    if (w0 >= T) continue;
+    product_abt<M, kD>(ks + warp * 16 * kLdIn<kD>, qs, st_w);
+    product_abt<M, kD>(vs + warp * 16 * kLdIn<kD>, gs, dpt_w);
+    __syncwarp();
+    const float* strow = st_w + r * kLdScore + half * 32;
+    const float* dptrow = dpt_w + r * kLdScore + half * 32;
+    M* prow = pt_w + r * kLdProb + half * 32;
+    M* dsrow = dst_w + r * kLdProb + half * 32;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {
+      const int i = half * 32 + c, t = t0 + i;
+      float p = 0.f, ds = 0.f;
+      if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
+        p = attn::prob_from_lse(scale * strow[c], lse_s[i]);
+        ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
+      }
+      prow[c] = MmaType<S>::from(p);
+      dsrow[c] = MmaType<S>::from(ds);
+    }
+    __syncwarp();
+    accumulate_pb<M, kD>(acc_dv, pt_w, gs);
+    accumulate_pb<M, kD>(acc_dk, dst_w, qs);
+  }
+  __syncwarp();
+  if (w0 >= T) return;
+  float* stage = st_w;  // [16][kLdOut] fits the warp's two score buffers
+  const float* row = stage + r * kLdOut<kD>;
+  const int64_t at = base + static_cast<int64_t>(s) * D;
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dv[j], kLdOut<kD>, wmma::mem_row_major);
+  __syncwarp();
+  if (active)
+    for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dv[at + d] = from_float<S>(row[d]);
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dk[j], kLdOut<kD>, wmma::mem_row_major);
+  __syncwarp();
+  if (active)
+    for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dk[at + d] = from_float<S>(scale * row[d]);
+#else
+  __trap();
+#endif
+}
+
+// Raises a kernel's dynamic shared-memory limit to what it takes (above 48 KB the
+// launch fails without it); once per kernel and process (a process drives one device).
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  HR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+inline dim3 grid_of(const Launch& l) {
+  return dim3(l.grid.x, static_cast<unsigned>((l.T + kTile - 1) / kTile));
+}
+
+template <typename S, int kD>
+void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
+                    float scale, Tensor& out, Tensor& lse) {
+  static const bool raised = (allow_smem(tc_forward_kernel<S, kD>, forward_smem_bytes<kD>()), true);
+  (void)raised;
+  tc_forward_kernel<S, kD><<<grid_of(l), kThreads, forward_smem_bytes<kD>(), l.stream>>>(
+      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), m, l.H, l.T, l.D, scale, out.data_as<S>(),
+      lse.data_as<float>());
+  HR_CUDA_CHECK_LAUNCH();
+}
+
+template <typename S, int kD>
+void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                     const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
+                     Tensor& dv) {
+  static const bool raised = (allow_smem(tc_dq_kernel<S, kD>, dq_smem_bytes<kD>()),
+                              allow_smem(tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>()), true);
+  (void)raised;
+  tc_dq_kernel<S, kD><<<grid_of(l), kThreads, dq_smem_bytes<kD>(), l.stream>>>(
+      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
+      row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dq.data_as<S>());
+  HR_CUDA_CHECK_LAUNCH();
+  tc_dkv_kernel<S, kD><<<grid_of(l), kThreads, dkv_smem_bytes<kD>(), l.stream>>>(
+      q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
+      row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dk.data_as<S>(), dv.data_as<S>());
+  HR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hr::ops::cuda::attn_tc
+
+#define HR_ATTENTION_TC_INSTANTIATE(kD)                                                                          \
+  namespace hr::ops::cuda::attn_tc {                                                                             \
+  template void forward_launch<half_t, kD>(const Launch&, const Tensor&, const Tensor&, const Tensor&,          \
+                                           const MaskArgs&, float, Tensor&, Tensor&);                            \
+  template void forward_launch<bfloat16_t, kD>(const Launch&, const Tensor&, const Tensor&, const Tensor&,      \
+                                               const MaskArgs&, float, Tensor&, Tensor&);                        \
+  template void backward_launch<half_t, kD>(const Launch&, const Tensor&, const Tensor&, const Tensor&,         \
+                                            const Tensor&, const Tensor&, const Tensor&, const MaskArgs&, float, \
+                                            Tensor&, Tensor&, Tensor&);                                          \
+  template void backward_launch<bfloat16_t, kD>(const Launch&, const Tensor&, const Tensor&, const Tensor&,     \
+                                                const Tensor&, const Tensor&, const Tensor&, const MaskArgs&,    \
+                                                float, Tensor&, Tensor&, Tensor&);                               \
+  }

@@ -46,8 +46,8 @@ TradeSetup trade_setup(Preset preset, BackendKind backend);
 enum class TradeFault : uint8_t {
   none,
   linear_8bit_codebook,  // gross: 8-bit moments on a linear grid: small second moments round to zero
-  lr_times_k_plus_one,   // subtle: the learning rate off by a factor (K + 1) / K, as an accumulation
-                         // count off by one does to a plain-SGD update
+  one_step_skipped,      // subtle: one optimizer step of the few lost, as an overflow check that
+                         // fires without an overflow skips it
 };
 
 struct TradeLoss {

@@ -14,7 +14,6 @@
 #include "harness/data/synthetic.hpp"
 #include "harness/models/presets.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
-#include "harness/properties/sweep_support.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
@@ -174,7 +173,7 @@ bool fits(Device& dev, const StepConfig& cfg, int64_t m, uint64_t seed, size_t* 
 }  // namespace
 
 FitResult find_largest_micro_batch(Device& dev, const StepConfig& cfg, std::optional<size_t> budget_bytes,
-                                   int64_t max_micro_batch, uint64_t seed, bool off_by_one) {
+                                   int64_t max_micro_batch, uint64_t seed, FitFault fault) {
   HR_ARG_CHECK(max_micro_batch >= 1, "BM-FIT: max_micro_batch must be >= 1, got {}", max_micro_batch);
   FitResult r;
   r.max_micro_batch = max_micro_batch;
@@ -206,13 +205,15 @@ FitResult find_largest_micro_batch(Device& dev, const StepConfig& cfg, std::opti
         break;
       }
     }
-    if (hi != 0) {
+    if (hi != 0 && fault == FitFault::no_bisection) {
+      r.micro_batch = hi;
+    } else if (hi != 0) {
       while (hi - lo > 1) {
         const int64_t mid = lo + (hi - lo) / 2;
         if (probe(mid)) lo = mid;
         else hi = mid;
       }
-      if (off_by_one) r.micro_batch = hi;
+      if (fault == FitFault::first_not_fitting) r.micro_batch = hi;
     }
   } catch (...) {
     dev.memory().set_budget(saved);
@@ -532,24 +533,33 @@ std::vector<Measurement> fit_checks(RunContext& ctx) {
     m.tolerance_reason = tol::kFitMicroBatchReason;
     out.push_back(std::move(m));
   }
-  // Control: a search that reports the first micro-batch that did not fit (the
-  // off-by-one of a bisection's bracket), on the baseline.
-  const TradeRow& row = setup.rows.front();
+  // Controls on the baseline and the last row: a bisection that reports the first
+  // micro-batch that did not fit (off by one, subtle), and galloping without the
+  // bisection (the first power of two that did not fit, gross).
   const OneBlasThread one_blas_thread(ctx.device);
-  const FitResult bad = find_largest_micro_batch(ctx.device, row.cfg, run.budget_bytes, kFitMaxMicroBatch, ctx.seed,
-                                                 /*off_by_one=*/true);
-  const int64_t model = predicted_largest_micro_batch(row.cfg, run.budget_bytes, kFitMaxMicroBatch, ctx.device.kind());
-  Measurement m = make_subtle_control("BM-FIT", "negative control (subtle): the search reports the first micro-batch "
-                                                "that did not fit",
-                                      std::fabs(static_cast<double>(bad.micro_batch - model)), tol::kFitMicroBatch);
-  m.backend = backend_name(ctx.device.kind());
-  m.dtype = dtype_name(row.cfg.precision.compute);
-  m.model = "transformer";
-  m.config = {{"technique", row.technique}};
-  m.metric = "abs_micro_batch_difference";
-  m.tolerance_reason = tol::kFitMicroBatchReason;
-  m.details = {{"found", bad.micro_batch}, {"predicted", model}};
-  out.push_back(std::move(m));
+  for (const FitFault fault : {FitFault::no_bisection, FitFault::first_not_fitting}) {
+    const TradeRow& row = fault == FitFault::no_bisection ? setup.rows.back() : setup.rows.front();
+    const FitResult bad =
+        find_largest_micro_batch(ctx.device, row.cfg, run.budget_bytes, kFitMaxMicroBatch, ctx.seed, fault);
+    const int64_t model =
+        predicted_largest_micro_batch(row.cfg, run.budget_bytes, kFitMaxMicroBatch, ctx.device.kind());
+    const double err = std::fabs(static_cast<double>(bad.micro_batch - model));
+    Measurement m =
+        fault == FitFault::no_bisection
+            ? make_negative_control("BM-FIT", "negative control (gross): galloping without the bisection", err,
+                                    tol::kFitMicroBatch)
+            : make_subtle_control("BM-FIT",
+                                  "negative control (subtle): the search reports the first micro-batch that did not fit",
+                                  err, tol::kFitMicroBatch);
+    m.backend = backend_name(ctx.device.kind());
+    m.dtype = dtype_name(row.cfg.precision.compute);
+    m.model = "transformer";
+    m.config = {{"technique", row.technique}};
+    m.metric = "abs_micro_batch_difference";
+    m.tolerance_reason = tol::kFitMicroBatchReason;
+    m.details = {{"found", bad.micro_batch}, {"predicted", model}};
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -72,10 +72,14 @@ struct FitResult {
   size_t budget_bytes = 0;
   std::vector<std::pair<int64_t, bool>> trail;  // (micro-batch, fits) in probe order
 };
-// off_by_one: wrong on purpose (BM-FIT's control): reports the first micro-batch that
-// did not fit.
+// Searches that are wrong on purpose (BM-FIT's controls).
+enum class FitFault : uint8_t {
+  none,
+  first_not_fitting,  // subtle: the bisection reports the first micro-batch that did not fit
+  no_bisection,       // gross: galloping alone, reporting the first power of two that did not fit
+};
 FitResult find_largest_micro_batch(Device& dev, const StepConfig& cfg, std::optional<size_t> budget_bytes,
-                                   int64_t max_micro_batch, uint64_t seed, bool off_by_one = false);
+                                   int64_t max_micro_batch, uint64_t seed, FitFault fault = FitFault::none);
 // The configuration a fit probe runs: cfg at micro-batch = batch = m (full rows).
 StepConfig fit_probe_config(const StepConfig& cfg, int64_t micro_batch);
 // The memory model's answer (MEM-1's prediction): the largest m <= max whose predicted

@@ -190,8 +190,10 @@ TEST(BmFit, SearchUnderTheBudgetEqualsTheMemoryModel) {
   EXPECT_EQ(f.micro_batch, props::predicted_largest_micro_batch(c, budget, 64, BackendKind::cpu));
   EXPECT_LE(f.peak_bytes_at_fit, budget);
   EXPECT_FALSE(dev.memory().budget().has_value()) << "the device's budget is restored";
-  const props::FitResult bad = props::find_largest_micro_batch(dev, c, budget, 64, 3, /*off_by_one=*/true);
+  const props::FitResult bad = props::find_largest_micro_batch(dev, c, budget, 64, 3, props::FitFault::first_not_fitting);
   EXPECT_EQ(bad.micro_batch, 6) << "the control reports the first that did not fit";
+  const props::FitResult gallop = props::find_largest_micro_batch(dev, c, budget, 64, 3, props::FitFault::no_bisection);
+  EXPECT_EQ(gallop.micro_batch, 8) << "galloping alone stops at the first power of two that did not fit";
   // Checkpointing buys micro-batch under the same budget.
   StepConfig ck = c;
   ck.checkpoint.every_k_blocks = 1;

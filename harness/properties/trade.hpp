@@ -45,7 +45,7 @@ TradeSetup trade_setup(Preset preset, BackendKind backend);
 // A fault that breaks training while saving the same memory (TRADE's controls).
 enum class TradeFault : uint8_t {
   none,
-  linear_8bit_codebook,  // gross: 8-bit moments on a linear grid: small second moments round to zero
+  lora_scale_alpha,      // gross: LoRA's adapter scaled by alpha instead of alpha / r (r = 8: 8x)
   one_step_skipped,      // subtle: one optimizer step of the few lost, as an overflow check that
                          // fires without an overflow skips it
 };

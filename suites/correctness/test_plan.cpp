@@ -171,6 +171,55 @@ TEST(Plan, SampleCardsAgreeWithTheMemoryModel) {
   EXPECT_EQ(plans.front().options[static_cast<size_t>(plans.front().chosen)].key, "adamw8bit");
 }
 
+// A card measured here: its results.json's TRADE rows give each technique's step-time
+// factor (time per token slot against the baseline's) and, without a stated throughput,
+// the baseline's tokens/s; a results file without TRADE rows is bad input.
+TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_test_plan_measured";
+  fs::create_directories(dir);
+  Results r;
+  r.preset = "quick";
+  r.backend = "cpu";
+  const std::pair<const char*, double> rows[] = {{"baseline", 1000.0},     {"mixed_precision", 800.0},
+                                                 {"seq_padding", 1250.0},  {"accumulation", 500.0},
+                                                 {"checkpointing", 400.0}, {"adamw8bit", 320.0},
+                                                 {"lora", 250.0}};
+  for (const auto& [key, tps] : rows) {
+    SweepPoint p;
+    p.sweep = "TRADE";
+    p.backend = "cpu";
+    p.dtype = "fp32";
+    p.model = "transformer";
+    p.config = {{"technique", key}, {"key", key}};
+    TimeStats t;
+    t.reps = 3;
+    t.median_s = 1.0;
+    p.time = t;
+    p.metrics = {{"tokens_per_s", tps}, {"useful_tokens_per_s", tps / 2}};
+    r.sweep_points.push_back(p);
+  }
+  compute_totals(r);
+  write_file_atomic((dir / "card.json").string(), results_to_json(r).dump());
+  const json cards = {{"cards", json::array({{{"name", "here"}, {"memory_gib", 1}, {"price_per_hour", 3.6},
+                                              {"results", "card.json"}}})}};
+  plan::PlanInput in;
+  in.cfg = sample_config();
+  in.cards = plan::cards_from_json(cards, dir.string());
+  const auto plans = plan::make_plan(in);
+  ASSERT_EQ(plans.size(), 1u);
+  ASSERT_TRUE(plans[0].tokens_per_s.has_value());
+  EXPECT_DOUBLE_EQ(*plans[0].tokens_per_s, 1000.0);
+  for (const auto& o : plans[0].options) {
+    if (o.key == "checkpointing") EXPECT_DOUBLE_EQ(o.time_factor, 2.5);
+    if (o.key == "seq_padding") EXPECT_DOUBLE_EQ(o.time_factor, 0.8);
+    if (o.key == "as_given") EXPECT_DOUBLE_EQ(o.time_factor, 1.0);
+  }
+  Results empty;
+  compute_totals(empty);
+  write_file_atomic((dir / "empty.json").string(), results_to_json(empty).dump());
+  EXPECT_THROW(plan::factors_from_results((dir / "empty.json").string()), InvalidArgument);
+}
+
 // BM-FIT on the CPU: the search through the tracker's budget finds the memory model's
 // answer; its off-by-one control is one more; a budget under one row is 0, not a crash.
 TEST(BmFit, SearchUnderTheBudgetEqualsTheMemoryModel) {

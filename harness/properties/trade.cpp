@@ -378,9 +378,11 @@ TradeRun measure_trade(RunContext& ctx) {
       p.metrics["loss_end"] = l.loss_end;
       p.metrics["reference_loss_end"] = ref.loss_end;
       p.metrics["loss_reference"] = s.rows[i].reference_key;
-      p.metrics["loss_error"] = loss_error(l, ref);
-      p.metrics["loss_bound"] = tol::kTradeLossProgress;
-      p.metrics["loss_within_bound"] = loss_error(l, ref) <= tol::kTradeLossProgress;
+      if (i > 0) {  // the baseline is the reference itself
+        p.metrics["loss_error"] = loss_error(l, ref);
+        p.metrics["loss_bound"] = tol::kTradeLossProgress;
+        p.metrics["loss_within_bound"] = loss_error(l, ref) <= tol::kTradeLossProgress;
+      }
       p.metrics["loss_vs_baseline"] = (l.loss_end - run.losses.front().loss_end) /
                                       (run.losses.front().loss_start - run.losses.front().loss_end);
     }

@@ -555,7 +555,7 @@ inline constexpr double kLoraFdSubtleScale = 3e-4;
 // progress. 8-bit moments add their quantisation (Q8-3). Measured over 20 seeds
 // (quick, lr 1e-3): at most 0.0065 (seq/padding), 0.0080 (LoRA against LoRA alone):
 // 0.40 of the bound. Controls: one of the 4 steps skipped 0.13-0.25 (6.4-12.7x),
-// LoRA scaled by alpha instead of alpha / r ~4.7-5.0 (~240x).
+// LoRA scaled by alpha instead of alpha / r 4.1-5.5 (205-277x).
 inline constexpr double kTradeLossProgress = 0.02;
 inline constexpr const char* kTradeLossProgressReason =
     "bf16 rounding (2^-8) of weights and activations and 8-bit moments move AdamW's first steps by a few percent "

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"

@@ -18,6 +18,7 @@
 #include "harness/check.hpp"
 #include "harness/device.hpp"
 #include "harness/results/commands.hpp"
+#include "harness/plan/plan.hpp"
 
 namespace {
 
@@ -146,6 +147,24 @@ int main(int argc, char** argv) {
   rep_cmd->add_option("--baseline", rep_baseline, "compare against this results.json in the report");
   rep_cmd->add_option("--html", rep_html, "output HTML file")->required();
 
+  // ---- headroom plan (harness/plan/plan.hpp) ----
+  hr::plan::PlanCommand plan;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "for each card, the cheapest combination of techniques that fits a step configuration, and its cost");
+  plan_cmd->add_option("--config", plan.config_file, "step configuration JSON (fields over the preset's)")->required();
+  plan_cmd->add_option("--cards", plan.cards_file, "cards JSON (memory_gib, price_per_hour, tokens_per_s or results)")
+      ->required();
+  plan_cmd->add_option("--preset", plan.preset, "sizes the configuration's fields are laid over: quick | full")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+  plan_cmd->add_option("--json", plan.json_out, "also write the plan as JSON to this file");
+  plan_cmd->add_option("--measured", plan.measured,
+                       "a results.json whose TRADE rows give each technique's step-time factor (default: the field "
+                       "guide's figures)");
+  plan_cmd->add_option("--headroom", plan.headroom_fraction, "fraction of each card's memory left free")
+      ->check(finite_in(0, false, 1, "[0, 1)"))
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -165,6 +184,7 @@ int main(int argc, char** argv) {
   if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr, cmp_opt);
   if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
   if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
+  if (plan_cmd->parsed()) return hr::plan::command_plan(plan, std::cout, std::cerr);
 
   if (info->parsed()) return hr::command_info(info_backend, std::cout, std::cerr);
   return 2;

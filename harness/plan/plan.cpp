@@ -1,0 +1,336 @@
+// `headroom plan` (see plan.hpp): every combination of techniques predicted with the
+// memory model (MEM-1, exact on the CPU, checked per run), priced with a card's stated
+// or measured throughput and this device's (or the field guide's) cost per technique.
+#include "harness/plan/plan.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "harness/check.hpp"
+#include "harness/results/results.hpp"
+#include "harness/step/memory_model.hpp"
+
+namespace hr::plan {
+
+namespace fs = std::filesystem;
+
+size_t Card::memory_bytes() const { return static_cast<size_t>(memory_gib * 1024.0 * 1024.0 * 1024.0); }
+
+namespace {
+
+constexpr size_t kMaxCardsBytes = 1 << 20;
+
+double positive_number(const nlohmann::json& j, const std::string& path) {
+  HR_ARG_CHECK(j.is_number() && !j.is_boolean(), "{}: expected a positive number, got {}", path, j.dump());
+  const double v = j.get<double>();
+  HR_ARG_CHECK(std::isfinite(v) && v > 0, "{}: expected a positive number, got {}", path, j.dump());
+  return v;
+}
+
+}  // namespace
+
+std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& base_dir) {
+  HR_ARG_CHECK(j.is_object(), "expected a JSON object with a \"cards\" array, got {}", j.type_name());
+  for (const auto& [k, v] : j.items())
+    HR_ARG_CHECK(k == "cards" || k == "note", "{}: unknown key (expected cards, note)", k);
+  auto it = j.find("cards");
+  HR_ARG_CHECK(it != j.end(), "cards: missing (expected an array of cards)");
+  HR_ARG_CHECK(it->is_array() && !it->empty(), "cards: expected a non-empty array, got {}", it->dump().substr(0, 60));
+  std::vector<Card> out;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const nlohmann::json& c = (*it)[i];
+    const std::string at = fmt::format("cards[{}]", i);
+    HR_ARG_CHECK(c.is_object(), "{}: expected an object, got {}", at, c.type_name());
+    for (const auto& [k, v] : c.items())
+      HR_ARG_CHECK(k == "name" || k == "memory_gib" || k == "price_per_hour" || k == "tokens_per_s" || k == "results" ||
+                       k == "note",
+                   "{}.{}: unknown key (expected name, memory_gib, price_per_hour, tokens_per_s, results, note)", at, k);
+    Card card;
+    auto name = c.find("name");
+    HR_ARG_CHECK(name != c.end() && name->is_string() && !name->get<std::string>().empty(),
+                 "{}.name: expected a non-empty string", at);
+    card.name = name->get<std::string>();
+    auto mem = c.find("memory_gib");
+    HR_ARG_CHECK(mem != c.end(), "{}.memory_gib: missing (expected a positive number)", at);
+    card.memory_gib = positive_number(*mem, at + ".memory_gib");
+    HR_ARG_CHECK(card.memory_gib < 1e6, "{}.memory_gib: {} GiB is not a card", at, card.memory_gib);
+    auto price = c.find("price_per_hour");
+    HR_ARG_CHECK(price != c.end(), "{}.price_per_hour: missing (expected a positive number)", at);
+    card.price_per_hour = positive_number(*price, at + ".price_per_hour");
+    if (auto t = c.find("tokens_per_s"); t != c.end()) card.tokens_per_s = positive_number(*t, at + ".tokens_per_s");
+    if (auto r = c.find("results"); r != c.end()) {
+      HR_ARG_CHECK(r->is_string() && !r->get<std::string>().empty(), "{}.results: expected a path to a results.json",
+                   at);
+      fs::path p = r->get<std::string>();
+      if (p.is_relative() && !base_dir.empty()) p = fs::path(base_dir) / p;
+      card.results_path = p.string();
+    }
+    HR_ARG_CHECK(card.tokens_per_s || !card.results_path.empty(),
+                 "{}: needs a throughput: tokens_per_s (stated) or results (a results.json measured on it)", at);
+    out.push_back(std::move(card));
+  }
+  return out;
+}
+
+TimeFactors field_guide_factors() {
+  TimeFactors f;
+  f.source = "field guide";
+  // Section 06: mixed precision and sequence length make training faster (counted as
+  // free here, which is conservative); accumulation is cheap down to a point; one
+  // checkpointed forward is ~ a third more compute; 8-bit state and LoRA ~ free.
+  f.factor = {{"mixed_precision", 1.0}, {"seq_padding", 1.0}, {"accumulation", 1.0},
+              {"checkpointing", 4.0 / 3.0}, {"adamw8bit", 4.0 / 3.0}, {"lora", 4.0 / 3.0}};
+  return f;
+}
+
+TimeFactors factors_from_results(const std::string& path) {
+  const Results r = load_results(path);
+  TimeFactors f;
+  f.source = path;
+  std::optional<double> base;
+  for (const SweepPoint& p : r.sweep_points) {
+    if (p.sweep != "TRADE" || p.status != "ok" || !p.config.contains("key")) continue;
+    auto tps = p.metrics.find("tokens_per_s");
+    if (tps == p.metrics.end() || !tps->is_number()) continue;
+    const std::string key = p.config["key"].is_string() ? p.config["key"].get<std::string>() : "";
+    const double v = tps->get<double>();
+    if (key == "baseline") {
+      base = v;
+      if (auto u = p.metrics.find("useful_tokens_per_s"); u != p.metrics.end() && u->is_number())
+        f.baseline_tokens_per_s = v;
+    } else if (base && v > 0) {
+      f.factor[key] = *base / v;  // time per token slot against the baseline's
+    }
+  }
+  HR_ARG_CHECK(base && !f.factor.empty(), "{}: no TRADE rows with tokens_per_s (run `headroom run` with TRADE)", path);
+  return f;
+}
+
+namespace {
+
+size_t predicted_peak(const StepConfig& cfg) { return predict_memory(cfg, BackendKind::cuda).total_peak; }
+
+// The largest micro-batch dividing cfg.batch whose predicted peak fits; 1 when none does.
+StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable) {
+  for (int64_t m = cfg.batch; m >= 1; --m) {
+    if (cfg.batch % m != 0) continue;
+    cfg.micro_batch = m;
+    if (predicted_peak(cfg) <= usable) return cfg;
+  }
+  cfg.micro_batch = 1;
+  return cfg;
+}
+
+}  // namespace
+
+std::vector<Option> options_for(const StepConfig& given, size_t usable) {
+  validate(given);
+  std::vector<Option> out;
+  auto add = [&](std::string key, std::string technique, const StepConfig& c) {
+    validate(c);
+    Option o;
+    o.key = std::move(key);
+    o.technique = std::move(technique);
+    o.cfg = c;
+    o.peak_bytes = predicted_peak(c);
+    o.fits = o.peak_bytes <= usable;
+    out.push_back(std::move(o));
+  };
+  StepConfig c = given;
+  add("as_given", "as given", c);
+  if (c.precision.compute == DType::f32) c.precision.compute = DType::bf16;
+  add("mixed_precision", "+ mixed precision (bf16, fp32 masters)", c);
+  if (c.model == ModelKind::transformer) {
+    c.transformer.memory_efficient_attention = true;
+    // The memory-efficient kernel has no dropout on the probabilities.
+    if (c.transformer.attn_probs_dropout > 0.f) c.transformer.attn_probs_dropout = 0.f;
+    add("seq_padding", "+ memory-efficient attention (sequence length)", c);
+  }
+  c = largest_fitting_micro_batch(c, usable);
+  add("accumulation", fmt::format("+ accumulation ({} x {})", c.accum_steps(), c.micro_batch), c);
+  c.checkpoint.every_k_blocks = 1;
+  c = largest_fitting_micro_batch(c, usable);
+  add("checkpointing", fmt::format("+ checkpointing every block ({} x {})", c.accum_steps(), c.micro_batch), c);
+  c.optimizer.kind = OptimizerKind::adamw8bit;
+  c = largest_fitting_micro_batch(c, usable);
+  add("adamw8bit", fmt::format("+ 8-bit AdamW ({} x {})", c.accum_steps(), c.micro_batch), c);
+  if (c.adapters.kind == AdapterKind::none) {
+    c.adapters.kind = AdapterKind::lora;
+    c.adapters.rank = 8;
+    c.adapters.alpha = 16.f;
+  }
+  c = largest_fitting_micro_batch(c, usable);
+  add("lora", fmt::format("+ LoRA r{} ({} x {})", c.adapters.rank, c.accum_steps(), c.micro_batch), c);
+  return out;
+}
+
+std::vector<CardPlan> make_plan(const PlanInput& in) {
+  HR_ARG_CHECK(in.headroom_fraction >= 0 && in.headroom_fraction < 1, "--headroom: {} is not in [0, 1)",
+               in.headroom_fraction);
+  validate(in.cfg);
+  std::vector<CardPlan> plans;
+  const double tokens_per_step =
+      static_cast<double>(in.cfg.batch) * static_cast<double>(in.cfg.model == ModelKind::transformer ? in.cfg.seq_len : 1);
+  for (const Card& card : in.cards) {
+    CardPlan cp;
+    cp.card = card;
+    cp.usable_bytes = static_cast<size_t>(static_cast<double>(card.memory_bytes()) * (1.0 - in.headroom_fraction));
+    cp.options = options_for(in.cfg, cp.usable_bytes);
+    // MEM-2's practical test, on the model: micro-batch 1 and a short sequence.
+    StepConfig small = in.cfg;
+    small.batch = small.micro_batch = 1;
+    if (small.model == ModelKind::transformer) small.seq_len = std::min<int64_t>(small.seq_len, 8);
+    if (cp.options.front().fits) {
+      cp.bound = "fits as given";
+      cp.helps = "none needed";
+    } else if (predicted_peak(small) > cp.usable_bytes) {
+      cp.bound = "weights, gradients and optimizer state";
+      cp.helps = "8-bit optimizer, LoRA (or a bigger card); accumulation and checkpointing cannot help";
+    } else {
+      cp.bound = "activations";
+      cp.helps = "mixed precision, sequence length, accumulation, checkpointing";
+    }
+    TimeFactors tf = field_guide_factors();
+    if (!card.results_path.empty()) tf = factors_from_results(card.results_path);
+    else if (in.measured) tf = *in.measured;
+    cp.time_source = tf.source;
+    cp.tokens_per_s = card.tokens_per_s;
+    if (!cp.tokens_per_s && tf.baseline_tokens_per_s) cp.tokens_per_s = tf.baseline_tokens_per_s;
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < cp.options.size(); ++i) {
+      Option& o = cp.options[i];
+      if (o.key != "as_given") {
+        auto f = tf.factor.find(o.key);
+        o.time_factor = f != tf.factor.end() ? f->second : (i > 0 ? cp.options[i - 1].time_factor : 1.0);
+      }
+      if (cp.tokens_per_s) {
+        o.step_time_s = tokens_per_step / *cp.tokens_per_s * o.time_factor;
+        o.cost_per_million_tokens = card.price_per_hour / 3600.0 * o.step_time_s / tokens_per_step * 1e6;
+      }
+      if (o.fits && o.cost_per_million_tokens < best) {
+        best = o.cost_per_million_tokens;
+        cp.chosen = static_cast<int>(i);
+      }
+    }
+    if (cp.chosen < 0) {
+      cp.answer = fmt::format("does not fit even with every technique: {:.3g} GiB predicted at micro-batch 1, {:.3g} GiB "
+                              "usable",
+                              static_cast<double>(cp.options.back().peak_bytes) / (1024.0 * 1024 * 1024),
+                              static_cast<double>(cp.usable_bytes) / (1024.0 * 1024 * 1024));
+    } else {
+      const Option& o = cp.options[static_cast<size_t>(cp.chosen)];
+      cp.answer = fmt::format("{}: {:.3g} GiB predicted, ${:.4g} per million tokens", o.technique,
+                              static_cast<double>(o.peak_bytes) / (1024.0 * 1024 * 1024), o.cost_per_million_tokens);
+    }
+    plans.push_back(std::move(cp));
+  }
+  return plans;
+}
+
+void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out) {
+  out << fmt::format("configuration: {}\n", summary(cfg));
+  out << fmt::format("{:<26} {:>9} {:<40} {:<48} {:>10} {:>10} {:>12}  {}\n", "card", "memory", "bound (MEM-2)",
+                     "cheapest that fits", "peak GiB", "step s", "$ / Mtok", "time factors");
+  for (const CardPlan& p : plans) {
+    std::string chosen = "does not fit with every technique", peak = "-", step = "-", cost = "-";
+    if (p.chosen >= 0) {
+      const Option& o = p.options[static_cast<size_t>(p.chosen)];
+      chosen = o.technique;
+      peak = fmt::format("{:.3g}", static_cast<double>(o.peak_bytes) / (1024.0 * 1024 * 1024));
+      if (p.tokens_per_s) step = fmt::format("{:.4g}", o.step_time_s), cost = fmt::format("{:.4g}", o.cost_per_million_tokens);
+    } else {
+      peak = fmt::format(">{:.3g}", static_cast<double>(p.usable_bytes) / (1024.0 * 1024 * 1024));
+    }
+    out << fmt::format("{:<26} {:>6.4g} GiB {:<40} {:<48} {:>10} {:>10} {:>12}  {}\n", p.card.name, p.card.memory_gib,
+                       p.bound, chosen, peak, step, cost, p.time_source);
+  }
+}
+
+nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput& in) {
+  nlohmann::json j;
+  j["schema"] = "headroom.plan/1";
+  j["configuration"] = in.cfg;
+  j["summary"] = summary(in.cfg);
+  j["headroom_fraction"] = in.headroom_fraction;
+  j["memory_model"] = "MEM-1 (harness/step/memory_model.hpp), CUDA backend";
+  j["cards"] = nlohmann::json::array();
+  for (const CardPlan& p : plans) {
+    nlohmann::json c;
+    c["name"] = p.card.name;
+    c["memory_bytes"] = p.card.memory_bytes();
+    c["usable_bytes"] = p.usable_bytes;
+    c["price_per_hour"] = p.card.price_per_hour;
+    c["tokens_per_s"] = p.tokens_per_s ? nlohmann::json(*p.tokens_per_s) : nlohmann::json(nullptr);
+    c["time_factors_from"] = p.time_source;
+    c["bound"] = p.bound;
+    c["helps"] = p.helps;
+    c["fits"] = p.chosen >= 0;
+    c["answer"] = p.answer;
+    c["options"] = nlohmann::json::array();
+    for (const Option& o : p.options) {
+      c["options"].push_back({{"key", o.key},
+                              {"technique", o.technique},
+                              {"micro_batch", o.cfg.micro_batch},
+                              {"accum_steps", o.cfg.accum_steps()},
+                              {"predicted_peak_bytes", o.peak_bytes},
+                              {"fits", o.fits},
+                              {"time_factor", o.time_factor},
+                              {"step_time_s", p.tokens_per_s ? nlohmann::json(o.step_time_s) : nlohmann::json(nullptr)},
+                              {"cost_per_million_tokens",
+                               p.tokens_per_s ? nlohmann::json(o.cost_per_million_tokens) : nlohmann::json(nullptr)}});
+    }
+    c["chosen"] = p.chosen >= 0 ? c["options"][static_cast<size_t>(p.chosen)] : nlohmann::json(nullptr);
+    j["cards"].push_back(std::move(c));
+  }
+  return j;
+}
+
+int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err) {
+  try {
+    PlanInput in;
+    const nlohmann::json patch = read_json_file(c.config_file, "step configuration", kMaxCardsBytes);
+    HR_ARG_CHECK(patch.is_object(), "{}: expected a JSON object of step configuration fields, got {}", c.config_file,
+                 patch.type_name());
+    ModelKind model = ModelKind::transformer;
+    if (auto m = patch.find("model"); m != patch.end() && m->is_string()) {
+      try {
+        model = parse_model_kind(m->get<std::string>());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("{}: model: {}", c.config_file, e.what()));
+      }
+    }
+    try {
+      in.cfg = step_config_from_json(patch, step_config_for(model, parse_preset(c.preset)));
+      validate(in.cfg);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", c.config_file, e.what()));
+    }
+    const nlohmann::json cards = read_json_file(c.cards_file, "cards", kMaxCardsBytes);
+    try {
+      in.cards = cards_from_json(cards, fs::path(c.cards_file).parent_path().string());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", c.cards_file, e.what()));
+    }
+    in.headroom_fraction = c.headroom_fraction;
+    if (!c.measured.empty()) in.measured = factors_from_results(c.measured);
+    const std::vector<CardPlan> plans = make_plan(in);
+    print_plan_table(plans, in.cfg, out);
+    if (!c.json_out.empty()) {
+      write_file_atomic(c.json_out, plan_to_json(plans, in).dump(2) + "\n");
+      out << fmt::format("plan: {}\n", c.json_out);
+    }
+    return 0;
+  } catch (const InvalidArgument& e) {
+    fmt::print(err, "headroom: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(err, "headroom: error: {}\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace hr::plan

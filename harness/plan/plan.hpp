@@ -1,0 +1,103 @@
+// `headroom plan` (PROPERTIES.md PLAN): the field guide's "bigger card" question with
+// numbers. For a step configuration and a list of cards (memory, throughput stated or
+// measured, price per hour), each card gets the cheapest combination of techniques, in
+// the guide's order, whose predicted peak (MEM-1's memory model) fits it, with its
+// predicted step time and cost per million tokens, and MEM-2's triage: whether the
+// configuration is activation-bound or bound by weights, gradients and optimizer state,
+// and which techniques therefore help.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harness/step/step_config.hpp"
+
+namespace hr::plan {
+
+struct Card {
+  std::string name;
+  double memory_gib = 0;
+  double price_per_hour = 0;               // an input, not a fact (prices change)
+  std::optional<double> tokens_per_s;      // stated: tokens/s of the configuration as given
+  std::string results_path;                // or measured: a results.json from that card (TRADE rows)
+  size_t memory_bytes() const;
+};
+
+// Reads {"cards": [{"name", "memory_gib", "price_per_hour", "tokens_per_s" | "results"}], ...}
+// strictly: an unknown key, a missing or mistyped field throws InvalidArgument naming the
+// JSON path ("cards[2].memory_gib: expected a positive number, got -3"). A relative
+// results path is taken from base_dir (the cards file's folder).
+std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& base_dir = "");
+
+// Step-time factors of each technique, relative to the configuration as given, keyed
+// as the TRADE rows (mixed_precision, seq_padding, accumulation, checkpointing,
+// adamw8bit, lora): cumulative, as the rows are.
+struct TimeFactors {
+  std::map<std::string, double> factor;
+  std::string source;  // "field guide" or the results.json they were measured in
+  std::optional<double> baseline_tokens_per_s;  // measured (TRADE baseline), when from a results.json
+};
+// The field guide's figures: checkpointing ~ one third more compute, the rest ~ free.
+TimeFactors field_guide_factors();
+// From a results.json's TRADE rows (tokens/s per token slot, each against the baseline's).
+// Throws InvalidArgument when the file has no usable TRADE rows.
+TimeFactors factors_from_results(const std::string& path);
+
+struct Option {
+  std::string key;        // "as_given", then the TRADE keys
+  std::string technique;  // "+ checkpointing (every block)"
+  StepConfig cfg;
+  size_t peak_bytes = 0;  // predicted total peak (memory model, CUDA backend)
+  bool fits = false;
+  double time_factor = 1;
+  double step_time_s = 0;           // predicted; 0 without a throughput
+  double cost_per_million_tokens = 0;
+};
+
+struct CardPlan {
+  Card card;
+  size_t usable_bytes = 0;     // memory_bytes * (1 - headroom)
+  std::string bound;           // "fits as given" | "activations" | "weights, gradients and optimizer state"
+  std::string helps;           // which techniques therefore help
+  std::vector<Option> options; // in the guide's order
+  int chosen = -1;             // index into options; -1: nothing fits
+  std::string time_source;
+  std::optional<double> tokens_per_s;  // the throughput of the configuration as given
+  std::string answer;          // one line for people
+};
+
+struct PlanInput {
+  StepConfig cfg;
+  std::vector<Card> cards;
+  double headroom_fraction = 0.10;  // memory left free (the field guide's "headroom is not waste")
+  std::optional<TimeFactors> measured;  // --measured: factors for cards without their own results
+};
+
+// The cumulative combinations for one card (accumulation and later rows take the
+// largest micro-batch dividing the batch that fits `usable_bytes`).
+std::vector<Option> options_for(const StepConfig& cfg, size_t usable_bytes);
+
+std::vector<CardPlan> make_plan(const PlanInput& in);
+
+void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out);
+nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput& in);
+
+struct PlanCommand {
+  std::string config_file;  // a step configuration JSON (as `dump --config` reads)
+  std::string cards_file;
+  std::string preset = "quick";  // the sizes the configuration's fields are laid over
+  std::string json_out;          // optional: the plan as JSON
+  std::string measured;          // optional: a results.json whose TRADE rows give the time factors
+  double headroom_fraction = 0.10;
+};
+// Exit 0 with a plan (cards that fit nothing say so), 2 for bad input.
+int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err);
+
+}  // namespace hr::plan

@@ -1,0 +1,259 @@
+// `headroom plan` and BM-FIT: bad card files name the field, an impossible budget is an
+// answer per card (not a crash), the plan on the sample cards agrees with the memory
+// model evaluated here on configurations built by hand, and the largest micro-batch
+// found by real steps under the tracker's budget equals the model's answer.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/check.hpp"
+#include "harness/plan/plan.hpp"
+#include "harness/properties/trade.hpp"
+#include "harness/results/results.hpp"
+#include "harness/step/memory_model.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace hr {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+fs::path samples() { return fs::path(__FILE__).parent_path() / ".." / ".." / "harness" / "plan" / "samples"; }
+
+// The message of the InvalidArgument cards_from_json throws for j (empty: none thrown).
+std::string card_error(const json& j) {
+  try {
+    plan::cards_from_json(j);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+json good_card() { return {{"name", "c"}, {"memory_gib", 24}, {"price_per_hour", 1.0}, {"tokens_per_s", 1000}}; }
+
+TEST(PlanCards, BadFilesNameTheField) {
+  json cards = {{"cards", json::array({good_card(), good_card(), good_card()})}};
+  EXPECT_EQ(card_error(cards), "");
+  json neg = cards;
+  neg["cards"][2]["memory_gib"] = -3;
+  EXPECT_EQ(card_error(neg).rfind("cards[2].memory_gib: expected a positive number", 0), 0u) << card_error(neg);
+  json str = cards;
+  str["cards"][1]["price_per_hour"] = "cheap";
+  EXPECT_EQ(card_error(str).rfind("cards[1].price_per_hour: expected a positive number", 0), 0u) << card_error(str);
+  json missing = cards;
+  missing["cards"][0].erase("memory_gib");
+  EXPECT_EQ(card_error(missing).rfind("cards[0].memory_gib: missing", 0), 0u) << card_error(missing);
+  json unknown = cards;
+  unknown["cards"][1]["memroy_gib"] = 3;
+  EXPECT_EQ(card_error(unknown).rfind("cards[1].memroy_gib: unknown key", 0), 0u) << card_error(unknown);
+  json no_speed = cards;
+  no_speed["cards"][0].erase("tokens_per_s");
+  EXPECT_EQ(card_error(no_speed).rfind("cards[0]: needs a throughput", 0), 0u) << card_error(no_speed);
+  json zero_speed = cards;
+  zero_speed["cards"][0]["tokens_per_s"] = 0;
+  EXPECT_EQ(card_error(zero_speed).rfind("cards[0].tokens_per_s: expected a positive number", 0), 0u);
+  json boolean = cards;
+  boolean["cards"][0]["memory_gib"] = true;
+  EXPECT_EQ(card_error(boolean).rfind("cards[0].memory_gib: expected a positive number", 0), 0u);
+  EXPECT_EQ(card_error(json{{"cards", json::array()}}).rfind("cards: expected a non-empty array", 0), 0u);
+  EXPECT_EQ(card_error(json::array()).rfind("expected a JSON object", 0), 0u);
+  EXPECT_EQ(card_error(json{{"gpus", json::array()}}).rfind("gpus: unknown key", 0), 0u);
+}
+
+TEST(PlanCommand, BadInputExitsTwoNamingTheFileAndField) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_test_plan";
+  fs::create_directories(dir);
+  const fs::path cards = dir / "cards.json";
+  std::ofstream(cards) << R"({"cards": [{"name": "a", "memory_gib": 24, "price_per_hour": 1, "tokens_per_s": 10},
+                                      {"name": "b", "memory_gib": 0, "price_per_hour": 1, "tokens_per_s": 10}]})";
+  plan::PlanCommand c;
+  c.config_file = (samples() / "step-1p3b.json").string();
+  c.cards_file = cards.string();
+  std::ostringstream out, err;
+  EXPECT_EQ(plan::command_plan(c, out, err), 2);
+  EXPECT_NE(err.str().find("cards[1].memory_gib: expected a positive number"), std::string::npos) << err.str();
+  const fs::path cfg = dir / "step.json";
+  std::ofstream(cfg) << R"({"model": "transformer", "transformer": {"d_model": 64.5}})";
+  c.cards_file = (samples() / "sample-cards.json").string();
+  c.config_file = cfg.string();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(plan::command_plan(c, out2, err2), 2);
+  EXPECT_NE(err2.str().find("transformer.d_model"), std::string::npos) << err2.str();
+}
+
+StepConfig sample_config() {
+  const json j = read_json_file((samples() / "step-1p3b.json").string(), "step", 1 << 20);
+  return step_config_from_json(j, step_config_for(ModelKind::transformer, Preset::quick));
+}
+
+TEST(Plan, ImpossibleBudgetIsAnAnswerPerCard) {
+  plan::PlanInput in;
+  in.cfg = sample_config();
+  plan::Card tiny;
+  tiny.name = "tiny";
+  tiny.memory_gib = 1;  // under the 1.3B model's weights alone
+  tiny.price_per_hour = 1;
+  tiny.tokens_per_s = 1000;
+  in.cards = {tiny};
+  const auto plans = plan::make_plan(in);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].chosen, -1);
+  EXPECT_EQ(plans[0].bound, "weights, gradients and optimizer state");
+  EXPECT_NE(plans[0].answer.find("does not fit even with every technique"), std::string::npos) << plans[0].answer;
+  for (const auto& o : plans[0].options) EXPECT_FALSE(o.fits) << o.technique;
+  const json j = plan::plan_to_json(plans, in);
+  EXPECT_FALSE(j["cards"][0]["fits"].get<bool>());
+  EXPECT_TRUE(j["cards"][0]["chosen"].is_null());
+}
+
+// The sample cards against the memory model evaluated here, on configurations built by
+// hand: the chosen combination's peak is the model's and fits, its micro-batch is the
+// largest dividing the batch that fits, and the cost follows from the card's numbers.
+TEST(Plan, SampleCardsAgreeWithTheMemoryModel) {
+  plan::PlanInput in;
+  in.cfg = sample_config();
+  in.cards = plan::cards_from_json(read_json_file((samples() / "sample-cards.json").string(), "cards", 1 << 20));
+  ASSERT_GE(in.cards.size(), 4u);
+  const auto plans = plan::make_plan(in);
+  // The 1.3B model: parameters >= 12 L d^2 + V d (blocks and the embedding).
+  const double d = 2048, L = 24, V = 50304;
+  const double params_lower = 12 * L * d * d + V * d;
+  for (const auto& p : plans) {
+    SCOPED_TRACE(p.card.name);
+    const double usable = p.card.memory_gib * 1024.0 * 1024 * 1024 * 0.9;
+    EXPECT_NEAR(static_cast<double>(p.usable_bytes), usable, 2.0);  // truncated to bytes
+    // With mixed precision every row holds fp32 masters, 16-bit copies, fp32 gradients
+    // and 8 bytes of AdamW state per parameter: 18 bytes. Where that alone exceeds the
+    // card, no row before the 8-bit optimizer may claim to fit.
+    if (18 * params_lower > usable) {
+      for (const auto& o : p.options)
+        if (o.key == "mixed_precision" || o.key == "seq_padding" || o.key == "accumulation" || o.key == "checkpointing")
+          EXPECT_FALSE(o.fits) << o.technique;
+    }
+    ASSERT_GE(p.chosen, 0) << "every sample card fits the sample configuration with some technique";
+    const auto& o = p.options[static_cast<size_t>(p.chosen)];
+    // Rebuild the chosen row by hand.
+    StepConfig c = in.cfg;
+    c.precision.compute = DType::bf16;
+    c.transformer.memory_efficient_attention = o.key != "as_given" && o.key != "mixed_precision";
+    if (o.key == "as_given") c.precision.compute = in.cfg.precision.compute;
+    c.checkpoint.every_k_blocks = (o.key == "checkpointing" || o.key == "adamw8bit" || o.key == "lora") ? 1 : 0;
+    if (o.key == "adamw8bit" || o.key == "lora") c.optimizer.kind = OptimizerKind::adamw8bit;
+    if (o.key == "lora") c.adapters.kind = AdapterKind::lora, c.adapters.rank = 8, c.adapters.alpha = 16.f;
+    c.micro_batch = o.cfg.micro_batch;
+    const size_t peak = predict_memory(c, BackendKind::cuda).total_peak;
+    EXPECT_EQ(o.peak_bytes, peak);
+    EXPECT_LE(static_cast<double>(peak), usable);
+    // A larger micro-batch dividing the batch would not fit (or there is none).
+    for (int64_t m = c.micro_batch + 1; m <= c.batch; ++m) {
+      if (c.batch % m != 0) continue;
+      StepConfig bigger = c;
+      bigger.micro_batch = m;
+      if (o.key != "as_given" && o.key != "mixed_precision" && o.key != "seq_padding")
+        EXPECT_GT(static_cast<double>(predict_memory(bigger, BackendKind::cuda).total_peak), usable) << m;
+      break;
+    }
+    // Cost: price / 3600 * seconds per token * 1e6, at the stated throughput and factor.
+    const double tokens = static_cast<double>(in.cfg.batch * in.cfg.seq_len);
+    const double step_s = tokens / *p.card.tokens_per_s * o.time_factor;
+    EXPECT_NEAR(o.step_time_s, step_s, 1e-12 * step_s);
+    EXPECT_NEAR(o.cost_per_million_tokens, p.card.price_per_hour / 3600.0 * step_s / tokens * 1e6,
+                1e-9 * o.cost_per_million_tokens);
+    // Nothing that fits is cheaper.
+    for (const auto& other : p.options)
+      if (other.fits) EXPECT_GE(other.cost_per_million_tokens, o.cost_per_million_tokens) << other.technique;
+  }
+  // The smallest card cannot hold the mixed-precision state: the plan reaches 8-bit.
+  EXPECT_EQ(plans.front().options[static_cast<size_t>(plans.front().chosen)].key, "adamw8bit");
+}
+
+// A card measured here: its results.json's TRADE rows give each technique's step-time
+// factor (time per token slot against the baseline's) and, without a stated throughput,
+// the baseline's tokens/s; a results file without TRADE rows is bad input.
+TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
+  const fs::path dir = fs::temp_directory_path() / "headroom_test_plan_measured";
+  fs::create_directories(dir);
+  Results r;
+  r.preset = "quick";
+  r.backend = "cpu";
+  const std::pair<const char*, double> rows[] = {{"baseline", 1000.0},     {"mixed_precision", 800.0},
+                                                 {"seq_padding", 1250.0},  {"accumulation", 500.0},
+                                                 {"checkpointing", 400.0}, {"adamw8bit", 320.0},
+                                                 {"lora", 250.0}};
+  for (const auto& [key, tps] : rows) {
+    SweepPoint p;
+    p.sweep = "TRADE";
+    p.backend = "cpu";
+    p.dtype = "fp32";
+    p.model = "transformer";
+    p.config = {{"technique", key}, {"key", key}};
+    TimeStats t;
+    t.reps = 3;
+    t.median_s = 1.0;
+    p.time = t;
+    p.metrics = {{"tokens_per_s", tps}, {"useful_tokens_per_s", tps / 2}};
+    r.sweep_points.push_back(p);
+  }
+  compute_totals(r);
+  write_file_atomic((dir / "card.json").string(), results_to_json(r).dump());
+  const json cards = {{"cards", json::array({{{"name", "here"}, {"memory_gib", 1}, {"price_per_hour", 3.6},
+                                              {"results", "card.json"}}})}};
+  plan::PlanInput in;
+  in.cfg = sample_config();
+  in.cards = plan::cards_from_json(cards, dir.string());
+  const auto plans = plan::make_plan(in);
+  ASSERT_EQ(plans.size(), 1u);
+  ASSERT_TRUE(plans[0].tokens_per_s.has_value());
+  EXPECT_DOUBLE_EQ(*plans[0].tokens_per_s, 1000.0);
+  for (const auto& o : plans[0].options) {
+    if (o.key == "checkpointing") EXPECT_DOUBLE_EQ(o.time_factor, 2.5);
+    if (o.key == "seq_padding") EXPECT_DOUBLE_EQ(o.time_factor, 0.8);
+    if (o.key == "as_given") EXPECT_DOUBLE_EQ(o.time_factor, 1.0);
+  }
+  Results empty;
+  compute_totals(empty);
+  write_file_atomic((dir / "empty.json").string(), results_to_json(empty).dump());
+  EXPECT_THROW(plan::factors_from_results((dir / "empty.json").string()), InvalidArgument);
+}
+
+// BM-FIT on the CPU: the search through the tracker's budget finds the memory model's
+// answer; its off-by-one control is one more; a budget under one row is 0, not a crash.
+TEST(BmFit, SearchUnderTheBudgetEqualsTheMemoryModel) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig c;
+  c.model = ModelKind::transformer;
+  c.transformer.vocab = 64;
+  c.transformer.max_positions = 16;
+  c.transformer.d_model = 32;
+  c.transformer.heads = 2;
+  c.transformer.layers = 2;
+  c.transformer.dropout = 0.f;
+  c.seq_len = 16;
+  const size_t budget = predict_memory(props::fit_probe_config(c, 5), BackendKind::cpu).total_peak;
+  const props::FitResult f = props::find_largest_micro_batch(dev, c, budget, 64, 3);
+  EXPECT_EQ(f.micro_batch, 5);
+  EXPECT_EQ(f.micro_batch, props::predicted_largest_micro_batch(c, budget, 64, BackendKind::cpu));
+  EXPECT_LE(f.peak_bytes_at_fit, budget);
+  EXPECT_FALSE(dev.memory().budget().has_value()) << "the device's budget is restored";
+  const props::FitResult bad = props::find_largest_micro_batch(dev, c, budget, 64, 3, props::FitFault::first_not_fitting);
+  EXPECT_EQ(bad.micro_batch, 6) << "the control reports the first that did not fit";
+  const props::FitResult gallop = props::find_largest_micro_batch(dev, c, budget, 64, 3, props::FitFault::no_bisection);
+  EXPECT_EQ(gallop.micro_batch, 8) << "galloping alone stops at the first power of two that did not fit";
+  // Checkpointing buys micro-batch under the same budget.
+  StepConfig ck = c;
+  ck.checkpoint.every_k_blocks = 1;
+  const props::FitResult fck = props::find_largest_micro_batch(dev, ck, budget, 64, 3);
+  EXPECT_GT(fck.micro_batch, f.micro_batch);
+  EXPECT_EQ(fck.micro_batch, props::predicted_largest_micro_batch(ck, budget, 64, BackendKind::cpu));
+  // An impossible budget: nothing fits, said as micro-batch 0.
+  const props::FitResult none = props::find_largest_micro_batch(dev, c, 1024, 64, 3);
+  EXPECT_EQ(none.micro_batch, 0);
+  EXPECT_EQ(props::predicted_largest_micro_batch(c, 1024, 64, BackendKind::cpu), 0);
+}
+
+}  // namespace
+}  // namespace hr

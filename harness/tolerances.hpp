@@ -544,4 +544,17 @@ inline constexpr float kLoraSubtleBStd = 1e-4f;
 // relative amount, which moves the gradients by about that much (~30x the bound).
 inline constexpr double kLoraFdSubtleScale = 3e-4;
 
+// ---- DP: data parallel across processes (harness/properties/data_parallel.cpp) ----
+// DP-1 and DP-2 use GA-1's fp32 bound (kGradAccumRelL2): N ranks x K micro-batches
+// differ from the full batch only in the order of fp32 sums (each micro-batch's,
+// the ranks' all-reduce, one division), as accumulation does.
+inline constexpr const char* kDataParallelReason =
+    "GA-1's fp32 bound (kGradAccumRelL2): the ranks' partial sums and the all-reduce only reorder fp32 additions "
+    "(harness/tolerances.hpp kDataParallelReason)";
+// DP-4's subtle control: gradients rounded to fp16 for the all-reduce (a
+// compression hook), then the sum rounded again: about 2^-11 / sqrt(3) ~ 3e-4 per
+// element, ~30x the bound.
+inline constexpr const char* kDataParallelSubtleReason =
+    "gradients all-reduced in fp16: two fp16 roundings of every element, ~30x GA-1's fp32 bound";
+
 }  // namespace hr::tol

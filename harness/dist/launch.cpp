@@ -87,7 +87,7 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
   fs::create_directories(dir);
   const std::string out = (dir / "out.json").string(), log = (dir / "log.txt").string();
   std::vector<std::string> argv{find_mpirun(), "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
-                                "--mca", "btl", "self,vader"};
+                                "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
   if (const char* extra = std::getenv("HEADROOM_MPIRUN_ARGS"); extra && *extra) {
     std::stringstream ss(extra);
     std::string a;

@@ -35,7 +35,8 @@ struct WorkerRun {
 
 // Runs `mpirun -np ranks <mpirun options> headroom-dp <args> --out FILE` and reads
 // FILE. Options: --oversubscribe (more ranks than cores), --bind-to none, the
-// shared-memory transport only (`--mca btl self,vader`), the root permission a
+// shared-memory transport only (`--mca btl self,vader`), waiting ranks yielding
+// their core (mpi_yield_when_idle: 4 ranks on 2 cores), the root permission a
 // container needs, then $HEADROOM_MPIRUN_ARGS (e.g. "--hostfile hosts" across
 // nodes), split at spaces. Gives up after timeout_s.
 WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s);

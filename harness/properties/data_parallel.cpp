@@ -437,7 +437,6 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       b.details = {{"optimizer_state_bytes_per_rank_zero1", worst_bytes},
                    {"optimizer_state_bytes_unsharded", unsharded_state_bytes},
                    {"optimizer_state_bytes_per_rank_all", gather_doubles(comm, dev, {static_cast<double>(zero_state_bytes)})}};
-      out.measurements.push_back(std::move(b));
       // The same check on the unsharded state: every rank holding all of it is flagged.
       Measurement g = make_negative_control(
           "DP-3", "unsharded optimizer state (every rank holds all of it) is flagged by the 1/N check",
@@ -447,6 +446,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       g.config = b.config;
       g.metric = b.metric;
       g.tolerance_reason = b.tolerance_reason;
+      out.measurements.push_back(std::move(b));
       out.measurements.push_back(std::move(g));
     }
   }

@@ -343,7 +343,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
     // Unsharded: every rank holds all of AdamW's state and steps all of it.
     std::vector<NamedValues> unsharded;  // after each step
     size_t unsharded_state_bytes = 0;
-    dist::CommStats unsharded_comm;
+    dist::CommStats unsharded_comm, unsharded_grads;
     {
       dev.memory().reset_peak();
       const MemorySnapshot before = dev.memory().snapshot();
@@ -351,7 +351,9 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       unsharded_state_bytes = dev.memory().snapshot().current(Consumer::optimizer_state) -
                               before.current(Consumer::optimizer_state);
       for (int64_t s = 1; s <= steps; ++s) {
-        unsharded_comm = dp.reduce_gradients(batch).comm;
+        const dist::DpWindow w = dp.reduce_gradients(batch);
+        unsharded_comm = w.comm;
+        unsharded_grads = w.gradients;
         dp.local().optimizer().step(dp.local().params(), s);
         dp.local().params().sync_compute();
         unsharded.push_back(parameter_values(dp.local()));
@@ -379,11 +381,11 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       const size_t before_opt = dev.memory().snapshot().current(Consumer::optimizer_state);
       dist::Zero1AdamW zero(dev, comm, dp.local().params(), adam.optimizer.adamw, v.fault);
       const size_t zero_state_bytes = dev.memory().snapshot().current(Consumer::optimizer_state) - before_opt;
-      dist::CommStats step_comm;
+      dist::CommStats step_comm, step_grads;
       std::vector<size_t> mismatches;  // after each step
       for (int64_t s = 1; s <= steps; ++s) {
         const dist::CommStats s0 = comm.stats();
-        step_comm = dp.reduce_gradients(batch).comm;
+        step_grads = dp.reduce_gradients(batch).gradients;
         zero.step(dp.local().params(), s);
         step_comm.calls = comm.stats().calls - s0.calls;
         step_comm.payload_bytes = comm.stats().payload_bytes - s0.payload_bytes;
@@ -416,9 +418,9 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
         mem_points(dev, comm, c.model, "adamw_zero1", held_since(before, dev.memory().snapshot()), out);
         int64_t params = zero.total_elements();
         out.points.push_back(comm_point(comm, dev, c.model, "zero1_step", dp.local().config().accum_steps(),
-                                        dist::CommStats{}, step_comm, params));
+                                        step_grads, step_comm, params));
         out.points.push_back(comm_point(comm, dev, c.model, "unsharded_step", dp.local().config().accum_steps(),
-                                        dist::CommStats{}, unsharded_comm, params));
+                                        unsharded_grads, unsharded_comm, params));
       }
 
       // Optimizer-state bytes per rank, from the tracker: 1 / N of the unsharded

@@ -16,6 +16,7 @@ const char* dp_fault_name(DpFault f) {
     case DpFault::local_item_count: return "local_item_count";
     case DpFault::fp16_communication: return "fp16_communication";
     case DpFault::reduce_accumulated: return "reduce_accumulated";
+    case DpFault::fp16_one_rank: return "fp16_one_rank";
   }
   return "?";
 }
@@ -24,7 +25,7 @@ const char* zero_fault_name(ZeroFault f) {
   switch (f) {
     case ZeroFault::none: return "none";
     case ZeroFault::skip_all_gather: return "skip_all_gather";
-    case ZeroFault::shard_off_by_one: return "shard_off_by_one";
+    case ZeroFault::shard_one_short: return "shard_one_short";
   }
   return "?";
 }
@@ -92,7 +93,7 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
 
 void DataParallelStep::all_reduce(std::vector<float>& flat) {
   const bool last = comm_->rank() == comm_->size() - 1;
-  if (fault_ == DpFault::fp16_communication)
+  if (fault_ == DpFault::fp16_communication || (fault_ == DpFault::fp16_one_rank && last))
     for (float& x : flat) x = round_to<half_t>(x);
   if (fault_ == DpFault::skip_all_reduce_one_rank && last) {
     // The collective still runs (the other ranks would wait for it); this rank
@@ -102,7 +103,7 @@ void DataParallelStep::all_reduce(std::vector<float>& flat) {
   } else {
     all_reduce_host(*comm_, *dev_, flat);
   }
-  if (fault_ == DpFault::fp16_communication)
+  if (fault_ == DpFault::fp16_communication || (fault_ == DpFault::fp16_one_rank && last))
     for (float& x : flat) x = round_to<half_t>(x);
 }
 
@@ -169,9 +170,9 @@ Zero1AdamW::Zero1AdamW(Device& dev, Communicator& comm, ParamSet& params, const 
     if (p.trainable) total_ += p.master.numel();
   const int64_t n = comm.size();
   shard_ = (total_ + n - 1) / n;
-  const int64_t late = fault == ZeroFault::shard_off_by_one ? 1 : 0;
-  begin_ = std::min(total_, comm.rank() * shard_ + late);
-  end_ = std::min(total_, (comm.rank() + 1) * shard_ + late);
+  begin_ = std::min(total_, comm.rank() * shard_);
+  end_ = std::min(total_, (comm.rank() + 1) * shard_);
+  if (fault == ZeroFault::shard_one_short && end_ > begin_) --end_;
   m_ = Tensor::zeros(dev, {std::max<int64_t>(end_ - begin_, 1)}, DType::f32, Consumer::optimizer_state);
   v_ = Tensor::zeros(dev, {std::max<int64_t>(end_ - begin_, 1)}, DType::f32, Consumer::optimizer_state);
 }
@@ -219,10 +220,11 @@ void Zero1AdamW::step(ParamSet& params, int64_t step) {
   // Every rank's shard, in rank order; each lands where its owner's range lies.
   std::vector<float> gathered;
   all_gather_host(*comm_, *dev_, shard, gathered);
-  const int64_t late = fault_ == ZeroFault::shard_off_by_one ? 1 : 0;
   for (int q = 0; q < comm_->size(); ++q) {
     if (fault_ == ZeroFault::skip_all_gather && q != comm_->rank()) continue;
-    const int64_t b = std::min(total_, q * shard_ + late), e = std::min(total_, (q + 1) * shard_ + late);
+    const int64_t b = std::min(total_, q * shard_);
+    int64_t e = std::min(total_, (q + 1) * shard_);
+    if (fault_ == ZeroFault::shard_one_short && e > b) --e;
     for (int64_t i = b; i < e; ++i) flat_p[static_cast<size_t>(i)] = gathered[static_cast<size_t>(q * shard_ + (i - b))];
   }
 

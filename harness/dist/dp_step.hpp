@@ -32,6 +32,7 @@ enum class DpFault : uint8_t {
   local_item_count,         // each rank divides by its own real-item count, not the global one
   fp16_communication,       // gradients rounded to fp16 for the all-reduce (a compression hook)
   reduce_accumulated,       // every_micro_batch: the accumulated buffer re-reduced each time
+  fp16_one_rank,            // the last rank alone rounds to fp16 what it sends and what it receives
 };
 const char* dp_fault_name(DpFault f);
 
@@ -81,7 +82,7 @@ void set_flat_gradients(TrainStep& step, const std::vector<float>& flat);
 enum class ZeroFault : uint8_t {
   none,
   skip_all_gather,  // each rank keeps only its own shard's update
-  shard_off_by_one, // every shard starts one element late: element 0 is never updated
+  shard_one_short,  // every shard stops one element short: N elements are never updated
 };
 const char* zero_fault_name(ZeroFault f);
 

@@ -66,7 +66,7 @@ StepConfig case_config(const Case& c, int64_t micro_batch, Preset preset) {
 
 // GA-4's long-tailed row lengths, so ranks hold different numbers of real tokens.
 std::vector<int64_t> case_lengths(const Case& c, const StepConfig& cfg, uint64_t seed) {
-  if (c.rows != Rows::padded) return {};
+  if (c.rows == Rows::full) return {};
   LengthDistribution dist;
   dist.max = cfg.seq_len;
   dist.p95 = cfg.seq_len * 3 / 4;
@@ -171,35 +171,51 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
     }
   }
 
-  // DP-4: the broken variants on padded rows (ranks hold different token counts),
-  // K = 2 per rank, judged by DP-1's check.
+  // DP-1's subtle control and DP-4's controls, on padded rows (ranks hold different
+  // token counts), K = 2 per rank, judged by DP-1's check.
   const Case padded = kCases[2];
   const Reference& ref = padded_ref;
   const int64_t mb = dp_micro_batches(comm, padded).front();
   struct Control {
+    const char* id;
     DpFault fault;
     bool subtle;
     const char* title;
+    const char* reason;
   };
   const Control controls[] = {
-      {DpFault::divide_by_n_twice, false, "dividing by N twice is flagged by DP-1's check"},
-      {DpFault::skip_all_reduce_one_rank, false, "a rank that skips the all-reduce is flagged by DP-1's check"},
-      {DpFault::local_item_count, false,
-       "dividing by each rank's own real-token count instead of the global one is flagged by DP-1's check"},
-      {DpFault::fp16_communication, true,
-       "gradients all-reduced in fp16 (a compression hook) are flagged by DP-1's check"},
+      {"DP-1", DpFault::fp16_communication, true,
+       "gradients all-reduced in fp16 (a compression hook) are flagged by DP-1's check", tol::kDataParallelSubtleReason},
+      {"DP-4", DpFault::divide_by_n_twice, false, "dividing by N twice is flagged by DP-1's check", ""},
+      {"DP-4", DpFault::skip_all_reduce_one_rank, false, "a rank that skips the all-reduce is flagged by DP-1's check",
+       ""},
+      {"DP-4", DpFault::local_item_count, false,
+       "dividing by each rank's own real-token count instead of the global one is flagged by DP-1's check", ""},
   };
   for (const Control& k : controls) {
     const DpGrads g = dp_gradients(dev, comm, padded, mb, preset, ref.batch, DpSync::once_per_window, k.fault);
     nlohmann::json d;
     const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
-    Measurement m = k.subtle ? make_subtle_control("DP-4", k.title, e, tol) : make_negative_control("DP-4", k.title, e, tol);
+    Measurement m = k.subtle ? make_subtle_control(k.id, k.title, e, tol) : make_negative_control(k.id, k.title, e, tol);
     fill(m, dev, comm, padded, mb, DpSync::once_per_window);
     m.config["fault"] = dist::dp_fault_name(k.fault);
     m.details.update(d);
-    if (k.subtle) m.details["fault"] = tol::kDataParallelSubtleReason;
+    if (*k.reason) m.details["fault"] = k.reason;
     out.measurements.push_back(std::move(m));
   }
+
+  // DP-4's subtle control: one rank alone rounds to fp16 what it sends and what it
+  // receives (one rank's compression hook), the one-rank form of DP-1's.
+  const DpGrads g = dp_gradients(dev, comm, padded, mb, preset, ref.batch, DpSync::once_per_window,
+                                 DpFault::fp16_one_rank);
+  nlohmann::json d;
+  const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
+  Measurement m = make_subtle_control("DP-4", "one rank rounding its all-reduce to fp16 is flagged by DP-1's check", e, tol);
+  fill(m, dev, comm, padded, mb, DpSync::once_per_window);
+  m.config["fault"] = dist::dp_fault_name(DpFault::fp16_one_rank);
+  m.details.update(d);
+  m.details["fault"] = tol::kDataParallelOneRankSubtleReason;
+  out.measurements.push_back(std::move(m));
 }
 
 SweepPoint comm_point(const Communicator& comm, const Device& dev, const char* model, const std::string& sync,
@@ -370,7 +386,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
     const Variant variants[] = {
         {dist::ZeroFault::none, "check", "ZeRO-1 (AdamW state sharded over the ranks) equals the unsharded step"},
         {dist::ZeroFault::skip_all_gather, "gross", "ZeRO-1 without the all-gather of parameters is flagged"},
-        {dist::ZeroFault::shard_off_by_one, "subtle", "ZeRO-1 with every shard one element late is flagged"},
+        {dist::ZeroFault::shard_one_short, "subtle", "ZeRO-1 with every shard one element short is flagged"},
     };
     for (const Variant& v : variants) {
       StepConfig sgd = adam;

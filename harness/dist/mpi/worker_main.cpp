@@ -110,11 +110,14 @@ bool summarize(const std::vector<hr::Measurement>& ms) {
       if (!(ratio <= r.worst_ratio)) r.worst_ratio = ratio;
     }
   }
+  const auto range = [](double lo, double hi) {
+    return lo <= hi ? fmt::format("{:.3g}..{:.3g}", lo, hi) : std::string("-");
+  };
   for (const auto& [id, r] : rows)
-    fmt::print("{}: {} checks ({} failed), worst error/bound {:.3g}; {} controls ({} not caught), gross power "
-               "{:.3g}..{:.3g}, subtle power {:.3g}..{:.3g}\n",
-               id, r.checks, r.checks_failed, r.worst_ratio, r.controls, r.controls_missed, r.min_power, r.max_power,
-               r.min_subtle, r.max_subtle);
+    fmt::print("{}: {} checks ({} failed), worst error/bound {:.3g}; {} controls ({} not caught), gross power {}, "
+               "subtle power {}\n",
+               id, r.checks, r.checks_failed, r.worst_ratio, r.controls, r.controls_missed,
+               range(r.min_power, r.max_power), range(r.min_subtle, r.max_subtle));
   return ok;
 }
 

@@ -568,4 +568,23 @@ inline constexpr const char* kFitMicroBatchReason =
     "bytes are counted exactly on the CPU and MEM-1's model is exact there: the same micro-batch "
     "(harness/tolerances.hpp kFitMicroBatch)";
 
+// ---- DP: data parallel across processes (harness/properties/data_parallel.cpp) ----
+// DP-1 and DP-2 use GA-1's fp32 bound (kGradAccumRelL2): N ranks x K micro-batches
+// differ from the full batch only in the order of fp32 sums (each micro-batch's,
+// the ranks' all-reduce, one division), as accumulation does.
+inline constexpr const char* kDataParallelReason =
+    "GA-1's fp32 bound (kGradAccumRelL2): the ranks' partial sums and the all-reduce only reorder fp32 additions "
+    "(harness/tolerances.hpp kDataParallelReason)";
+// DP-1's subtle control (and DP-2's, per micro-batch): gradients rounded to fp16 for
+// the all-reduce (a compression hook), then the sum rounded again: about
+// 2^-11 / sqrt(3) ~ 3e-4 per element, ~30x the bound (measured 33-48x; DP-2 27-74x).
+inline constexpr const char* kDataParallelSubtleReason =
+    "gradients all-reduced in fp16: two fp16 roundings of every element, ~30x GA-1's fp32 bound";
+// DP-4's subtle control: the last rank alone rounds to fp16 what it sends and what
+// it receives; its gradients carry the second rounding in full (max over ranks),
+// 25-49x the bound measured at 20 seeds, N = 2 and 4.
+inline constexpr const char* kDataParallelOneRankSubtleReason =
+    "one rank rounds its all-reduce to fp16 (sent and received): one fp16 rounding of that rank's gradients, "
+    "~30x GA-1's fp32 bound";
+
 }  // namespace hr::tol

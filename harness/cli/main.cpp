@@ -17,6 +17,7 @@
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/dist/launch.hpp"
 #include "harness/results/commands.hpp"
 #include "harness/plan/plan.hpp"
 
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
                                      "only what did not run runs");
   for (const char* other : {"--preset", "--backend", "--only", "--out", "--seed"})
     resume->excludes(run_cmd->get_option(other));
+  // The data-parallel entries (DP-1..DP-4, DP-MEM, BM-DP) launch mpirun -np N for N in {2, 4}.
+  run_cmd->add_option_function<int>("--ranks", [](const int& n) { hr::dist::set_dp_rank_counts({n}); },
+                                    "data-parallel entries: launch N ranks only (default: 2 and 4)")
+      ->check(CLI::IsMember({2, 4, 8, 16}));
 
   hr::ValidateCommand val;
   auto* val_cmd = app.add_subcommand(

@@ -61,6 +61,7 @@ std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
       case LossNormalization::mean_div_k_plus_one: c = items[m] * static_cast<double>(K + 1); break;
       case LossNormalization::sum_div_window_items_plus_one: c = window + 1.0; break;
     }
+    if (loss_divisor_ > 0) c = loss_divisor_;
     // A micro-batch without a real item contributes a zero sum: any positive count does.
     counts[m] = c > 0 ? c : 1.0;
   }

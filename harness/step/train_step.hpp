@@ -109,6 +109,11 @@ class TrainStep {
   int64_t unscale_passes() const { return unscale_passes_; }
   // The loss scale each micro-batch of the current (or last) window ran its backward at.
   const std::vector<double>& micro_batch_scales() const { return micro_scales_; }
+  // Data parallelism (harness/dist/dp_step.hpp) divides once, after the all-reduce,
+  // by the global count: with a divisor d > 0 every micro-batch's loss is its sum
+  // over real items divided by d (1: the plain sum), whatever cfg.loss_norm says.
+  // 0 (the default): cfg.loss_norm decides.
+  void set_loss_divisor(double d) { loss_divisor_ = d; }
   int64_t steps_applied() const { return applied_; }
   int64_t steps_skipped() const { return skipped_; }
 
@@ -137,6 +142,7 @@ class TrainStep {
   std::vector<double> micro_scales_;
   bool last_skipped_ = false;
   uint64_t passes_ = 0;  // accumulate() calls: the per_sample dropout key's pass
+  double loss_divisor_ = 0;
 };
 
 // Builds the model a configuration names (validates the configuration first).

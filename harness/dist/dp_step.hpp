@@ -1,0 +1,118 @@
+// Data parallelism over a Communicator (PROPERTIES.md DP): each of N ranks takes
+// its slice of the global batch, accumulates its K micro-batches as plain sums over
+// real items, all-reduces the gradients once per window (or, as the comparison,
+// after every micro-batch), all-reduces the window's real-item count too, and
+// divides once by that global count: the token-weighted normalisation of GA-4
+// holds across ranks. ZeRO-1 (Zero1AdamW) shards AdamW's moments over the ranks
+// and all-gathers the parameters after the step.
+//
+// Buffers go to the communicator through host memory for host engines (single,
+// MPI) and through a device staging tensor for NCCL; the properties run in fp32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/dist/communicator.hpp"
+#include "harness/step/train_step.hpp"
+
+namespace hr::dist {
+
+enum class DpSync : uint8_t {
+  once_per_window,    // no_sync over the window: one all-reduce after K micro-batches
+  every_micro_batch,  // one all-reduce per micro-batch, the reduced gradients summed
+};
+
+// Wrong on purpose (DP-2, DP-4 negative controls).
+enum class DpFault : uint8_t {
+  none,
+  divide_by_n_twice,        // the global count times N: the division by N done twice
+  skip_all_reduce_one_rank, // the last rank keeps its local gradient
+  local_item_count,         // each rank divides by its own real-item count, not the global one
+  fp16_communication,       // gradients rounded to fp16 for the all-reduce (a compression hook)
+  reduce_accumulated,       // every_micro_batch: the accumulated buffer re-reduced each time
+  fp16_one_rank,            // the last rank alone rounds to fp16 what it sends and what it receives
+};
+const char* dp_fault_name(DpFault f);
+
+struct DpWindow {
+  double local_items = 0;   // real items (tokens, regression outputs) of this rank's slice
+  double global_items = 0;  // all-reduced
+  int64_t micro_batches = 0;   // on this rank
+  int64_t all_reduces = 0;     // gradient all-reduces this window
+  CommStats comm;              // what this window communicated (gradients and the count)
+  CommStats gradients;         // of which the gradient all-reduces
+};
+
+class DataParallelStep {
+ public:
+  // `global` is the configuration of the whole step: batch = global rows, cut into
+  // N slices of batch / N rows, each in micro-batches of micro_batch rows. Every
+  // rank builds the same initial parameters (cfg.init_seed).
+  DataParallelStep(Device& dev, Communicator& comm, const StepConfig& global, DpSync sync,
+                   DpFault fault = DpFault::none);
+
+  // This rank's gradients of the global batch (every rank passes the same batch
+  // and takes its slice): all-reduced and divided by the global real-item count,
+  // left in the local step's gradient buffers.
+  DpWindow reduce_gradients(const Batch& global_batch);
+
+  TrainStep& local() { return *step_; }
+  int64_t rows_per_rank() const { return rows_; }
+
+ private:
+  void all_reduce(std::vector<float>& flat);
+
+  Device* dev_;
+  Communicator* comm_;
+  StepConfig global_;
+  DpSync sync_;
+  DpFault fault_;
+  int64_t rows_ = 0;
+  std::unique_ptr<TrainStep> step_;
+};
+
+// The trainable parameters' gradients as one flat host vector, in parameter order,
+// and back.
+std::vector<float> flat_gradients(TrainStep& step);
+void set_flat_gradients(TrainStep& step, const std::vector<float>& flat);
+
+// Wrong on purpose (DP-3 controls).
+enum class ZeroFault : uint8_t {
+  none,
+  skip_all_gather,  // each rank keeps only its own shard's update
+  shard_one_short,  // every shard stops one element short: N elements are never updated
+};
+const char* zero_fault_name(ZeroFault f);
+
+// ZeRO stage 1: AdamW whose moments are sharded over the ranks. The trainable
+// parameters are one flat vector of P elements; rank r owns elements
+// [r * ceil(P / N), (r + 1) * ceil(P / N)) (the last shard shorter) and holds m and v
+// for those only (Consumer::optimizer_state, so the tracker shows 1 / N). A step
+// updates the owned shard from the (already all-reduced) gradients and all-gathers
+// the parameters.
+class Zero1AdamW {
+ public:
+  Zero1AdamW(Device& dev, Communicator& comm, ParamSet& params, const ops::AdamWConfig& cfg,
+             ZeroFault fault = ZeroFault::none);
+  void step(ParamSet& params, int64_t step);
+  int64_t total_elements() const { return total_; }
+  int64_t shard_elements() const { return shard_; }  // ceil(P / N): the padded shard
+  size_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }
+
+ private:
+  Device* dev_;
+  Communicator* comm_;
+  ops::AdamWConfig cfg_;
+  ZeroFault fault_;
+  int64_t total_ = 0, shard_ = 0, begin_ = 0, end_ = 0;
+  Tensor m_, v_;
+};
+
+// all_reduce / all_gather of host vectors through any engine: staged through a
+// workspace tensor on `dev` when the engine wants device buffers.
+void all_reduce_host(Communicator& comm, Device& dev, std::vector<float>& values);
+void all_gather_host(Communicator& comm, Device& dev, const std::vector<float>& send, std::vector<float>& recv);
+
+}  // namespace hr::dist

@@ -1,0 +1,156 @@
+// Launching the data-parallel worker under mpirun (see launch.hpp).
+#include "harness/dist/launch.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "harness/results/results.hpp"
+
+namespace hr::dist {
+namespace fs = std::filesystem;
+
+namespace {
+std::mutex g_mu;
+std::vector<int> g_ranks{2, 4};
+
+bool executable(const fs::path& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
+
+std::string tail(const std::string& path, size_t max_chars) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string s = ss.str();
+  return s.size() > max_chars ? "..." + s.substr(s.size() - max_chars) : s;
+}
+}  // namespace
+
+std::vector<int> dp_rank_counts() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_ranks;
+}
+
+void set_dp_rank_counts(std::vector<int> ranks) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_ranks = std::move(ranks);
+}
+
+std::string find_mpirun() {
+  if (const char* e = std::getenv("HEADROOM_MPIRUN"); e && *e) return executable(e) ? e : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  std::string dir;
+  while (std::getline(ss, dir, ':'))
+    if (!dir.empty() && executable(fs::path(dir) / "mpirun")) return (fs::path(dir) / "mpirun").string();
+  return "";
+}
+
+std::string find_dp_worker() {
+  if (const char* e = std::getenv("HEADROOM_DP_WORKER"); e && *e) return executable(e) ? e : "";
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && executable(self.parent_path() / "headroom-dp")) return (self.parent_path() / "headroom-dp").string();
+#ifdef HEADROOM_DP_WORKER_BUILT
+  if (executable(HEADROOM_DP_WORKER_BUILT)) return HEADROOM_DP_WORKER_BUILT;
+#endif
+  return "";
+}
+
+std::string dp_unavailable_reason() {
+  const std::string worker = find_dp_worker();
+  if (worker.empty())
+    return "the MPI worker headroom-dp is not built here (MPI not found at configure time, or HEADROOM_ENABLE_MPI=OFF)";
+  if (find_mpirun().empty()) return "mpirun not found (install openmpi-bin, or set HEADROOM_MPIRUN)";
+  return "";
+}
+
+WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s) {
+  WorkerRun r;
+  const std::string why = dp_unavailable_reason();
+  if (!why.empty()) {
+    r.error = why;
+    return r;
+  }
+  const fs::path dir = fs::temp_directory_path() / fmt::format("headroom-dp-{}-{}", ::getpid(),
+                                                               std::chrono::steady_clock::now().time_since_epoch().count());
+  fs::create_directories(dir);
+  const std::string out = (dir / "out.json").string(), log = (dir / "log.txt").string();
+  std::vector<std::string> argv{find_mpirun(), "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
+                                "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
+  if (const char* extra = std::getenv("HEADROOM_MPIRUN_ARGS"); extra && *extra) {
+    std::stringstream ss(extra);
+    std::string a;
+    while (ss >> a) argv.push_back(a);
+  }
+  argv.push_back(find_dp_worker());
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--out");
+  argv.push_back(out);
+  for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    // mpirun refuses to run as root (CI containers) unless told it is meant.
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    r.error = "fork failed";
+    return r;
+  }
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (timed_out) {
+    r.error = fmt::format("{} ranks: no result within {:.0f} s; log: {}", ranks, timeout_s, tail(log, 2000));
+  } else if ((code == 0 || code == 1) && fs::exists(out)) {
+    try {
+      r.output = read_json_file(out, "DP worker output", kMaxResultsBytes);
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+  } else {
+    r.error = fmt::format("{} ranks: the worker exited with {} and wrote no result; log: {}", ranks, code, tail(log, 2000));
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
+}  // namespace hr::dist

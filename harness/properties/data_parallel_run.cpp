@@ -1,0 +1,105 @@
+// The data-parallel entries of `headroom run`: DP-1..DP-4, their per-rank memory
+// and communication numbers (DP-MEM, DP-COMM) and BM-DP, each run by launching the
+// headroom-dp worker under mpirun for every rank count (harness/dist/launch.hpp),
+// because the collective work needs N processes and the run is one. Where MPI or
+// mpirun is absent the entries record a skip with the reason; a failed launch is a
+// recorded error, never the end of the run.
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "harness/dist/launch.hpp"
+#include "harness/registry.hpp"
+#include "harness/results/results.hpp"
+
+namespace hr::props {
+namespace {
+
+constexpr const char* kDpTitle = "data parallel across processes (DP-1..DP-4) under mpirun";
+constexpr double kWorkerTimeoutS = 900;
+
+// The DP ranks always run the CPU backend with the MPI engine: multi-GPU NCCL runs
+// are launched directly (README: mpirun -np N headroom-dp properties --engine nccl).
+std::vector<std::string> worker_args(const char* mode, Preset preset, uint64_t seed) {
+  return {mode, "--preset", preset_name(preset), "--seed", std::to_string(seed), "--backend", "cpu", "--engine", "mpi"};
+}
+
+// The points of each properties launch, so DP-MEM need not launch again.
+std::mutex g_mu;
+std::map<std::tuple<int, int, uint64_t>, std::vector<SweepPoint>> g_points;
+
+SweepPoint skipped_point(const std::string& sweep, const std::string& reason, int ranks) {
+  SweepPoint p;
+  p.sweep = sweep;
+  p.backend = "cpu";
+  p.dtype = "fp32";
+  p.status = "skipped";
+  p.reason = reason;
+  if (ranks > 0) p.config = {{"ranks", ranks}};
+  return p;
+}
+
+std::vector<Measurement> run_dp_properties(RunContext& ctx) {
+  std::vector<Measurement> out;
+  const std::string why = dist::dp_unavailable_reason();
+  if (!why.empty()) {
+    // A skip, not a failure: recorded by DP-MEM's skipped point (with the reason).
+    if (ctx.progress) ctx.progress("skipped: " + why);
+    return out;
+  }
+  for (int n : dist::dp_rank_counts()) {
+    if (ctx.progress) ctx.progress(fmt::format("mpirun -np {}", n));
+    const dist::WorkerRun r = dist::run_dp_worker(n, worker_args("properties", ctx.preset, ctx.seed), kWorkerTimeoutS);
+    if (!r.ok) {
+      Measurement m = make_error_measurement("DP-1", kDpTitle, "cpu", r.error);
+      m.config = {{"ranks", n}};
+      m.details["command"] = r.command;
+      out.push_back(std::move(m));
+      continue;
+    }
+    for (const auto& j : r.output.at("measurements")) out.push_back(measurement_from_json(j));
+    std::vector<SweepPoint> pts;
+    for (const auto& j : r.output.at("sweep_points")) pts.push_back(sweep_point_from_json(j));
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_points[{n, static_cast<int>(ctx.preset), ctx.seed}] = std::move(pts);
+  }
+  return out;
+}
+
+std::vector<SweepPoint> run_worker_points(RunContext& ctx, const char* mode, const std::string& sweep) {
+  std::vector<SweepPoint> out;
+  const std::string why = dist::dp_unavailable_reason();
+  if (!why.empty()) return {skipped_point(sweep, why, 0)};
+  for (int n : dist::dp_rank_counts()) {
+    if (std::string(mode) == "properties") {
+      std::lock_guard<std::mutex> lk(g_mu);
+      auto it = g_points.find({n, static_cast<int>(ctx.preset), ctx.seed});
+      if (it != g_points.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        continue;
+      }
+    }
+    if (ctx.progress) ctx.progress(fmt::format("mpirun -np {}", n));
+    const dist::WorkerRun r = dist::run_dp_worker(n, worker_args(mode, ctx.preset, ctx.seed), kWorkerTimeoutS);
+    if (!r.ok) {
+      SweepPoint p = skipped_point(sweep, r.error, n);
+      p.status = "error";
+      out.push_back(std::move(p));
+      continue;
+    }
+    for (const auto& j : r.output.at("sweep_points")) out.push_back(sweep_point_from_json(j));
+  }
+  return out;
+}
+
+}  // namespace
+
+HR_REGISTER_PROPERTY(PropertySpec{"DP-1", kDpTitle, 4.0, run_dp_properties});
+HR_REGISTER_SWEEP(SweepSpec{"DP-MEM", "data parallel: bytes per consumer per rank, communication bytes per step", 1.0,
+                            [](RunContext& c) { return run_worker_points(c, "properties", "DP-MEM"); }, {}});
+HR_REGISTER_SWEEP(SweepSpec{"BM-DP", "all-reduce bus bandwidth against message size; data-parallel step time against N",
+                            4.0, [](RunContext& c) { return run_worker_points(c, "bench", "BM-DP"); }, {}});
+
+}  // namespace hr::props

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -233,21 +234,42 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
 
 void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out) {
   out << fmt::format("configuration: {}\n", summary(cfg));
-  out << fmt::format("{:<26} {:>9} {:<40} {:<48} {:>10} {:>10} {:>12}  {}\n", "card", "memory", "bound (MEM-2)",
-                     "cheapest that fits", "peak GiB", "step s", "$ / Mtok", "time factors");
+  struct Row {
+    std::string card, memory, bound, chosen, peak = "-", step = "-", cost = "-", source;
+  };
+  std::vector<Row> rows;
+  size_t w_card = 4, w_bound = 13, w_chosen = 18;  // the headers' widths
   for (const CardPlan& p : plans) {
-    std::string chosen = "does not fit with every technique", peak = "-", step = "-", cost = "-";
+    Row r;
+    r.card = p.card.name;
+    r.memory = fmt::format("{:.4g} GiB", p.card.memory_gib);
+    r.bound = p.bound;
+    r.source = p.time_source;
+    r.chosen = "does not fit with every technique";
     if (p.chosen >= 0) {
       const Option& o = p.options[static_cast<size_t>(p.chosen)];
-      chosen = o.technique;
-      peak = fmt::format("{:.3g}", static_cast<double>(o.peak_bytes) / (1024.0 * 1024 * 1024));
-      if (p.tokens_per_s) step = fmt::format("{:.4g}", o.step_time_s), cost = fmt::format("{:.4g}", o.cost_per_million_tokens);
+      r.chosen = o.technique;
+      r.peak = fmt::format("{:.3g}", static_cast<double>(o.peak_bytes) / (1024.0 * 1024 * 1024));
+      if (p.tokens_per_s) {
+        r.step = fmt::format("{:.4g}", o.step_time_s);
+        r.cost = fmt::format("{:.4g}", o.cost_per_million_tokens);
+      }
     } else {
-      peak = fmt::format(">{:.3g}", static_cast<double>(p.usable_bytes) / (1024.0 * 1024 * 1024));
+      r.peak = fmt::format(">{:.3g}", static_cast<double>(p.usable_bytes) / (1024.0 * 1024 * 1024));
     }
-    out << fmt::format("{:<26} {:>6.4g} GiB {:<40} {:<48} {:>10} {:>10} {:>12}  {}\n", p.card.name, p.card.memory_gib,
-                       p.bound, chosen, peak, step, cost, p.time_source);
+    w_card = std::max(w_card, r.card.size());
+    w_bound = std::max(w_bound, r.bound.size());
+    w_chosen = std::max(w_chosen, r.chosen.size());
+    rows.push_back(std::move(r));
   }
+  const auto line = [&](const std::string& card, const std::string& memory, const std::string& bound,
+                        const std::string& chosen, const std::string& peak, const std::string& step,
+                        const std::string& cost, const std::string& source) {
+    out << fmt::format("{:<{}}  {:>11}  {:<{}}  {:<{}}  {:>9}  {:>8}  {:>9}  {}\n", card, w_card, memory, bound,
+                       w_bound, chosen, w_chosen, peak, step, cost, source);
+  };
+  line("card", "memory", "bound (MEM-2)", "cheapest that fits", "peak GiB", "step s", "$ / Mtok", "time factors");
+  for (const Row& r : rows) line(r.card, r.memory, r.bound, r.chosen, r.peak, r.step, r.cost, r.source);
 }
 
 nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput& in) {

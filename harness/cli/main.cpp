@@ -67,6 +67,7 @@ void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--only", r.only, "regular expression over property/sweep id and title (e.g. 'GA-|CK-3')");
+  cmd->add_option("--skip", r.skip, "the same, for what is left out even when --only selects it (e.g. '^TRADE$')");
   cmd->add_option("--out", r.out_dir, "directory for results.json and index.html")->capture_default_str();
   cmd->add_option("--seed", r.seed, "seed of every random draw (0 to 2^64 - 1)")->check(kSeed)->capture_default_str();
 }
@@ -85,9 +86,9 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
   add_run_options(run_cmd, run);
   auto* resume = run_cmd->add_option("--resume", run.resume_dir,
-                                     "finish the interrupted run in DIR (its preset, backend, seed and --only); "
+                                     "finish the interrupted run in DIR (its preset, backend, seed, --only and --skip); "
                                      "only what did not run runs");
-  for (const char* other : {"--preset", "--backend", "--only", "--out", "--seed"})
+  for (const char* other : {"--preset", "--backend", "--only", "--skip", "--out", "--seed"})
     resume->excludes(run_cmd->get_option(other));
   // The data-parallel entries (DP-1..DP-4, DP-MEM, BM-DP) launch mpirun -np N for N in {2, 4}.
   run_cmd->add_option_function<int>("--ranks", [](const int& n) { hr::dist::set_dp_rank_counts({n}); },

@@ -165,6 +165,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   RunOptions opt;
   opt.preset = parse_preset(c.preset);
   opt.only = c.only;
+  opt.skip = c.skip;
   opt.seed = c.seed;
   opt.stop = &g_stop_signal;
   std::optional<Results> resumed;
@@ -175,11 +176,12 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                  c.resume_dir);
     opt.preset = parse_preset(resumed->preset);
     opt.only = resumed->only;
+    opt.skip = resumed->skip;
     opt.seed = resumed->seed;
     opt.resume = &*resumed;
     backend = resumed->backend;
   }
-  select_specs(opt);  // a bad --only is bad input before anything runs
+  select_specs(opt);  // a bad --only or --skip is bad input before anything runs
   auto dev = open_device(backend);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
@@ -196,9 +198,10 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   std::string device_lost;
   opt.device_check = [&](const std::string& id, std::string* why) { return device_unusable(*dev, id, why); };
   opt.device_lost = &device_lost;
-  fmt::print(err, "headroom: {} the {} preset on {} ({}){}\n", resumed ? "resuming" : "running",
+  fmt::print(err, "headroom: {} the {} preset on {} ({}){}{}\n", resumed ? "resuming" : "running",
              preset_name(opt.preset), dev->record().name, backend_name(dev->kind()),
-             opt.only.empty() ? "" : fmt::format(", only '{}'", opt.only));
+             opt.only.empty() ? "" : fmt::format(", only '{}'", opt.only),
+             opt.skip.empty() ? "" : fmt::format(", skipping '{}'", opt.skip));
   {
     const StopSignals signals;
     r = run_suite(*dev, opt, &err);

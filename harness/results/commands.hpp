@@ -21,6 +21,7 @@ struct RunCommand {
   std::string preset = "quick";  // "quick" | "full"
   std::string backend = "auto";  // "auto" | "cpu" | "cuda"
   std::string only;              // regex over property/sweep id and title
+  std::string skip;              // regex over the same: left out even when selected
   std::string out_dir = "results";
   uint64_t seed = 1234;
   // `run --resume DIR`: finish the interrupted run whose results.json is in DIR

@@ -262,6 +262,7 @@ nlohmann::json results_to_json(const Results& r) {
   j["backend"] = r.backend;
   j["seed"] = r.seed;
   j["only"] = r.only;
+  j["skip"] = r.skip;
   j["device"] = r.device;
   j["build"] = r.build;
   j["totals"] = totals_to_json(r.totals);
@@ -312,6 +313,7 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
   HR_ARG_CHECK(seed.is_number_unsigned() || seed.is_number_integer(), "{}: field \"seed\" must be an integer", what);
   r.seed = seed.get<uint64_t>();
   r.only = opt_str(j, "only");
+  r.skip = opt_str(j, "skip");
   r.device = field(j, "device", what);
   HR_ARG_CHECK(r.device.is_object(), "{}: field \"device\" must be an object", what);
   r.build = obj_or_empty(j, "build");

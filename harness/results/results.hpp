@@ -53,6 +53,7 @@ struct Results {
   std::string backend;  // "cpu" | "cuda": the backend the run used
   uint64_t seed = 0;
   std::string only;     // the --only filter, empty when none
+  std::string skip;     // the --skip filter, empty when none
   nlohmann::json device = nlohmann::json::object();  // DeviceRecord (kept as JSON: a
                                                      // loaded file may come from another build)
   nlohmann::json build = nlohmann::json::object();   // build_record()

@@ -41,22 +41,33 @@ std::string format_duration(double s) {
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
 }
 
-Selection select_specs(const RunOptions& opt) {
+namespace {
+
+// --only / --skip as a case-insensitive ECMAScript expression; nullopt when empty.
+std::optional<std::regex> selection_regex(const char* option, const std::string& text) {
   // std::regex compiles and matches by recursion, so a huge expression would
   // exhaust the stack; no real selection is this long.
-  constexpr size_t kMaxOnlyChars = 1000;
-  HR_ARG_CHECK(opt.only.size() <= kMaxOnlyChars, "--only: the regular expression is {} characters; at most {} are accepted",
-               opt.only.size(), kMaxOnlyChars);
-  std::optional<std::regex> re;
-  if (!opt.only.empty()) {
-    try {
-      re.emplace(opt.only, std::regex::ECMAScript | std::regex::icase);
-    } catch (const std::regex_error& e) {
-      throw InvalidArgument(fmt::format("--only '{}' is not a valid regular expression: {}", opt.only, e.what()));
-    }
+  constexpr size_t kMaxChars = 1000;
+  HR_ARG_CHECK(text.size() <= kMaxChars, "{}: the regular expression is {} characters; at most {} are accepted",
+               option, text.size(), kMaxChars);
+  if (text.empty()) return std::nullopt;
+  try {
+    return std::regex(text, std::regex::ECMAScript | std::regex::icase);
+  } catch (const std::regex_error& e) {
+    throw InvalidArgument(fmt::format("{} '{}' is not a valid regular expression: {}", option, text, e.what()));
   }
+}
+
+}  // namespace
+
+Selection select_specs(const RunOptions& opt) {
+  const std::optional<std::regex> only = selection_regex("--only", opt.only);
+  const std::optional<std::regex> skip = selection_regex("--skip", opt.skip);
+  auto matches = [](const std::optional<std::regex>& re, const std::string& id, const std::string& title) {
+    return std::regex_search(id, *re) || std::regex_search(title, *re);
+  };
   auto keep = [&](const std::string& id, const std::string& title) {
-    return !re || std::regex_search(id, *re) || std::regex_search(title, *re);
+    return (!only || matches(only, id, title)) && !(skip && matches(skip, id, title));
   };
   Selection s;
   for (const auto& p : property_registry())
@@ -74,6 +85,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   r.backend = backend_name(dev.kind());
   r.seed = opt.seed;
   r.only = opt.only;
+  r.skip = opt.skip;
   r.device = dev.record();
   r.build = build_record();
 

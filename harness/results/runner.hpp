@@ -19,6 +19,7 @@ namespace hr {
 struct RunOptions {
   Preset preset = Preset::quick;
   std::string only;  // ECMAScript regex searched in each spec's id and title; empty = all
+  std::string skip;  // the same, for specs left out even when `only` selects them; empty = none
   uint64_t seed = 1234;
   // Set (by a signal handler) to stop the run between two properties or sweeps:
   // what finished is kept, Results::incomplete set and the rest listed in not_run.

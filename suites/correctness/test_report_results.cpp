@@ -276,4 +276,22 @@ TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {
   EXPECT_THROW(hr::select_specs(opt), hr::InvalidArgument);
 }
 
+TEST(ReportRunner, SkipLeavesOutWhatItMatchesEvenWhenOnlySelectsIt) {
+  ScopedSpecs scope;
+  auto none = [](hr::RunContext&) { return std::vector<hr::Measurement>{}; };
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none});
+  hr::RunOptions opt;
+  opt.only = "^ZZTEST-";
+  opt.skip = "^zztest-a$";  // case-insensitive, on the id
+  const hr::Selection sel = hr::select_specs(opt);
+  ASSERT_EQ(sel.size(), 1u);
+  EXPECT_EQ(sel.properties.front()->id, "ZZTEST-B");
+  opt.skip = "beta";  // on the title
+  ASSERT_EQ(hr::select_specs(opt).size(), 1u);
+  EXPECT_EQ(hr::select_specs(opt).properties.front()->id, "ZZTEST-A");
+  opt.skip = "[";
+  EXPECT_THROW(hr::select_specs(opt), hr::InvalidArgument);
+}
+
 }  // namespace

@@ -2,7 +2,7 @@
 # CPU) at every seed of SEEDS must pass, since a correct machine that fails at
 # another seed would be called "not fit" by chance. Prints each seed's summary and
 # names the failing measurements of any seed that fails.
-#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... [-DONLY=<regex>] -P seed_sweep.cmake
+#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... [-DONLY=<regex>] [-DSKIP=<regex>] -P seed_sweep.cmake
 if(NOT HEADROOM OR NOT OUT OR NOT SEEDS)
   message(FATAL_ERROR "seed_sweep.cmake: HEADROOM, OUT and SEEDS are required")
 endif()
@@ -13,6 +13,9 @@ foreach(seed IN LISTS SEEDS)
   set(only "")
   if(ONLY)
     set(only --only ${ONLY})
+  endif()
+  if(SKIP)
+    list(APPEND only --skip ${SKIP})
   endif()
   execute_process(COMMAND ${HEADROOM} run --preset quick --backend cpu --seed ${seed} --out ${dir} ${only}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

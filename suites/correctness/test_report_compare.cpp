@@ -231,6 +231,26 @@ TEST(ReportCompare, ACleanTwofoldSlowdownIsARegression) {
   }
 }
 
+// BM-DP's host MPI times are shown, not judged: a clean twofold slowdown there is
+// noisy, where the same samples on a BM-MB point are a regression (above).
+TEST(ReportCompare, HostMpiTimesAreShownNotJudged) {
+  auto as_dp = [](hr::Results r) {
+    for (auto& p : r.sweep_points) {
+      p.sweep = "BM-DP";
+      p.backend = "cpu";
+    }
+    return r;
+  };
+  const auto base = as_dp(with_samples(draw_times(1, 10, 0.1, 0.03)));
+  const auto cur = as_dp(with_samples(draw_times(1001, 10, 0.2, 0.03)));
+  const auto c = hr::compare_results(base, cur);
+  ASSERT_NE(row(c, "step time"), nullptr);
+  EXPECT_EQ(row(c, "step time")->verdict, "noisy");
+  EXPECT_NE(row(c, "step time")->note.find("not judged"), std::string::npos);
+  EXPECT_NEAR(row(c, "step time")->change, 1.0, 0.15);
+  EXPECT_TRUE(c.fit());
+}
+
 TEST(ReportCompare, ASlowdownTheReMeasurementDoesNotConfirmIsNoisy) {
   // The run was 40% slower for all its samples (the machine was busy), the
   // re-measurement is back at the baseline's speed: the machine drifted.

@@ -5,12 +5,14 @@
 # libgfortran-12-dev: the static Fortran runtime that OpenBLAS's static library
 # needs (HEADROOM_PORTABLE, see CMakeLists.txt). clang and libclang-rt-14-dev: the
 # libFuzzer target over the JSON readers (suites/reliability/fuzz/).
-# libopenmpi-dev and openmpi-bin: the data-parallel worker (headroom-dp) and the
-# ctest cases that launch it under mpirun (label mpi); the build succeeds without
-# them (the DP entries then skip with the reason), so they are test packages.
+# libopenmpi-dev and openmpi-bin: the data-parallel worker (headroom-dp) that
+# `headroom run` and the ctest cases (label mpi) launch under mpirun; the build
+# succeeds without them (the DP entries then skip with the reason), so both
+# commands install them beside the build's own packages.
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev)
-HEADROOM_DEBS_TEST=(chromium python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
+HEADROOM_DEBS_RUN=(libopenmpi-dev openmpi-bin)
+HEADROOM_DEBS_TEST=(chromium python3 clang libclang-rt-14-dev)
 
 headroom_install_deps() {
   local want=("$@") missing=() p

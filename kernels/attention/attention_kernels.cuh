@@ -9,21 +9,16 @@
 // (HR_ATTENTION_INSTANTIATE_FWD / _BWD).
 #pragma once
 
-#include <climits>
 #include <cstdint>
 
 #include "harness/cuda_check.cuh"
 #include "kernels/attention/attention_launch.hpp"
+#include "kernels/attention/attention_mask.cuh"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 
 namespace hr::ops::cuda::attn_kernels {
-
-__device__ inline sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
-  return sm::RowMask{m.causal, t, m.kv_len ? m.kv_len[b] : INT32_MAX, m.seg ? m.seg + static_cast<int64_t>(b) * T
-                                                                             : nullptr};
-}
 
 // Rows [r0, r0 + kChunk) of a [T, D] matrix into shared memory as fp32, zero-padded
 // past T and past D (so dot products over kD need no bounds).

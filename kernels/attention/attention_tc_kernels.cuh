@@ -15,11 +15,11 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "harness/cuda_check.cuh"
 #include "kernels/attention/attention_launch.hpp"
+#include "kernels/attention/attention_mask.cuh"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/softmax/softmax_math.hpp"
@@ -46,9 +46,12 @@ struct MmaType<bfloat16_t> {
   static __device__ T from(float f) { return __float2bfloat16_rn(f); }
 };
 
-__device__ inline sm::RowMask row_mask(const MaskArgs& m, int b, int t, int T) {
-  return sm::RowMask{m.causal, t, m.kv_len ? m.kv_len[b] : INT32_MAX,
-                     m.seg ? m.seg + static_cast<int64_t>(b) * T : nullptr};
+using attn_kernels::row_mask;
+
+// This lane's half of one output row: dst[d] = factor * row[d] for d < D.
+template <typename S, int kD>
+__device__ void store_half_row(S* __restrict__ dst, const float* row, float factor, int half, int D) {
+  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dst[d] = from_float<S>(factor * row[d]);
 }
 
 // Rows [r0, r0 + kTile) of a [T, D] matrix into dst [kTile][kLdIn], zero past T
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(kThreads)
   const float inv = attn::inv_row_sum(l);
   const float* orow = o_w + r * kLdOut<kD>;
   S* o = out + base + static_cast<int64_t>(t) * D;
-  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) o[d] = from_float<S>(orow[d] * inv);
+  store_half_row<S, kD>(o, orow, inv, half, D);
   if (half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 #else
   __trap();  // the dispatcher selects these kernels only on sm_80 and newer
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!active) return;
   const float* row = stage + r * kLdOut<kD>;
   S* o = dq + base + static_cast<int64_t>(t) * D;
-  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) o[d] = from_float<S>(scale * row[d]);
+  store_half_row<S, kD>(o, row, scale, half, D);
 #else
   __trap();
 #endif
@@ -364,13 +367,13 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dv[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
   if (active)
-    for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dv[at + d] = from_float<S>(row[d]);
+    store_half_row<S, kD>(dv + at, row, 1.f, half, D);
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dk[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
   if (active)
-    for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dk[at + d] = from_float<S>(scale * row[d]);
+    store_half_row<S, kD>(dk + at, row, scale, half, D);
 #else
   __trap();
 #endif

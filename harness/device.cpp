@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -46,6 +47,26 @@ void* Device::allocate(size_t bytes, Consumer c) {
                                   consumer_name(c)));
   }
   return p;
+}
+
+namespace {
+
+// A read-back that is complete when made: the CPU's memory is the host's.
+class ImmediateReadback final : public Device::HostReadback {
+ public:
+  explicit ImmediateReadback(std::vector<unsigned char> bytes) : bytes_(std::move(bytes)) {}
+  const void* wait() override { return bytes_.data(); }
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
+}  // namespace
+
+std::shared_ptr<Device::HostReadback> Device::read_back(const void* src, size_t bytes) {
+  std::vector<unsigned char> host(bytes);
+  if (bytes > 0) do_copy_to_host(host.data(), src, bytes);
+  return std::make_shared<ImmediateReadback>(std::move(host));
 }
 
 void Device::deallocate(void* p, size_t bytes, Consumer c) noexcept {
@@ -88,14 +109,14 @@ class CpuDevice final : public Device {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     record_.memory_bytes = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
   }
-  void copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_on_device(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
   void fill_zero(void* dst, size_t n) override { std::memset(dst, 0, n); }
-  void synchronize() override {}
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<CpuTimer>(); }
 
  protected:
+  void do_copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void do_copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void do_synchronize() override {}
   void* raw_allocate(size_t bytes) override {
     // 64-byte alignment for vector loads; aligned_alloc needs a multiple of it.
     return std::aligned_alloc(64, (bytes + 63) / 64 * 64);

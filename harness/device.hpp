@@ -60,13 +60,38 @@ class Device {
   void* allocate(size_t bytes, Consumer c);
   void deallocate(void* p, size_t bytes, Consumer c) noexcept;
 
-  // Synchronous copies (the CPU backend treats "device" memory as host memory).
-  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
-  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Copies (the CPU backend treats "device" memory as host memory). copy_to_host
+  // returns once the bytes are on the host, so it waits for the stream. copy_to_device
+  // returns once the source may be reused (CUDA stages pageable memory and does not
+  // wait for the stream).
+  void copy_to_device(void* dst, const void* src, size_t bytes) { do_copy_to_device(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) {
+    ++host_syncs_;
+    do_copy_to_host(dst, src, bytes);
+  }
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
-  virtual void synchronize() = 0;
+  void synchronize() {
+    ++host_syncs_;
+    do_synchronize();
+  }
   virtual std::unique_ptr<Timer> make_timer() = 0;
+
+  // A copy into host memory enqueued in stream order, waited for only when its bytes
+  // are read: what a step needs back (its loss) without stalling the stream between
+  // micro-batches. The CPU copies at once.
+  class HostReadback {
+   public:
+    virtual ~HostReadback() = default;
+    // Waits for the copy if it has not landed (one host sync) and returns its bytes.
+    virtual const void* wait() = 0;
+  };
+  virtual std::shared_ptr<HostReadback> read_back(const void* src, size_t bytes);
+
+  // How many times the host has waited for this device: copy_to_host, synchronize,
+  // and a HostReadback that had not landed when read. Tests use it to see that a step
+  // waits a fixed number of times, not once per micro-batch.
+  size_t host_syncs() const { return host_syncs_; }
 
   // CUDA handles as opaque pointers so plain C++ code need not see CUDA headers:
   // cudaStream_t and cublasHandle_t. nullptr on the CPU.
@@ -87,12 +112,17 @@ class Device {
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;  // nullptr when the device is out of memory
   virtual void raw_free(void* p) noexcept = 0;
+  virtual void do_copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void do_copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void do_synchronize() = 0;
+  void count_host_sync() { ++host_syncs_; }
 
   DeviceRecord record_;
 
  private:
   BackendKind kind_;
   MemoryTracker memory_;
+  size_t host_syncs_ = 0;
 };
 
 // "cpu", "cuda" or "auto" (cuda when a device answers, else cpu).

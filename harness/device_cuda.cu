@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "harness/cuda_check.cuh"
 #include "harness/device.hpp"
@@ -86,25 +90,27 @@ class CudaDevice final : public Device {
 
   ~CudaDevice() override {
     cudaStreamSynchronize(stream_);
+    for (const PinnedBlock& b : idle_pinned_) {
+      cudaEventDestroy(b.done);
+      cudaFreeHost(b.ptr);
+    }
     if (flush_buffer_ != nullptr) cudaFree(flush_buffer_);
     cublasDestroy(blas_);
     cudaMemPoolDestroy(pool_);
     cudaStreamDestroy(stream_);
   }
 
-  void copy_to_device(void* dst, const void* src, size_t n) override {
-    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
-    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  void copy_to_host(void* dst, const void* src, size_t n) override {
-    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
-    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
   void copy_on_device(void* dst, const void* src, size_t n) override {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_));
   }
   void fill_zero(void* dst, size_t n) override { HR_CUDA_CHECK(cudaMemsetAsync(dst, 0, n, stream_)); }
-  void synchronize() override { HR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  std::shared_ptr<HostReadback> read_back(const void* src, size_t n) override {
+    PinnedBlock b = take_pinned(n);
+    if (n > 0) HR_CUDA_CHECK(cudaMemcpyAsync(b.ptr, src, n, cudaMemcpyDeviceToHost, stream_));
+    HR_CUDA_CHECK(cudaEventRecord(b.done, stream_));
+    return std::make_shared<PinnedReadback>(*this, b);
+  }
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<CudaTimer>(stream_); }
   void flush_caches() override {
     if (flush_buffer_ == nullptr) {
@@ -130,6 +136,31 @@ class CudaDevice final : public Device {
   }
 
  protected:
+  // Small uploads (a micro-batch's index lists) go through a pinned staging block, so
+  // the copy is truly asynchronous and the host does not wait for the stream; the
+  // block is reused only once its copy is done. Large ones (parameters at start-up)
+  // copy from the caller's memory and wait: no pinned memory of their size is kept.
+  void do_copy_to_device(void* dst, const void* src, size_t n) override {
+    if (n == 0) return;
+    if (n > kMaxStagedUpload) {
+      HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+      HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      count_host_sync();
+      return;
+    }
+    PinnedBlock b = take_pinned(n);
+    std::memcpy(b.ptr, src, n);
+    const cudaError_t e = cudaMemcpyAsync(dst, b.ptr, n, cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess) cudaEventRecord(b.done, stream_);
+    give_pinned(b);
+    HR_CUDA_CHECK(e);
+  }
+  void do_copy_to_host(void* dst, const void* src, size_t n) override {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
+    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void do_synchronize() override { HR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
   void* raw_allocate(size_t bytes) override {
     void* p = nullptr;
     const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
@@ -143,6 +174,72 @@ class CudaDevice final : public Device {
   void raw_free(void* p) noexcept override { cudaFreeAsync(p, stream_); }
 
  private:
+  static constexpr size_t kMaxStagedUpload = size_t{1} << 20;
+  static constexpr size_t kMinPinnedBlock = size_t{1} << 12;
+  static constexpr size_t kMaxPinnedBlocks = 256;
+
+  // Page-locked host memory for stream-ordered copies, with the event that marks
+  // the end of the last copy that used it.
+  struct PinnedBlock {
+    void* ptr = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t done{};
+  };
+
+  class PinnedReadback final : public HostReadback {
+   public:
+    PinnedReadback(CudaDevice& dev, PinnedBlock b) : dev_(dev), block_(b) {}
+    ~PinnedReadback() override { dev_.give_pinned(block_); }
+    const void* wait() override {
+      dev_.wait_for(block_.done);
+      return block_.ptr;
+    }
+
+   private:
+    CudaDevice& dev_;  // a read-back must not outlive its device
+    PinnedBlock block_;
+  };
+
+  // Blocks until `e` has happened, counting a host sync only when it had not.
+  void wait_for(cudaEvent_t e) {
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) HR_CUDA_CHECK(q);
+    count_host_sync();
+    HR_CUDA_CHECK(cudaEventSynchronize(e));
+  }
+
+  // The smallest idle block that holds n bytes and whose last copy is done; else a
+  // new one of the next power of two, so that the host does not wait for the stream.
+  // Only past kMaxPinnedBlocks does it wait for the smallest fitting block instead.
+  PinnedBlock take_pinned(size_t n) {
+    std::lock_guard<std::mutex> lock(pinned_mutex_);
+    auto best = idle_pinned_.end(), busy = idle_pinned_.end();
+    for (auto it = idle_pinned_.begin(); it != idle_pinned_.end(); ++it) {
+      if (it->capacity < n) continue;
+      auto& pick = cudaEventQuery(it->done) == cudaSuccess ? best : busy;
+      if (pick == idle_pinned_.end() || it->capacity < pick->capacity) pick = it;
+    }
+    if (best == idle_pinned_.end() && pinned_blocks_ >= kMaxPinnedBlocks) best = busy;
+    if (best != idle_pinned_.end()) {
+      const PinnedBlock b = *best;
+      idle_pinned_.erase(best);
+      wait_for(b.done);
+      return b;
+    }
+    ++pinned_blocks_;
+    PinnedBlock b;
+    b.capacity = kMinPinnedBlock;
+    while (b.capacity < n) b.capacity *= 2;
+    HR_CUDA_CHECK(cudaMallocHost(&b.ptr, b.capacity));
+    HR_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+    return b;
+  }
+  void give_pinned(const PinnedBlock& b) noexcept {
+    std::lock_guard<std::mutex> lock(pinned_mutex_);
+    idle_pinned_.push_back(b);
+  }
+
   int ordinal_;
   cudaStream_t stream_{};
   cublasHandle_t blas_{};
@@ -150,6 +247,9 @@ class CudaDevice final : public Device {
   void* flush_buffer_ = nullptr;
   size_t flush_bytes_ = 0;
   int flush_value_ = 0;
+  std::mutex pinned_mutex_;
+  std::vector<PinnedBlock> idle_pinned_;
+  size_t pinned_blocks_ = 0;  // idle or in use
 };
 
 }  // namespace

@@ -161,26 +161,38 @@ void Tensor::from_host_bytes(const void* src, size_t bytes) {
   if (bytes > 0) device().copy_to_device(data(), src, bytes);
 }
 
-std::vector<float> Tensor::to_host_f32() const {
-  const std::vector<uint8_t> b = to_host_bytes();
-  const size_t n = static_cast<size_t>(numel());
+namespace {
+
+std::vector<float> widen_to_f32(const uint8_t* b, DType dtype, size_t n) {
   std::vector<float> out(n);
-  switch (dtype_) {
-    case DType::f32: std::memcpy(out.data(), b.data(), n * 4); break;
+  switch (dtype) {
+    case DType::f32: std::memcpy(out.data(), b, n * 4); break;
     case DType::f16:
-      for (size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(reinterpret_cast<const uint16_t*>(b)[i]);
       break;
     case DType::bf16:
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b)[i]);
       break;
     case DType::i32:
-      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(reinterpret_cast<const int32_t*>(b.data())[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(reinterpret_cast<const int32_t*>(b)[i]);
       break;
     case DType::u8:
       for (size_t i = 0; i < n; ++i) out[i] = b[i];
       break;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<float> Tensor::to_host_f32() const {
+  const std::vector<uint8_t> b = to_host_bytes();
+  return widen_to_f32(b.data(), dtype_, static_cast<size_t>(numel()));
+}
+
+std::vector<float> Tensor::cpu_values_f32() const {
+  HR_CHECK(defined() && !is_cuda(), "cpu_values_f32 of {}: a CPU tensor is needed", str());
+  return widen_to_f32(static_cast<const uint8_t*>(data()), dtype_, static_cast<size_t>(numel()));
 }
 
 std::vector<int32_t> Tensor::to_host_i32() const {

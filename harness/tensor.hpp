@@ -81,6 +81,10 @@ class Tensor {
 
   // Host copies. to_host_f32 widens any float dtype (and int32/uint8) to fp32.
   std::vector<float> to_host_f32() const;
+  // A CPU tensor's values widened to fp32, read in place: what the CPU kernels use,
+  // so that Device::host_syncs counts only reads of device memory that every backend
+  // makes.
+  std::vector<float> cpu_values_f32() const;
   std::vector<int32_t> to_host_i32() const;
   std::vector<uint8_t> to_host_bytes() const;  // raw storage bytes, for bitwise comparison
   void from_host_bytes(const void* src, size_t bytes);

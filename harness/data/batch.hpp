@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "harness/tensor.hpp"
 
@@ -21,9 +23,26 @@ struct Batch {
   Tensor x;              // fp32 [B, in_dim]
   Tensor targets_f32;    // fp32 [B, out_dim] (regression)
 
+  // The values of ids, pos and targets on the host, as the data pipeline made them
+  // (each empty where the tensor is undefined). The step's checks and index work read
+  // these, so a step does not wait for the device to learn what it uploaded. nullptr
+  // for a batch assembled from tensors alone: the ops then read the device.
+  struct HostIndex {
+    std::vector<int32_t> ids, pos, targets;
+  };
+  std::shared_ptr<const HostIndex> host;
+
   int64_t rows() const;     // B
   int64_t seq_len() const;  // T (0 for the MLP)
   Batch slice(int64_t begin, int64_t end) const;  // rows [begin, end)
+  // Keeps the host values the integer tensors were uploaded from.
+  void keep_host_index(std::vector<int32_t> ids, std::vector<int32_t> pos, std::vector<int32_t> targets);
+  // The host copies, or nullptr where there is none.
+  const std::vector<int32_t>* host_ids() const { return host && ids.defined() ? &host->ids : nullptr; }
+  const std::vector<int32_t>* host_pos() const { return host && pos.defined() ? &host->pos : nullptr; }
+  const std::vector<int32_t>* host_targets() const {
+    return host && targets.defined() ? &host->targets : nullptr;
+  }
 };
 
 }  // namespace hr

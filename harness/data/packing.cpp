@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "harness/check.hpp"
 #include "kernels/common/philox.hpp"
@@ -75,6 +76,7 @@ Batch make_packed_batch(Device& dev, const TransformerConfig& cfg, const PackPla
   out.pos = Tensor::from_host_i32(dev, pos, {rows, T}, Consumer::workspace);
   out.targets = Tensor::from_host_i32(dev, tgt, {rows, T}, Consumer::workspace);
   if (!faults.no_segment_mask) out.segment_ids = Tensor::from_host_i32(dev, seg, {rows, T}, Consumer::workspace);
+  out.keep_host_index(std::move(ids), std::move(pos), std::move(tgt));
   return out;
 }
 
@@ -104,6 +106,7 @@ Batch make_padded_batch(Device& dev, const TransformerConfig& cfg, const std::ve
   out.pos = Tensor::from_host_i32(dev, pos, {rows, T}, Consumer::workspace);
   out.targets = Tensor::from_host_i32(dev, tgt, {rows, T}, Consumer::workspace);
   out.key_valid_len = Tensor::from_host_i32(dev, valid, {rows}, Consumer::workspace);
+  out.keep_host_index(std::move(ids), std::move(pos), std::move(tgt));
   return out;
 }
 

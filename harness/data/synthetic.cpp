@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"
@@ -83,6 +84,7 @@ Batch make_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int
   out.pos = Tensor::from_host_i32(dev, pos, {rows, seq_len}, Consumer::workspace);
   out.targets = Tensor::from_host_i32(dev, tgt, {rows, seq_len}, Consumer::workspace);
   if (!lengths.empty()) out.key_valid_len = Tensor::from_host_i32(dev, valid, {rows}, Consumer::workspace);
+  out.keep_host_index(std::move(ids), std::move(pos), std::move(tgt));
   return out;
 }
 
@@ -136,6 +138,7 @@ Batch make_mlp_batch(Device& dev, const MlpConfig& cfg, int64_t rows, uint64_t s
     out.targets_f32 = Tensor::from_host(dev, y, {rows, cfg.out_dim}, DType::f32, Consumer::workspace);
   else
     out.targets = Tensor::from_host_i32(dev, cls, {rows}, Consumer::workspace);
+  if (out.targets.defined()) out.keep_host_index({}, {}, std::move(cls));
   return out;
 }
 

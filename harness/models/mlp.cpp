@@ -93,7 +93,7 @@ std::vector<std::pair<std::string, Tensor>> MlpModel::buffers() const {
 
 int64_t MlpModel::loss_items(const Batch& mb) const {
   if (cfg_.task == MlpTask::regression) return mb.targets_f32.numel();
-  return ops::count_real_tokens(mb.targets, -100);
+  return ops::count_real_tokens(mb.targets, -100, mb.host_targets());
 }
 
 int64_t MlpModel::virtual_batch(int64_t rows) const {
@@ -246,7 +246,7 @@ Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, 
   return dx;
 }
 
-double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
+LossValue MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
   HR_CHECK(opt.rng != nullptr, "mlp: PassOptions.rng is required");
   HR_ARG_CHECK(mb.x.defined(), "mlp batch needs x");
   HR_ARG_CHECK(mb.x.dim(1) == cfg_.in_dim, "mlp batch x has {} features, the model takes in_dim = {}", mb.x.dim(1),
@@ -270,7 +270,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
   Tensor pred = Tensor::empty(dev, {N, cfg_.out_dim}, dtype_, a);
   ops::linear_forward(xL, P(w_[last]).compute, P(b_[last]).compute, pred);
   const double count = loss.count / loss.multiplier;
-  double value = 0;
+  LossValue value;
   Tensor dpred;
   if (cfg_.task == MlpTask::regression) {
     HR_ARG_CHECK(mb.targets_f32.defined(), "mlp regression batch needs targets_f32");
@@ -289,6 +289,7 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
     ce.reduction = ops::LossReduction::sum_div_count;
     ce.count = count;
     ce.loss_scale = loss.loss_scale;
+    ce.host_targets = mb.host_targets();
     Tensor no_losses;
     value = ops::cross_entropy_forward(pred, mb.targets, ce, no_losses);
     if (!backward) return value;
@@ -305,11 +306,11 @@ double MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bo
   return value;
 }
 
-double MlpModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+LossValue MlpModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
   return run(mb, loss, opt, true);
 }
 
-double MlpModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+LossValue MlpModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
   return run(mb, loss, opt, false);
 }
 

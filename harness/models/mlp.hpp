@@ -37,8 +37,8 @@ class MlpModel final : public Model, private BlockStack {
 
   const char* name() const override { return "mlp"; }
   const MlpConfig& config() const { return cfg_; }
-  double forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
-  double forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
+  LossValue forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
+  LossValue forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
   int64_t loss_items(const Batch& mb) const override;
   int64_t num_blocks() const override { return cfg_.layers - 1; }
   std::vector<std::pair<std::string, Tensor>> buffers() const override;
@@ -53,7 +53,7 @@ class MlpModel final : public Model, private BlockStack {
   Tensor block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
                        DropoutStream& rng, std::unique_ptr<BlockState>* state) override;
   Tensor block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) override;
-  double run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward);
+  LossValue run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward);
   int64_t virtual_batch(int64_t rows) const;
 
   MlpConfig cfg_;

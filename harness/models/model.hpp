@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/data/batch.hpp"
+#include "harness/loss_value.hpp"
 #include "harness/models/params.hpp"
 #include "harness/models/presets.hpp"
 #include "harness/step/checkpoint.hpp"
@@ -48,12 +49,12 @@ class Model {
 
   // Forward, loss and backward of one micro-batch. Gradients accumulate (+=) into
   // each parameter's fp32 grad. Returns the micro-batch's loss (as LossSpec says,
-  // without loss_scale).
-  virtual double forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
+  // without loss_scale); on a GPU it is read back when first asked for.
+  virtual LossValue forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
   // Forward and loss only: nothing is kept, no gradient touched. BatchNorm still
   // normalises with batch statistics (training mode) and updates its running
   // statistics only if opt.update_running_stats.
-  virtual double forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
+  virtual LossValue forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) = 0;
 
   // Number of items the loss of `mb` sums over (real tokens / output elements).
   virtual int64_t loss_items(const Batch& mb) const = 0;

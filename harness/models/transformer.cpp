@@ -122,7 +122,7 @@ void TransformerModel::layernorm_backward_params(const Tensor& dy, const Tensor&
 }
 
 int64_t TransformerModel::loss_items(const Batch& mb) const {
-  return ops::count_real_tokens(mb.targets, cfg_.ignore_index);
+  return ops::count_real_tokens(mb.targets, cfg_.ignore_index, mb.host_targets());
 }
 
 Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
@@ -301,7 +301,7 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
   return dx;
 }
 
-double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
+LossValue TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward) {
   HR_CHECK(opt.rng != nullptr, "transformer: PassOptions.rng is required");
   HR_ARG_CHECK(mb.ids.defined() && mb.pos.defined() && mb.targets.defined(),
                "transformer batch needs ids, pos and targets");
@@ -317,7 +317,8 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   label_fault_ = backward ? opt.kept_label_fault : KeptLabelFault::none;
 
   Tensor x0 = Tensor::empty(dev, {B_, T_, C}, dtype_, backward ? Consumer::activations : Consumer::workspace);
-  ops::embedding_forward(mb.ids, mb.pos, P(wte_).compute, P(wpe_).compute, x0);
+  const ops::EmbeddingHostIds host_ids{mb.host_ids(), mb.host_pos()};
+  ops::embedding_forward(mb.ids, mb.pos, P(wte_).compute, P(wpe_).compute, x0, host_ids);
 
   CheckpointPolicy policy = opt.checkpoint;
   if (!backward) policy.every_k_blocks = 0;
@@ -340,9 +341,10 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   ce.reduction = ops::LossReduction::sum_div_count;
   ce.count = loss.count / loss.multiplier;
   ce.loss_scale = loss.loss_scale;
+  ce.host_targets = mb.host_targets();  // row-major [B, T]: the order of the reshaped targets
   const Tensor targets = mb.targets.reshape({N});
   Tensor no_losses;
-  const double value = ops::cross_entropy_forward(logits, targets, ce, no_losses);
+  const LossValue value = ops::cross_entropy_forward(logits, targets, ce, no_losses);
   if (!backward) return value;
   if (opt.on_forward_end) opt.on_forward_end();
 
@@ -363,16 +365,16 @@ double TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptions&
   dxL = Tensor();
   x0 = Tensor();
   if (P(wte_).grad.defined())  // frozen embeddings (LoRA): no gradient to scatter
-    ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad);
+    ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad, host_ids);
   stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
 }
 
-double TransformerModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+LossValue TransformerModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
   return run(mb, loss, opt, true);
 }
 
-double TransformerModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
+LossValue TransformerModel::forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) {
   return run(mb, loss, opt, false);
 }
 

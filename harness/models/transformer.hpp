@@ -54,8 +54,8 @@ class TransformerModel final : public Model, private BlockStack {
 
   const char* name() const override { return "transformer"; }
   const TransformerConfig& config() const { return cfg_; }
-  double forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
-  double forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
+  LossValue forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
+  LossValue forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
   int64_t loss_items(const Batch& mb) const override;
   int64_t num_blocks() const override { return cfg_.layers; }
 
@@ -77,7 +77,7 @@ class TransformerModel final : public Model, private BlockStack {
   Tensor block_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
                        DropoutStream& rng, std::unique_ptr<BlockState>* state) override;
   Tensor block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) override;
-  double run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward);
+  LossValue run(const Batch& mb, const LossSpec& loss, PassOptions& opt, bool backward);
 
   TransformerConfig cfg_;
   DType dtype_;

@@ -82,11 +82,12 @@ void TrainStep::zero_grad() {
   }
   micro_batches_ = 0;
   micro_scales_.clear();
+  pending_losses_.clear();
   nonfinite_ = false;
   unscaled_ = false;
 }
 
-double TrainStep::accumulate(const Batch& batch) {
+void TrainStep::accumulate(const Batch& batch) {
   check_batch(batch);
   HR_CHECK(!unscaled_, "accumulate: the gradients were already unscaled for this step; call zero_grad() first");
   const std::vector<double> counts = micro_counts(batch);
@@ -97,7 +98,7 @@ double TrainStep::accumulate(const Batch& batch) {
   accumulated_scale_ = scale;
   // per_sample dropout keys: this call's pass, and each micro-batch's first sample.
   rng_.pass = passes_++;
-  double total = 0;
+  std::vector<LossValue>& losses = pending_losses_.emplace_back();
   for (size_t m = 0; m < counts.size(); ++m) {
     rng_.sample0 = static_cast<int64_t>(m) * mb;
     const Batch micro = batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb);
@@ -115,7 +116,7 @@ double TrainStep::accumulate(const Batch& batch) {
     if (cfg_.precision.overflow_fault == OverflowFault::skip_micro_batch)
       for (const Param& p : model_->params().all())
         if (p.grad.defined()) before.push_back(p.grad.to_host_f32());
-    total += model_->forward_backward(micro, ls, opt);
+    losses.push_back(model_->forward_backward(micro, ls, opt));
     micro_scales_.push_back(static_cast<double>(ls.loss_scale));
     ++micro_batches_;
     if (!before.empty()) {
@@ -130,8 +131,16 @@ double TrainStep::accumulate(const Batch& batch) {
     }
     if (cfg_.precision.grad_accum != DType::f32) round_gradients_to(cfg_.precision.grad_accum);
   }
-  last_loss_ += total;
-  return total;
+}
+
+double TrainStep::window_loss() {
+  double window = 0;
+  for (const std::vector<LossValue>& group : pending_losses_) {
+    double total = 0;
+    for (const LossValue& l : group) total += l.value();
+    window += total;
+  }
+  return window;
 }
 
 void TrainStep::round_gradients_to(DType buffer) {
@@ -176,15 +185,13 @@ void TrainStep::unscale() {
 
 double TrainStep::forward_backward(const Batch& batch) {
   zero_grad();
-  last_loss_ = 0;
-  const double l = accumulate(batch);
+  accumulate(batch);
   unscale();
-  return l;
+  return window_loss();
 }
 
 StepResult TrainStep::apply() {
   StepResult r;
-  r.loss = last_loss_;
   r.loss_scale = accumulated_scale_;
   r.micro_batches = micro_batches_;
   unscale();
@@ -199,7 +206,9 @@ StepResult TrainStep::apply() {
     model_->params().sync_compute();
     ++applied_;
   }
-  last_loss_ = 0;
+  // Read after the optimizer's work is queued: the device goes on with it meanwhile.
+  r.loss = window_loss();
+  pending_losses_.clear();
   micro_batches_ = 0;
   unscaled_ = false;
   return r;
@@ -207,7 +216,6 @@ StepResult TrainStep::apply() {
 
 StepResult TrainStep::step(const Batch& batch) {
   zero_grad();
-  last_loss_ = 0;
   accumulate(batch);
   return apply();
 }
@@ -216,7 +224,7 @@ double TrainStep::loss(const Batch& batch) {
   check_batch(batch);
   const std::vector<double> counts = micro_counts(batch);
   const int64_t mb = cfg_.micro_batch;
-  double total = 0;
+  std::vector<LossValue> losses;
   rng_.pass = passes_;
   for (size_t m = 0; m < counts.size(); ++m) {
     rng_.sample0 = static_cast<int64_t>(m) * mb;
@@ -226,9 +234,11 @@ double TrainStep::loss(const Batch& batch) {
     PassOptions opt;
     opt.rng = &rng_;
     opt.update_running_stats = false;
-    total += model_->forward_loss(batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb), ls,
-                                  opt);
+    losses.push_back(
+        model_->forward_loss(batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb), ls, opt));
   }
+  double total = 0;  // read once every micro-batch is queued
+  for (const LossValue& l : losses) total += l.value();
   return total;
 }
 

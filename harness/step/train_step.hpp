@@ -80,8 +80,10 @@ class TrainStep {
 
   void zero_grad();
   // Adds the gradients of every micro-batch of `batch` (scaled by the current
-  // loss scale) to the fp32 gradients. Returns the summed loss.
-  double accumulate(const Batch& batch);
+  // loss scale) to the fp32 gradients. The micro-batches' losses stay pending (on a
+  // GPU, on their way back in stream order): apply() reads them once, so the host
+  // does not wait for the device between micro-batches.
+  void accumulate(const Batch& batch);
   // Unscales once, checks, updates the scaler, steps the optimizer or skips.
   StepResult apply();
 
@@ -131,7 +133,9 @@ class TrainStep {
   DropoutStream rng_;
   std::vector<int64_t> segment_counts_;
   std::function<void(int64_t)> forward_end_hook_;
-  double last_loss_ = 0;
+  // The losses of the window so far, one group per accumulate() call, in order.
+  std::vector<std::vector<LossValue>> pending_losses_;
+  double window_loss();  // reads and sums them (group sums, then their sum)
   double accumulated_scale_ = 1;
   int64_t micro_batches_ = 0;
   bool nonfinite_ = false;

@@ -143,7 +143,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
            momentum);
   HR_IF_CUDA(x, cuda::batchnorm_forward_train(x, gamma, beta, eps, momentum, running_mean, running_var, y,
                                               save_mean, save_rstd));
-  const std::vector<float> g = gamma.to_host_f32(), b = beta.to_host_f32();
+  const std::vector<float> g = gamma.cpu_values_f32(), b = beta.cpu_values_f32();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     train_cpu<decltype(tag)>(x, g, b, eps, momentum, running_mean, running_var, y, save_mean, save_rstd);
   });
@@ -162,8 +162,8 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   check_like_x(x, y, op);
   HR_CHECK(eps >= 0.f, "{}: eps {} < 0", op, eps);
   HR_IF_CUDA(x, cuda::batchnorm_forward_eval(x, gamma, beta, eps, running_mean, running_var, y));
-  const std::vector<float> g = gamma.to_host_f32(), b = beta.to_host_f32();
-  const std::vector<float> mean = running_mean.to_host_f32(), var = running_var.to_host_f32();
+  const std::vector<float> g = gamma.cpu_values_f32(), b = beta.cpu_values_f32();
+  const std::vector<float> mean = running_mean.cpu_values_f32(), var = running_var.cpu_values_f32();
   std::vector<float> rstd(var.size());
   for (size_t c = 0; c < var.size(); ++c) rstd[c] = norm::rstd_from_var(var[c], eps);
   dispatch_float(x.dtype(), op, [&](auto tag) { normalize_cpu<decltype(tag)>(x, mean, rstd, g, b, y); });
@@ -181,7 +181,7 @@ void batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_stat(x, dgamma, op, "dgamma");
   check_stat(x, dbeta, op, "dbeta");
   HR_IF_CUDA(x, cuda::batchnorm_backward(dy, x, gamma, save_mean, save_rstd, dx, dgamma, dbeta));
-  const std::vector<float> g = gamma.to_host_f32();
+  const std::vector<float> g = gamma.cpu_values_f32();
   dispatch_float(x.dtype(), op, [&](auto tag) {
     backward_cpu<decltype(tag)>(dy, x, g, save_mean, save_rstd, dx, dgamma, dbeta);
   });

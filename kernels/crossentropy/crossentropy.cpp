@@ -1,7 +1,7 @@
-// Fused softmax cross-entropy: argument checks (targets range-checked on the host),
-// the reductions, backend dispatch and the CPU loops. Per-token losses are reduced
-// on the host in double in token order, so the reduced loss is deterministic on
-// both backends.
+// Fused softmax cross-entropy: argument checks (targets range-checked on the host,
+// from the caller's host copy when given), the reductions, backend dispatch and the
+// CPU loops. Per-token losses are reduced on the host in double in token order, so
+// the reduced loss is deterministic on both backends.
 #include "kernels/crossentropy/crossentropy.hpp"
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/host_ints.hpp"
 #include "kernels/crossentropy/crossentropy_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/crossentropy/crossentropy_cuda.hpp"
@@ -31,7 +32,7 @@ int64_t check_args(const Tensor& logits, const Tensor& targets, const CrossEntro
                  cfg.count);
   HR_ARG_CHECK(std::isfinite(cfg.loss_scale) && cfg.loss_scale > 0, "{}: loss_scale must be finite and > 0, got {}",
                op, cfg.loss_scale);
-  const std::vector<int32_t> t = targets.to_host_i32();
+  const HostInts t(targets, cfg.host_targets, op);
   const int64_t V = logits.dim(1);
   int64_t real = 0;
   for (size_t n = 0; n < t.size(); ++n) {
@@ -66,7 +67,7 @@ float row_lse(const T* x, int64_t V) {
 }
 
 template <typename T>
-void losses_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t ignore, float* losses) {
+void losses_cpu(const Tensor& logits, const HostInts& t, int32_t ignore, float* losses) {
   const int64_t V = logits.dim(1);
   const T* xp = logits.data_as<T>();
   for (size_t n = 0; n < t.size(); ++n) {
@@ -80,7 +81,7 @@ void losses_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t ign
 }
 
 template <typename T, typename D>
-void backward_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t ignore, float weight, Tensor& dlogits) {
+void backward_cpu(const Tensor& logits, const HostInts& t, int32_t ignore, float weight, Tensor& dlogits) {
   const int64_t V = logits.dim(1);
   const T* xp = logits.data_as<T>();
   D* dp = dlogits.data_as<D>();
@@ -98,8 +99,8 @@ void backward_cpu(const Tensor& logits, const std::vector<int32_t>& t, int32_t i
 
 }  // namespace
 
-double cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
-                             Tensor& losses) {
+LossValue cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
+                                Tensor& losses) {
   const char* op = "cross_entropy_forward";
   const int64_t real = check_args(logits, targets, cfg, op);
   const int64_t N = logits.dim(0);
@@ -108,24 +109,25 @@ double cross_entropy_forward(const Tensor& logits, const Tensor& targets, const 
              losses.str());
     check_same_device(logits, losses, op);
   }
-  std::vector<float> host(static_cast<size_t>(N));
   if (logits.is_cuda()) {
 #if HEADROOM_HAVE_CUDA
     Tensor buf = losses.defined() ? losses : Tensor::empty(logits.device(), {N}, DType::f32, Consumer::workspace);
     cuda::cross_entropy_losses(logits, targets, cfg.ignore_index, buf);
-    host = buf.to_host_f32();
+    // Stream-ordered: buf may be freed at once, the copy is ahead of its reuse.
+    return LossValue::pending_sum_of_floats(buf.device().read_back(buf.data(), buf.nbytes()), N,
+                                            reduction_weight(cfg, real));
 #else
     HR_CHECK(false, "{}: this build of headroom has no CUDA backend", op);
 #endif
-  } else {
-    const std::vector<int32_t> t = targets.to_host_i32();
-    dispatch_float(logits.dtype(), op,
-                   [&](auto tag) { losses_cpu<decltype(tag)>(logits, t, cfg.ignore_index, host.data()); });
-    if (losses.defined()) losses.from_host_bytes(host.data(), host.size() * sizeof(float));
   }
+  std::vector<float> host(static_cast<size_t>(N));
+  const HostInts t(targets, cfg.host_targets, op);
+  dispatch_float(logits.dtype(), op,
+                 [&](auto tag) { losses_cpu<decltype(tag)>(logits, t, cfg.ignore_index, host.data()); });
+  if (losses.defined()) losses.from_host_bytes(host.data(), host.size() * sizeof(float));
   double total = 0;
-  for (float l : host) total += l;  // token order: deterministic
-  return total * reduction_weight(cfg, real);
+  for (float l : host) total += l;  // token order: deterministic, as LossValue sums the GPU's
+  return LossValue(total * reduction_weight(cfg, real));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,
@@ -141,7 +143,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const C
   const float weight = static_cast<float>(static_cast<double>(cfg.loss_scale) * reduction_weight(cfg, real));
   if (logits.numel() == 0) return;
   HR_IF_CUDA(logits, cuda::cross_entropy_backward(logits, targets, cfg.ignore_index, weight, dlogits));
-  const std::vector<int32_t> t = targets.to_host_i32();
+  const HostInts t(targets, cfg.host_targets, op);
   dispatch_float(logits.dtype(), op, [&](auto xt) {
     using T = decltype(xt);
     if (dlogits.dtype() == DType::f32)
@@ -151,11 +153,12 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const C
   });
 }
 
-int64_t count_real_tokens(const Tensor& targets, int32_t ignore_index) {
+int64_t count_real_tokens(const Tensor& targets, int32_t ignore_index, const std::vector<int32_t>* host_targets) {
   HR_CHECK(targets.defined() && targets.dtype() == DType::i32, "count_real_tokens: targets must be int32, got {}",
            targets.str());
+  const HostInts t(targets, host_targets, "count_real_tokens");
   int64_t real = 0;
-  for (int32_t t : targets.to_host_i32()) real += t != ignore_index;
+  for (size_t i = 0; i < t.size(); ++i) real += t[i] != ignore_index;
   return real;
 }
 

@@ -11,6 +11,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/host_ints.hpp"
 #include "kernels/embedding/embedding_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/embedding/embedding_cuda.hpp"
@@ -27,17 +28,14 @@ void check_ids(const Tensor& ids, const Tensor& pos, const char* op) {
   check_same_device(ids, pos, op);
 }
 
-// Host copy of ids, each checked to lie in [0, n).
-std::vector<int32_t> checked_host_ids(const Tensor& t, int64_t n, const char* op, const char* what) {
-  std::vector<int32_t> v = t.to_host_i32();
+// Checks that every id lies in [0, n).
+void check_range(const HostInts& v, int64_t n, const char* op, const char* what) {
   for (size_t i = 0; i < v.size(); ++i)
     HR_CHECK(v[i] >= 0 && v[i] < n, "{}: {}[{}] = {} outside [0, {})", op, what, i, v[i], n);
-  return v;
 }
 
 template <typename T>
-void forward_cpu(const std::vector<int32_t>& ids, const std::vector<int32_t>& pos, const Tensor& wte,
-                 const Tensor& wpe, Tensor& out) {
+void forward_cpu(const HostInts& ids, const HostInts& pos, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   const int64_t C = wte.dim(1);
   const T* tp = wte.data_as<T>();
   const T* pp = wpe.data_as<T>();
@@ -75,7 +73,8 @@ void backward_rows(const emb::InverseIndex& ix, const Tensor& dout, Tensor& dw) 
 
 }  // namespace
 
-void embedding_forward(const Tensor& ids, const Tensor& pos, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+void embedding_forward(const Tensor& ids, const Tensor& pos, const Tensor& wte, const Tensor& wpe, Tensor& out,
+                       const EmbeddingHostIds& host) {
   const char* op = "embedding_forward";
   check_ids(ids, pos, op);
   HR_CHECK(wte.defined() && wte.ndim() == 2 && is_float(wte.dtype()), "{}: wte must be [V, C], got {}", op,
@@ -88,14 +87,16 @@ void embedding_forward(const Tensor& ids, const Tensor& pos, const Tensor& wte, 
            "{}: out must be {} [{}, {}, {}], got {}", op, dtype_name(wte.dtype()), ids.dim(0), ids.dim(1), C,
            out.str());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&wte, &wpe, &out}) check_same_device(ids, *t, op);
-  const std::vector<int32_t> hid = checked_host_ids(ids, wte.dim(0), op, "ids");
-  const std::vector<int32_t> hpos = checked_host_ids(pos, wpe.dim(0), op, "pos");
+  const HostInts hid(ids, host.ids, op), hpos(pos, host.pos, op);
+  check_range(hid, wte.dim(0), op, "ids");
+  check_range(hpos, wpe.dim(0), op, "pos");
   if (out.numel() == 0) return;
   HR_IF_CUDA(ids, cuda::embedding_forward(ids, pos, wte, wpe, out));
   dispatch_float(wte.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(hid, hpos, wte, wpe, out); });
 }
 
-void embedding_backward(const Tensor& ids, const Tensor& pos, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+void embedding_backward(const Tensor& ids, const Tensor& pos, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                        const EmbeddingHostIds& host) {
   const char* op = "embedding_backward";
   check_ids(ids, pos, op);
   HR_CHECK(dwte.defined() && dwte.ndim() == 2 && dwte.dtype() == DType::f32, "{}: dwte must be fp32 [V, C], got {}",
@@ -107,11 +108,12 @@ void embedding_backward(const Tensor& ids, const Tensor& pos, const Tensor& dout
   HR_CHECK(dout.defined() && is_float(dout.dtype()) && dout.shape() == dout_shape,
            "{}: dout must be [{}, {}, {}], got {}", op, ids.dim(0), ids.dim(1), C, dout.str());
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &dwte, &dwpe}) check_same_device(ids, *t, op);
-  const std::vector<int32_t> hid = checked_host_ids(ids, dwte.dim(0), op, "ids");
-  const std::vector<int32_t> hpos = checked_host_ids(pos, dwpe.dim(0), op, "pos");
+  const HostInts hid(ids, host.ids, op), hpos(pos, host.pos, op);
+  check_range(hid, dwte.dim(0), op, "ids");
+  check_range(hpos, dwpe.dim(0), op, "pos");
   if (dout.numel() == 0) return;
-  backward_rows(emb::build_inverse_index(hid, dwte.dim(0)), dout, dwte);
-  backward_rows(emb::build_inverse_index(hpos, dwpe.dim(0)), dout, dwpe);
+  backward_rows(emb::build_inverse_index(hid.to_vector(), dwte.dim(0)), dout, dwte);
+  backward_rows(emb::build_inverse_index(hpos.to_vector(), dwpe.dim(0)), dout, dwpe);
 }
 
 }  // namespace hr::ops

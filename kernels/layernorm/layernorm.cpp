@@ -109,7 +109,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   check_f32(x, rstd, N, op, "rstd");
   HR_CHECK(eps >= 0.f, "{}: eps {} < 0", op, eps);
   HR_IF_CUDA(x, cuda::layernorm_forward(x, gamma, beta, eps, y, mean, rstd));
-  const std::vector<float> g = gamma.to_host_f32(), b = beta.to_host_f32();
+  const std::vector<float> g = gamma.cpu_values_f32(), b = beta.cpu_values_f32();
   dispatch_float(x.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(x, g, b, eps, y, mean, rstd); });
 }
 
@@ -129,7 +129,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_f32(x, dgamma, C, op, "dgamma");
   check_f32(x, dbeta, C, op, "dbeta");
   HR_IF_CUDA(x, cuda::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
-  const std::vector<float> g = gamma.to_host_f32();
+  const std::vector<float> g = gamma.cpu_values_f32();
   dispatch_float(x.dtype(), op,
                  [&](auto tag) { backward_cpu<decltype(tag)>(dy, x, g, mean, rstd, dx, dgamma, dbeta); });
 }

@@ -55,14 +55,14 @@ void backward_cpu(const Tensor& pred, const Tensor& target, float factor, Tensor
 
 }  // namespace
 
-double mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cfg) {
+LossValue mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cfg) {
   check_args(pred, target, cfg, "mse_forward");
   const double norm = normaliser(cfg, pred.numel());
 #if HEADROOM_HAVE_CUDA
   if (pred.is_cuda()) {
     Tensor losses = Tensor::empty(pred.device(), {pred.numel()}, DType::f32, Consumer::workspace);
     cuda::mse_elementwise(pred, target, losses);
-    return sum(losses) / norm;
+    return sum_deferred(losses, norm);
   }
 #else
   HR_CHECK(!pred.is_cuda(), "mse_forward: this build of headroom has no CUDA backend");
@@ -70,7 +70,7 @@ double mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cf
   double acc = 0;
   const int64_t n = pred.numel();
   for (int64_t i = 0; i < n; ++i) acc += mse_elem_loss(load_any(pred, i), load_any(target, i));
-  return acc / norm;
+  return LossValue(acc / norm);
 }
 
 void mse_backward(const Tensor& pred, const Tensor& target, const MseConfig& cfg, Tensor& dpred) {

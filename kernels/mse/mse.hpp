@@ -4,6 +4,7 @@
 // whole accumulation window). The backward pass folds in a loss scale (fp16).
 #pragma once
 
+#include "harness/loss_value.hpp"
 #include "harness/tensor.hpp"
 #include "kernels/crossentropy/crossentropy.hpp"
 
@@ -15,8 +16,9 @@ struct MseConfig {
   float loss_scale = 1.f;  // dpred is multiplied by it
 };
 
-// pred, target: same shape, any float dtype. Returns the reduced loss (host, double).
-double mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cfg);
+// pred, target: same shape, any float dtype. Returns the reduced loss; on a GPU it is
+// read back when first asked for (LossValue).
+LossValue mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cfg);
 // dpred (overwritten, dtype of pred or fp32) = loss_scale * d(reduced loss)/d(pred).
 void mse_backward(const Tensor& pred, const Tensor& target, const MseConfig& cfg, Tensor& dpred);
 

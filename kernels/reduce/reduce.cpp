@@ -45,6 +45,14 @@ double sum(const Tensor& x) {
   return dispatch_float(x.dtype(), "sum", [&](auto tag) { return sum_cpu<decltype(tag)>(x, reduce::Identity{}); });
 }
 
+LossValue sum_deferred(const Tensor& x, double divisor) {
+  check_input(x, "sum");
+#if HEADROOM_HAVE_CUDA
+  if (x.is_cuda()) return cuda::sum_deferred(x, divisor);
+#endif
+  return LossValue(sum(x) / divisor);
+}
+
 double squared_norm(const Tensor& x) {
   check_input(x, "squared_norm");
 #if HEADROOM_HAVE_CUDA

@@ -99,10 +99,11 @@ __global__ void nonfinite_kernel(T* g, int64_t n, float inv_scale, unsigned* fla
   if (__syncthreads_or(found) && threadIdx.x == 0) *flag = 1u;
 }
 
+// Enqueues the sum and its copy to the host; nullptr for an empty tensor.
 template <typename Term>
-double device_sum(const Tensor& x, Term term, const char* op) {
+std::shared_ptr<Device::HostReadback> device_sum(const Tensor& x, Term term, const char* op) {
   const int64_t n = x.numel();
-  if (n == 0) return 0.0;
+  if (n == 0) return nullptr;
   // The grid depends only on n (never on the card), so the tree is the same everywhere.
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads * 4 - 1) / (kThreads * 4), kMaxPartials));
   Workspace ws(x.device(), (static_cast<size_t>(blocks) + 1) * sizeof(double));
@@ -122,9 +123,12 @@ double device_sum(const Tensor& x, Term term, const char* op) {
   });
   final_sum_kernel<<<1, kThreads, 0, s>>>(partial, blocks, out);
   HR_CUDA_CHECK_LAUNCH();
-  double result = 0;
-  x.device().copy_to_host(&result, out, sizeof result);  // synchronises the stream
-  return result;
+  // Stream-ordered: the workspace is freed after the copy has read it.
+  return x.device().read_back(out, sizeof(double));
+}
+
+double wait_for_sum(const std::shared_ptr<Device::HostReadback>& r) {
+  return r ? *static_cast<const double*>(r->wait()) : 0.0;
 }
 
 // Launches the check (and unscale) of one tensor, raising *flag on an inf / NaN.
@@ -171,8 +175,12 @@ bool device_nonfinite(const Tensor& g, float inv_scale, const char* op) {
 
 }  // namespace
 
-double sum(const Tensor& x) { return device_sum(x, reduce::Identity{}, "sum"); }
-double squared_norm(const Tensor& x) { return device_sum(x, reduce::Square{}, "squared_norm"); }
+double sum(const Tensor& x) { return wait_for_sum(device_sum(x, reduce::Identity{}, "sum")); }
+LossValue sum_deferred(const Tensor& x, double divisor) {
+  std::shared_ptr<Device::HostReadback> r = device_sum(x, reduce::Identity{}, "sum");
+  return r ? LossValue::pending_quotient(std::move(r), divisor) : LossValue(0.0 / divisor);
+}
+double squared_norm(const Tensor& x) { return wait_for_sum(device_sum(x, reduce::Square{}, "squared_norm")); }
 bool any_nonfinite(const Tensor& x) { return device_nonfinite<false>(x, 1.f, "any_nonfinite"); }
 bool unscale_and_check(Tensor& g, float inv_scale) { return device_nonfinite<true>(g, inv_scale, "unscale_and_check"); }
 

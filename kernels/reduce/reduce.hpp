@@ -5,11 +5,15 @@
 
 #include <vector>
 
+#include "harness/loss_value.hpp"
 #include "harness/tensor.hpp"
 
 namespace hr::ops {
 
 double sum(const Tensor& x);
+// The same sum divided by `divisor`, read back when first asked for (LossValue): on a
+// GPU the call does not wait for the stream.
+LossValue sum_deferred(const Tensor& x, double divisor);
 double squared_norm(const Tensor& x);
 bool any_nonfinite(const Tensor& x);  // any inf or NaN
 // g *= inv_scale in place; returns true when any element of g (before scaling)

@@ -7,8 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/check.hpp"
+#include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/step/train_step.hpp"
 #include "suites/common/step_support.hpp"
@@ -69,6 +73,41 @@ TEST(SyntheticData, PackedBatchRestartsPositionsAndSeparatesSegments) {
   }
   EXPECT_EQ(real_targets, (9 - 1) + (7 - 1) + (5 - 1) + (4 - 1) + (3 - 1));
   EXPECT_THROW(make_packed_lm_batch(dev, cfg, 1, 16, {9, 9}, 2), InvalidArgument);
+}
+
+// Every batch the pipeline makes keeps the host values its integer tensors were
+// uploaded from, and a slice keeps its rows' values; the ops trust them, so they
+// must equal the device tensors exactly.
+TEST(SyntheticData, BatchesKeepTheirIntegerTensorsOnTheHost) {
+  auto dev = make_cpu_device();
+  const StepConfig lm = test::tiny_transformer_config();
+  const TransformerConfig& tc = lm.transformer;
+  StepConfig cls = test::tiny_mlp_config();
+  cls.mlp.task = MlpTask::classification;
+  const std::vector<std::pair<const char*, Batch>> batches = {
+      {"lm", make_lm_batch(*dev, tc, 6, 12, 3)},
+      {"padded lm", make_lm_batch(*dev, tc, 6, 12, 3, {3, 12, 7, 1, 9, 4})},
+      {"padded sequences", make_padded_batch(*dev, tc, make_lm_sequences(tc, {3, 7, 5}, 3), 12, 0)},
+      {"packed lm", make_packed_lm_batch(*dev, tc, 4, 12, {3, 12, 7, 1, 9, 4}, 3)},
+      {"mlp classification", make_mlp_batch(*dev, cls.mlp, 6, 3)},
+  };
+  auto expect_mirrors = [](const Batch& b, const std::string& what) {
+    ASSERT_NE(b.host, nullptr) << what;
+    for (const auto& [t, h] : {std::pair{&b.ids, b.host_ids()}, std::pair{&b.pos, b.host_pos()},
+                               std::pair{&b.targets, b.host_targets()}}) {
+      ASSERT_EQ(t->defined(), h != nullptr) << what;
+      if (h) EXPECT_EQ(*h, t->to_host_i32()) << what;
+    }
+  };
+  for (const auto& [name, b] : batches) {
+    expect_mirrors(b, name);
+    expect_mirrors(b.slice(1, 3), std::string(name) + " rows 1-2");
+    expect_mirrors(b.slice(b.rows() - 1, b.rows()), std::string(name) + " last row");
+  }
+  // A regression batch has no integer tensor: nothing to keep.
+  EXPECT_EQ(make_mlp_batch(*dev, test::tiny_mlp_config().mlp, 4, 3).host, nullptr);
+  Batch wrong = make_lm_batch(*dev, tc, 2, 12, 3);
+  EXPECT_THROW(wrong.keep_host_index(std::vector<int32_t>(23), wrong.host->pos, wrong.host->targets), Error);
 }
 
 TEST(SyntheticData, GradientMagnitudeKnobLandsTheMedian) {

@@ -268,16 +268,16 @@ class RoundingPoolDevice final : public Device {
   ~RoundingPoolDevice() override {
     for (auto& [p, n] : sizes_) std::free(p);
   }
-  void copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_on_device(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
   void fill_zero(void* dst, size_t n) override { std::memset(dst, 0, n); }
-  void synchronize() override {}
   std::unique_ptr<Timer> make_timer() override { return nullptr; }
   std::optional<size_t> pool_used_high_bytes() override { return high_; }
   void reset_pool_high_water() override { high_ = used_; }
 
  protected:
+  void do_copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void do_copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void do_synchronize() override {}
   void* raw_allocate(size_t bytes) override {
     const size_t rounded = (bytes + kGranularity - 1) / kGranularity * kGranularity;
     void* p = std::aligned_alloc(64, rounded);

@@ -187,6 +187,36 @@ TEST_P(CrossEntropyOp, RepeatsBitwise) {
   EXPECT_EQ(grad[0], grad[1]);
 }
 
+// With the targets' host copy the op reads no targets from the device and gives the
+// same loss and gradient bit for bit; the copy's values are what is range-checked,
+// and a copy of the wrong size is refused.
+TEST_P(CrossEntropyOp, HostCopyOfTargetsGivesTheSameResult) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  const int64_t N = 9, V = 300;
+  Tensor logits = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(N * V), 21, -4.f, 4.f), {N, V},
+                                    dt, Consumer::activations);
+  const veci host = make_targets(N, V, 22);
+  Tensor targets = Tensor::from_host_i32(dev, host, {N}, Consumer::workspace);
+  CrossEntropyConfig cfg = config(LossReduction::sum_div_count);
+  Tensor none, d0 = Tensor::empty(dev, {N, V}, dt, Consumer::activations), d1 = d0.clone();
+  const double l0 = hr::ops::cross_entropy_forward(logits, targets, cfg, none);
+  hr::ops::cross_entropy_backward(logits, targets, cfg, d0);
+  cfg.host_targets = &host;
+  const double l1 = hr::ops::cross_entropy_forward(logits, targets, cfg, none);
+  hr::ops::cross_entropy_backward(logits, targets, cfg, d1);
+  EXPECT_EQ(l1, l0);
+  EXPECT_EQ(d1.to_host_bytes(), d0.to_host_bytes());
+  EXPECT_EQ(hr::ops::count_real_tokens(targets, kIgnore, &host), hr::ops::count_real_tokens(targets, kIgnore));
+  veci out_of_range = host;
+  out_of_range[4] = static_cast<int32_t>(V);
+  cfg.host_targets = &out_of_range;
+  EXPECT_THROW(hr::ops::cross_entropy_forward(logits, targets, cfg, none), hr::Error);
+  const veci short_copy(host.begin(), host.end() - 1);
+  cfg.host_targets = &short_copy;
+  EXPECT_THROW(hr::ops::cross_entropy_forward(logits, targets, cfg, none), hr::Error);
+}
+
 TEST_P(CrossEntropyOp, RejectsBadTargetsAndCounts) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;

@@ -136,6 +136,36 @@ TEST_P(EmbeddingOp, RepeatsBitwiseAndAccumulatesGradients) {
   EXPECT_EQ(again_p.to_host_f32(), p1);
 }
 
+// With host copies of ids and positions the op reads neither from the device and
+// gives the same output and gradients bit for bit; the copies' values are what is
+// range-checked, and a copy of the wrong size is refused.
+TEST_P(EmbeddingOp, HostCopiesOfIdsGiveTheSameResult) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  const Case k(3, 20, 40, 33, 12);
+  Tensor ids = Tensor::from_host_i32(dev, k.ids, {k.B, k.T}, Consumer::workspace);
+  Tensor pos = Tensor::from_host_i32(dev, k.pos, {k.B, k.T}, Consumer::workspace);
+  Tensor wte = Tensor::from_host(dev, k.wte, {k.V, k.C}, dt, Consumer::weights);
+  Tensor wpe = Tensor::from_host(dev, k.wpe, {k.P, k.C}, dt, Consumer::weights);
+  Tensor dout = Tensor::from_host(dev, k.dout, {k.B, k.T, k.C}, dt, Consumer::activations);
+  const hr::ops::EmbeddingHostIds host{&k.ids, &k.pos};
+  Tensor out0 = Tensor::empty(dev, {k.B, k.T, k.C}, dt, Consumer::activations), out1 = out0.clone();
+  hr::ops::embedding_forward(ids, pos, wte, wpe, out0);
+  hr::ops::embedding_forward(ids, pos, wte, wpe, out1, host);
+  EXPECT_EQ(out1.to_host_bytes(), out0.to_host_bytes());
+  Tensor g0 = Tensor::zeros(dev, {k.V, k.C}, DType::f32, Consumer::gradients), g1 = g0.clone();
+  Tensor p0 = Tensor::zeros(dev, {k.P, k.C}, DType::f32, Consumer::gradients), p1 = p0.clone();
+  hr::ops::embedding_backward(ids, pos, dout, g0, p0);
+  hr::ops::embedding_backward(ids, pos, dout, g1, p1, host);
+  EXPECT_EQ(g1.to_host_bytes(), g0.to_host_bytes());
+  EXPECT_EQ(p1.to_host_bytes(), p0.to_host_bytes());
+  veci bad_ids = k.ids;
+  bad_ids[7] = static_cast<int32_t>(k.V);
+  EXPECT_THROW(hr::ops::embedding_forward(ids, pos, wte, wpe, out1, {&bad_ids, &k.pos}), hr::Error);
+  const veci short_pos(k.pos.begin(), k.pos.end() - 1);
+  EXPECT_THROW(hr::ops::embedding_backward(ids, pos, dout, g1, p1, {&k.ids, &short_pos}), hr::Error);
+}
+
 TEST_P(EmbeddingOp, RejectsOutOfRangeIdsAndPositions) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;

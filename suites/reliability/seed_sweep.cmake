@@ -2,13 +2,27 @@
 # CPU) at every seed of SEEDS must pass, since a correct machine that fails at
 # another seed would be called "not fit" by chance. Prints each seed's summary and
 # names the failing measurements of any seed that fails.
-#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... [-DONLY=<regex>] [-DSKIP=<regex>] -P seed_sweep.cmake
+# BUDGET (seconds, optional) bounds the whole sweep: each run gets what is left and is
+# stopped at the end of it, so a sweep that runs long fails with its own message and
+# leaves no run behind (ctest's TIMEOUT kills this script, not the run it started).
+#   cmake -DHEADROOM=<binary> -DOUT=<dir> -DSEEDS=1,2,... [-DONLY=<regex>] [-DSKIP=<regex>] [-DBUDGET=<s>]
+#         -P seed_sweep.cmake
 if(NOT HEADROOM OR NOT OUT OR NOT SEEDS)
   message(FATAL_ERROR "seed_sweep.cmake: HEADROOM, OUT and SEEDS are required")
 endif()
 string(REPLACE "," ";" SEEDS "${SEEDS}")
 set(failed_seeds "")
+string(TIMESTAMP started "%s" UTC)
 foreach(seed IN LISTS SEEDS)
+  set(limit "")
+  if(BUDGET)
+    string(TIMESTAMP now "%s" UTC)
+    math(EXPR left "${BUDGET} - (${now} - ${started})")
+    if(left LESS_EQUAL 0)
+      message(FATAL_ERROR "the sweep's budget of ${BUDGET} s was spent before seed ${seed}")
+    endif()
+    set(limit TIMEOUT ${left})
+  endif()
   set(dir "${OUT}/seed_${seed}")
   set(only "")
   if(ONLY)
@@ -18,7 +32,10 @@ foreach(seed IN LISTS SEEDS)
     list(APPEND only --skip ${SKIP})
   endif()
   execute_process(COMMAND ${HEADROOM} run --preset quick --backend cpu --seed ${seed} --out ${dir} ${only}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err ${limit})
+  if(rc MATCHES "timeout")
+    message(FATAL_ERROR "seed ${seed}: stopped at the end of the sweep's budget of ${BUDGET} s (${rc})")
+  endif()
   string(REGEX MATCH "[0-9]+ of [0-9]+ measurements passed[^\n]*" line "${out}")
   message(STATUS "seed ${seed}: exit ${rc}: ${line}")
   if(NOT rc EQUAL 0)

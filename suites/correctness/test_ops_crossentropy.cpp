@@ -42,6 +42,12 @@ veci make_targets(int64_t N, int64_t V, uint64_t seed) {
   return t;
 }
 
+// Logits in [-4, 4], none zero.
+Tensor random_logits(hr::Device& dev, int64_t N, int64_t V, DType dt, uint64_t seed) {
+  return Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(N * V), seed, -4.f, 4.f), {N, V}, dt,
+                           Consumer::activations);
+}
+
 const char* name(LossReduction r) {
   return r == LossReduction::mean ? "mean" : r == LossReduction::sum ? "sum" : "sum_div_count";
 }
@@ -171,8 +177,7 @@ TEST_P(CrossEntropyOp, RepeatsBitwise) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
   const int64_t N = 6, V = 4097;
-  Tensor logits = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(N * V), 7, -4.f, 4.f), {N, V},
-                                    dt, Consumer::activations);
+  Tensor logits = random_logits(dev, N, V, dt, 7);
   Tensor targets = Tensor::from_host_i32(dev, make_targets(N, V, 8), {N}, Consumer::workspace);
   const CrossEntropyConfig cfg = config(LossReduction::mean);
   double loss[2];
@@ -194,8 +199,7 @@ TEST_P(CrossEntropyOp, HostCopyOfTargetsGivesTheSameResult) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
   const int64_t N = 9, V = 300;
-  Tensor logits = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(N * V), 21, -4.f, 4.f), {N, V},
-                                    dt, Consumer::activations);
+  Tensor logits = random_logits(dev, N, V, dt, 21);
   const veci host = make_targets(N, V, 22);
   Tensor targets = Tensor::from_host_i32(dev, host, {N}, Consumer::workspace);
   CrossEntropyConfig cfg = config(LossReduction::sum_div_count);

@@ -102,15 +102,23 @@ TEST_P(EmbeddingOp, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(hr::test::nmse_within(dwpe.to_host_f32(), fpe, hr::tol::kRowwiseGradNmse(dt), "embedding fd dwpe"));
 }
 
+// A case's inputs on the device.
+struct Uploaded {
+  Tensor ids, pos, wte, wpe, dout;
+  Uploaded(hr::Device& dev, const Case& k, DType dt)
+      : ids(Tensor::from_host_i32(dev, k.ids, {k.B, k.T}, Consumer::workspace)),
+        pos(Tensor::from_host_i32(dev, k.pos, {k.B, k.T}, Consumer::workspace)),
+        wte(Tensor::from_host(dev, k.wte, {k.V, k.C}, dt, Consumer::weights)),
+        wpe(Tensor::from_host(dev, k.wpe, {k.P, k.C}, dt, Consumer::weights)),
+        dout(Tensor::from_host(dev, k.dout, {k.B, k.T, k.C}, dt, Consumer::activations)) {}
+};
+
 TEST_P(EmbeddingOp, RepeatsBitwiseAndAccumulatesGradients) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
   const Case k(4, 64, 50, 129, 9);
-  Tensor ids = Tensor::from_host_i32(dev, k.ids, {k.B, k.T}, Consumer::workspace);
-  Tensor pos = Tensor::from_host_i32(dev, k.pos, {k.B, k.T}, Consumer::workspace);
-  Tensor wte = Tensor::from_host(dev, k.wte, {k.V, k.C}, dt, Consumer::weights);
-  Tensor wpe = Tensor::from_host(dev, k.wpe, {k.P, k.C}, dt, Consumer::weights);
-  Tensor dout = Tensor::from_host(dev, k.dout, {k.B, k.T, k.C}, dt, Consumer::activations);
+  const Uploaded u(dev, k, dt);
+  const Tensor &ids = u.ids, &pos = u.pos, &wte = u.wte, &wpe = u.wpe, &dout = u.dout;
   Tensor out1 = Tensor::empty(dev, {k.B, k.T, k.C}, dt, Consumer::activations), out2 = out1.clone();
   hr::ops::embedding_forward(ids, pos, wte, wpe, out1);
   hr::ops::embedding_forward(ids, pos, wte, wpe, out2);
@@ -143,11 +151,8 @@ TEST_P(EmbeddingOp, HostCopiesOfIdsGiveTheSameResult) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
   const Case k(3, 20, 40, 33, 12);
-  Tensor ids = Tensor::from_host_i32(dev, k.ids, {k.B, k.T}, Consumer::workspace);
-  Tensor pos = Tensor::from_host_i32(dev, k.pos, {k.B, k.T}, Consumer::workspace);
-  Tensor wte = Tensor::from_host(dev, k.wte, {k.V, k.C}, dt, Consumer::weights);
-  Tensor wpe = Tensor::from_host(dev, k.wpe, {k.P, k.C}, dt, Consumer::weights);
-  Tensor dout = Tensor::from_host(dev, k.dout, {k.B, k.T, k.C}, dt, Consumer::activations);
+  const Uploaded u(dev, k, dt);
+  const Tensor &ids = u.ids, &pos = u.pos, &wte = u.wte, &wpe = u.wpe, &dout = u.dout;
   const hr::ops::EmbeddingHostIds host{&k.ids, &k.pos};
   Tensor out0 = Tensor::empty(dev, {k.B, k.T, k.C}, dt, Consumer::activations), out1 = out0.clone();
   hr::ops::embedding_forward(ids, pos, wte, wpe, out0);

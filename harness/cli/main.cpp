@@ -85,15 +85,15 @@ int main(int argc, char** argv) {
   hr::RunCommand run;
   auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
   add_run_options(run_cmd, run);
-  auto* resume = run_cmd->add_option("--resume", run.resume_dir,
-                                     "finish the interrupted run in DIR (its preset, backend, seed, --only and --skip); "
-                                     "only what did not run runs");
-  for (const char* other : {"--preset", "--backend", "--only", "--skip", "--out", "--seed"})
-    resume->excludes(run_cmd->get_option(other));
   // The data-parallel entries (DP-1..DP-4, DP-MEM, BM-DP) launch mpirun -np N for N in {2, 4}.
-  run_cmd->add_option_function<int>("--ranks", [](const int& n) { hr::dist::set_dp_rank_counts({n}); },
+  run_cmd->add_option_function<int>("--ranks", [&run](const int& n) { run.dp_ranks = {n}; },
                                     "data-parallel entries: launch N ranks only (default: 2 and 4)")
       ->check(CLI::IsMember({2, 4, 8, 16}));
+  auto* resume = run_cmd->add_option("--resume", run.resume_dir,
+                                     "finish the interrupted run in DIR (its preset, backend, seed, --only, --skip "
+                                     "and --ranks); only what did not run runs");
+  for (const char* other : {"--preset", "--backend", "--only", "--skip", "--out", "--seed", "--ranks"})
+    resume->excludes(run_cmd->get_option(other));
 
   hr::ValidateCommand val;
   auto* val_cmd = app.add_subcommand(

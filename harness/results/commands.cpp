@@ -23,6 +23,7 @@
 #include "harness/check.hpp"
 #include "harness/device.hpp"
 #include "harness/device_health.hpp"
+#include "harness/dist/launch.hpp"
 #include "harness/dump/dump.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
@@ -167,6 +168,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   opt.only = c.only;
   opt.skip = c.skip;
   opt.seed = c.seed;
+  opt.dp_ranks = c.dp_ranks;
   opt.stop = &g_stop_signal;
   std::optional<Results> resumed;
   std::string backend = c.backend;
@@ -178,10 +180,12 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     opt.only = resumed->only;
     opt.skip = resumed->skip;
     opt.seed = resumed->seed;
+    opt.dp_ranks = resumed->dp_ranks;
     opt.resume = &*resumed;
     backend = resumed->backend;
   }
   select_specs(opt);  // a bad --only or --skip is bad input before anything runs
+  if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);

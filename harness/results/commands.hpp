@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "harness/registry.hpp"
 #include "harness/results/compare.hpp"
@@ -27,6 +28,9 @@ struct RunCommand {
   // `run --resume DIR`: finish the interrupted run whose results.json is in DIR
   // (its preset, backend, seed and --only; written back into DIR).
   std::string resume_dir;
+  // --ranks: the data-parallel entries' rank counts (empty: 2 and 4); kept in
+  // results.json, so --resume launches the same.
+  std::vector<int> dp_ranks;
 };
 
 struct ValidateCommand {

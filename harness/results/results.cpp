@@ -263,6 +263,7 @@ nlohmann::json results_to_json(const Results& r) {
   j["seed"] = r.seed;
   j["only"] = r.only;
   j["skip"] = r.skip;
+  if (!r.dp_ranks.empty()) j["dp_ranks"] = r.dp_ranks;
   j["device"] = r.device;
   j["build"] = r.build;
   j["totals"] = totals_to_json(r.totals);
@@ -314,6 +315,15 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
   r.seed = seed.get<uint64_t>();
   r.only = opt_str(j, "only");
   r.skip = opt_str(j, "skip");
+  if (j.contains("dp_ranks")) {
+    const auto& ranks = j.at("dp_ranks");
+    HR_ARG_CHECK(ranks.is_array(), "{}: field \"dp_ranks\" must be an array of rank counts", what);
+    for (const auto& n : ranks) {
+      HR_ARG_CHECK(n.is_number_integer() && n.get<int64_t>() >= 2 && n.get<int64_t>() <= 1024,
+                   "{}: field \"dp_ranks\" holds {}, not a rank count in [2, 1024]", what, n.dump());
+      r.dp_ranks.push_back(n.get<int>());
+    }
+  }
   r.device = field(j, "device", what);
   HR_ARG_CHECK(r.device.is_object(), "{}: field \"device\" must be an object", what);
   r.build = obj_or_empty(j, "build");

@@ -54,6 +54,7 @@ struct Results {
   uint64_t seed = 0;
   std::string only;     // the --only filter, empty when none
   std::string skip;     // the --skip filter, empty when none
+  std::vector<int> dp_ranks;  // --ranks, empty when not given (the default: 2 and 4)
   nlohmann::json device = nlohmann::json::object();  // DeviceRecord (kept as JSON: a
                                                      // loaded file may come from another build)
   nlohmann::json build = nlohmann::json::object();   // build_record()

@@ -86,6 +86,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   r.seed = opt.seed;
   r.only = opt.only;
   r.skip = opt.skip;
+  r.dp_ranks = opt.dp_ranks;
   r.device = dev.record();
   r.build = build_record();
 

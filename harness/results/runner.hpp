@@ -21,6 +21,7 @@ struct RunOptions {
   std::string only;  // ECMAScript regex searched in each spec's id and title; empty = all
   std::string skip;  // the same, for specs left out even when `only` selects them; empty = none
   uint64_t seed = 1234;
+  std::vector<int> dp_ranks;  // recorded in Results (the launcher reads dist::dp_rank_counts)
   // Set (by a signal handler) to stop the run between two properties or sweeps:
   // what finished is kept, Results::incomplete set and the rest listed in not_run.
   const volatile std::sig_atomic_t* stop = nullptr;

@@ -2,12 +2,14 @@
 // validation, atomic replacement, and the runner's handling of a property or
 // sweep that throws (recorded, never aborting the run).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "harness/check.hpp"
 #include "harness/results/results.hpp"
@@ -207,6 +209,26 @@ TEST(ReportResults, SaveAndLoad) {
   const auto back = hr::load_results(path);
   EXPECT_EQ(back.measurements.size(), 2u);
   EXPECT_EQ(back.sweep_points.size(), 2u);
+}
+
+// --ranks travels with the file (so --resume launches the same rank counts); a file
+// without it reads as the default, and a bad count is named.
+TEST(ReportResults, RankCountsRoundTripAndAreChecked) {
+  hr::Results r = sample_results();
+  EXPECT_FALSE(hr::results_to_json(r).contains("dp_ranks"));
+  EXPECT_TRUE(hr::results_from_json(hr::results_to_json(r)).dp_ranks.empty());
+  r.dp_ranks = {4};
+  EXPECT_EQ(hr::results_from_json(hr::results_to_json(r)).dp_ranks, std::vector<int>{4});
+  for (const char* bad : {R"("4")", "[1]", "[2.5]", "[\"two\"]"}) {
+    auto j = hr::results_to_json(r);
+    j["dp_ranks"] = nlohmann::json::parse(bad);
+    try {
+      hr::results_from_json(j, "x.json");
+      ADD_FAILURE() << bad;
+    } catch (const hr::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("dp_ranks"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Adds specs to the registries for one test and takes them out again, so the

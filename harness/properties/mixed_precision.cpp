@@ -630,66 +630,41 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
                           {"overflow_fault", fault}};
   };
 
+  // Every GA-5 measurement: the fp16 MLP, bitwise counts, the scaler's reason.
+  auto add = [&](Measurement m, const char* fault, const char* metric, const Window& w) {
+    describe(m, dev, DType::f16, "mlp");
+    m.config = config(fault);
+    m.metric = metric;
+    m.tolerance_reason = tol::kMpScalerReason;
+    m.details = w.details;
+    out.push_back(std::move(m));
+  };
+  const double bound = tol::kBitwiseMismatches;
   const Window ok = run(cfg);
-  Measurement a = make_check("GA-5", "one overflowing micro-batch skips the whole window, state untouched",
-                             ok.skip_violations + (fp32_finite ? 0 : 1), tol::kBitwiseMismatches);
-  describe(a, dev, DType::f16, "mlp");
-  a.config = config("none");
-  a.metric = "violations";
-  a.tolerance_reason = tol::kMpScalerReason;
-  a.details = ok.details;
-  out.push_back(a);
-
-  Measurement b = make_check("GA-5", "nothing of the skipped window leaks into the next one", ok.leaked,
-                             tol::kBitwiseMismatches);
-  describe(b, dev, DType::f16, "mlp");
-  b.config = config("none");
-  b.metric = "gradient_elements_differing";
-  b.tolerance_reason = tol::kMpScalerReason;
-  b.details = ok.details;
-  out.push_back(b);
-
-  Measurement u = make_check("GA-5", "gradients are unscaled once per step, not per micro-batch", ok.unscale_error,
-                             tol::kBitwiseMismatches);
-  describe(u, dev, DType::f16, "mlp");
-  u.config = config("none");
-  u.metric = "abs(unscale_passes - steps)";
-  u.tolerance_reason = tol::kMpScalerReason;
-  u.details = ok.details;
-  out.push_back(u);
-
-  Measurement ps = make_check("GA-5", "every micro-batch of the window backpropagates at the window's loss scale",
-                              ok.scale_violations, tol::kBitwiseMismatches);
-  describe(ps, dev, DType::f16, "mlp");
-  ps.config = config("none");
-  ps.metric = "micro_batches_off_scale";
-  ps.tolerance_reason = tol::kMpScalerReason;
-  ps.details = ok.details;
-  out.push_back(ps);
+  add(make_check("GA-5", "one overflowing micro-batch skips the whole window, state untouched",
+                 ok.skip_violations + (fp32_finite ? 0 : 1), bound),
+      "none", "violations", ok);
+  add(make_check("GA-5", "nothing of the skipped window leaks into the next one", ok.leaked, bound), "none",
+      "gradient_elements_differing", ok);
+  add(make_check("GA-5", "gradients are unscaled once per step, not per micro-batch", ok.unscale_error, bound),
+      "none", "abs(unscale_passes - steps)", ok);
+  add(make_check("GA-5", "every micro-batch of the window backpropagates at the window's loss scale",
+                 ok.scale_violations, bound),
+      "none", "micro_batches_off_scale", ok);
 
   StepConfig drop = cfg;
   drop.precision.overflow_fault = OverflowFault::skip_micro_batch;
   const Window dw = run(drop);
-  Measurement g = make_negative_control("GA-5", "dropping the overflowing micro-batch and applying the rest is flagged",
-                                        dw.skip_violations, tol::kBitwiseMismatches);
-  describe(g, dev, DType::f16, "mlp");
-  g.config = config("skip_micro_batch");
-  g.metric = "violations";
-  g.tolerance_reason = tol::kMpScalerReason;
-  g.details = dw.details;
-  out.push_back(g);
+  add(make_negative_control("GA-5", "dropping the overflowing micro-batch and applying the rest is flagged",
+                            dw.skip_violations, bound),
+      "skip_micro_batch", "violations", dw);
 
   StepConfig keep = cfg;
   keep.precision.overflow_fault = OverflowFault::keep_last_grad;
   const Window kw = run(keep);
-  Measurement s = make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged",
-                                      kw.leaked, tol::kBitwiseMismatches);
-  describe(s, dev, DType::f16, "mlp");
-  s.config = config("keep_last_grad");
-  s.metric = "gradient_elements_differing";
-  s.tolerance_reason = tol::kMpScalerReason;
-  s.details = kw.details;
-  out.push_back(s);
+  add(make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged", kw.leaked,
+                          bound),
+      "keep_last_grad", "gradient_elements_differing", kw);
   return out;
 }
 

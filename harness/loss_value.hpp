@@ -2,7 +2,7 @@
 // per-item losses (or their sum) are still on their way back to the host, and the
 // value is computed the first time it is asked for. A training step keeps its
 // micro-batches' losses pending and reads them once, after the last micro-batch, so
-// the host never waits for the stream in between (DESIGN.md: timed regions).
+// the host never waits for the stream in between.
 #pragma once
 
 #include <cstdint>

@@ -341,6 +341,16 @@ inline constexpr double kBitwiseMismatches = 0.5;
 // LayerNorm's statistics are ~1e-4 of the activations: there the check resolves a
 // block's statistics.
 inline constexpr double kMemoryModelRelError = 1e-4;
+// MEM-2: how finely the flip of the triage's verdict is searched for, as a fraction of
+// MEM-1's bound: the search stops once the flip is bracketed within predicted peak x
+// kMemoryModelRelError x this many bytes (~24 KB on the full preset's ~1.9 GB
+// configurations, instead of one byte: 15 halvings of the 25% bracket instead of 29).
+// A bracketed flip's error is the prediction's distance to the bracket's nearer end for
+// a control (its farther end for the check), so a control's power is understated by at
+// most 1/8 (the weakest subtle control, the quick preset's batch outside the budget at
+// 5.5x, reads >= 5.4x) and is never overstated. No verdict depends on the fraction: the
+// budgets where the error crosses the bound and the subtle cap are tried exactly.
+inline constexpr double kMemoryFlipResolutionOfBound = 1.0 / 8;
 // MEM-3: the tracker's total peak against the CUDA pool's own high-water mark of
 // used bytes over a training step. The pool hands out each allocation rounded up to
 // its granularity (cudaMallocAsync aligns to 256 bytes), so 0 <= pool - tracker <

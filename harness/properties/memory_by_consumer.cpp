@@ -4,6 +4,7 @@
 #include "harness/properties/memory_by_consumer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -418,49 +419,94 @@ MemoryDiagnosis diagnose_memory(Device& dev, const StepConfig& cfg, size_t budge
 }
 
 VerdictFlip find_verdict_flip(Device& dev, const StepConfig& cfg, MemoryVerdict below, MemoryVerdict above, size_t lo,
-                              size_t hi, size_t guess, TriageFault fault, uint64_t seed) {
+                              size_t hi, size_t guess, size_t resolution_bytes,
+                              const std::vector<size_t>& decisive_bytes, TriageFault fault, uint64_t seed) {
   HR_ARG_CHECK(lo < guess && guess <= hi, "find_verdict_flip: the guess {} is not inside ({}, {}]", guess, lo, hi);
+  HR_ARG_CHECK(resolution_bytes >= 1, "find_verdict_flip: the resolution must be at least one byte");
   VerdictFlip f;
   auto verdict = [&](size_t budget) {
     ++f.runs;
     return diagnose_memory(dev, cfg, budget, 8, fault, seed).verdict;
   };
+  auto bracketed = [&](size_t l, size_t h) {
+    f.found = true, f.exact = h - l == 1, f.lo_bytes = l, f.hi_bytes = h, f.at_lo = below, f.at_hi = above;
+    return f;
+  };
   // The guess first: one byte either side of it settles a flip that is where predicted.
   const MemoryVerdict at_guess = verdict(guess);
   if (at_guess == above) {
     const MemoryVerdict before_guess = verdict(guess - 1);
-    if (before_guess == below) {
-      f.found = true, f.budget_bytes = guess, f.at_lo = below, f.at_hi = above;
-      return f;
-    }
-    hi = guess;
-    f.at_hi = above;
-    if (before_guess == above) hi = guess - 1;
-    else return f;  // a third verdict just below the guess: no single flip
+    if (before_guess == below) return bracketed(guess - 1, guess);
+    f.at_lo = before_guess, f.at_hi = above;
+    if (before_guess != above) return f;  // a third verdict just below the guess: no single flip
+    hi = guess - 1;
+    if (lo == hi) return f;
+    f.at_lo = verdict(lo);
+    if (f.at_lo != below) return f;  // no flip in the bracket
   } else if (at_guess == below) {
     lo = guess;
+    f.at_lo = f.at_hi = below;
+    if (lo == hi) return f;
+    f.at_hi = verdict(hi);
+    if (f.at_hi != above) return f;  // no flip in the bracket
   } else {
     f.at_lo = f.at_hi = at_guess;
     return f;
   }
-  f.at_lo = lo == guess ? below : verdict(lo);
-  f.at_hi = hi < guess ? above : verdict(hi);
-  if (f.at_lo != below || f.at_hi != above) return f;
-  while (hi - lo > 1) {
-    const size_t mid = lo + (hi - lo) / 2;
-    const MemoryVerdict v = verdict(mid);
+  // The flip is in (lo, hi]. A budget b tried gives `above` when the flip is <= b.
+  while (true) {
+    const double middle = static_cast<double>(lo) + static_cast<double>(hi - lo) / 2;
+    size_t probe = 0;
+    bool decisive = false;
+    for (size_t b : decisive_bytes)
+      if (lo < b && b < hi &&
+          (!decisive || std::fabs(static_cast<double>(b) - middle) < std::fabs(static_cast<double>(probe) - middle)))
+        probe = b, decisive = true;
+    if (!decisive) {
+      if (hi - lo <= resolution_bytes) break;
+      probe = lo + (hi - lo) / 2;
+    }
+    const MemoryVerdict v = verdict(probe);
     if (v == above) {
-      hi = mid;
+      hi = probe;
     } else if (v == below) {
-      lo = mid;
+      lo = probe;
     } else {
       return f;  // a third verdict inside the bracket: no single flip
     }
   }
-  f.found = true;
-  f.budget_bytes = hi;
-  return f;
+  return bracketed(lo, hi);
 }
+
+FlipErrorRange flip_rel_error_range(const VerdictFlip& f, double predicted_bytes) {
+  HR_ARG_CHECK(f.found && predicted_bytes > 0, "flip_rel_error_range: no flip, or no prediction");
+  auto rel = [&](size_t budget) { return std::fabs(static_cast<double>(budget) - predicted_bytes) / predicted_bytes; };
+  const size_t first = f.lo_bytes + 1;  // the flip is one of first .. hi_bytes
+  FlipErrorRange r;
+  r.max = std::max(rel(first), rel(f.hi_bytes));
+  if (predicted_bytes < static_cast<double>(first)) r.min = rel(first);
+  else if (predicted_bytes > static_cast<double>(f.hi_bytes)) r.min = rel(f.hi_bytes);
+  return r;
+}
+
+namespace {
+
+// The budgets whose side of the flip decides a relative error's verdict against
+// `bound`: with b_lo .. b_hi the budgets within the bound of the prediction, b_lo - 1
+// and b_hi (a flip <= b_lo - 1 or > b_hi is outside the bound). Found with the very
+// expression flip_rel_error_range uses, so the two agree at the edge.
+std::array<size_t, 2> budgets_deciding(double predicted_bytes, double bound) {
+  auto within = [&](double budget) { return std::fabs(budget - predicted_bytes) / predicted_bytes <= bound; };
+  auto last = static_cast<double>(static_cast<size_t>(predicted_bytes * (1 + bound)));
+  while (within(last + 1)) last += 1;
+  while (!within(last)) last -= 1;
+  auto first = std::ceil(predicted_bytes * (1 - bound));
+  while (within(first - 1)) first -= 1;
+  while (!within(first)) first += 1;
+  return {static_cast<size_t>(first) - 1, static_cast<size_t>(last)};
+}
+
+}  // namespace
 
 std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
   Device& dev = ctx.device;
@@ -540,11 +586,24 @@ std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
                             : predicted * (1 - kBracket);
     const double hi = upper ? predicted * (1 + kBracket)
                             : std::min(predicted * (1 + kBracket), static_cast<double>(full_pred.total_peak) - 1);
-    const VerdictFlip f = find_verdict_flip(dev, k.cfg, k.below, k.above, static_cast<size_t>(lo),
-                                            static_cast<size_t>(hi), static_cast<size_t>(predicted), k.fault, ctx.seed);
-    // Not found: the flip is outside the bracket, at least its half-width away.
-    const double error = f.found ? std::fabs(static_cast<double>(f.budget_bytes) - predicted) / predicted
-                                 : (hi - lo) / (2 * predicted);
+    // Resolved to a fraction of the bound; the budgets where the error crosses the
+    // bound (and, for a subtle control, its power the cap) are tried exactly, so every
+    // verdict below is the one a search to the byte would give.
+    const auto resolution_bytes =
+        std::max<size_t>(1, static_cast<size_t>(predicted * tol * tol::kMemoryFlipResolutionOfBound));
+    std::vector<size_t> decisive_bytes;
+    for (double bound : {tol, tol * tol::kSubtleControlMaxPower})
+      for (size_t b : budgets_deciding(predicted, bound)) decisive_bytes.push_back(b);
+    const VerdictFlip f =
+        find_verdict_flip(dev, k.cfg, k.below, k.above, static_cast<size_t>(lo), static_cast<size_t>(hi),
+                          static_cast<size_t>(predicted), resolution_bytes, decisive_bytes, k.fault, ctx.seed);
+    // Found but bracketed rather than pinned to a byte: the error is taken at the end of
+    // the bracket that understates what was shown: a control's power is never claimed
+    // beyond it (the prediction's distance to the nearer end), a check's error never
+    // below it (to the farther end). Not found: the flip is outside the bracket, at least
+    // its half-width away.
+    const FlipErrorRange range = f.found ? flip_rel_error_range(f, predicted) : FlipErrorRange{};
+    const double error = !f.found ? (hi - lo) / (2 * predicted) : k.fault == TriageFault::none ? range.max : range.min;
     const std::string title = "the micro-batch-1 / short-sequence triage flips its verdict where the peaks say";
     const std::string control_title =
         fmt::format("negative control ({}): {}", k.subtle ? "subtle" : "gross", triage_fault_title(k.fault));
@@ -565,8 +624,22 @@ std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
                  {"bracket_bytes", {static_cast<size_t>(lo), static_cast<size_t>(hi)}},
                  {"flip_found", f.found},
                  {"predicted_flip_budget_bytes", predicted},
+                 {"flip_resolution_bytes", resolution_bytes},
+                 {"decisive_budget_bytes", decisive_bytes},
                  {"triage_runs", f.runs}};
-    if (f.found) m.details["measured_flip_budget_bytes"] = f.budget_bytes;
+    if (f.found) {
+      m.details["flip_exact"] = f.exact;
+      m.details["flip_bracket_bytes"] = {f.lo_bytes, f.hi_bytes};
+      m.details["flip_rel_error_range"] = {range.min, range.max};
+      if (f.exact) {
+        m.details["measured_flip_budget_bytes"] = f.hi_bytes;
+      } else {
+        m.details["flip_location"] = fmt::format(
+            "bracketed, not pinned to a byte: the flip lies in ({}, {}]; the error is the prediction's distance to "
+            "the {} end of it",
+            f.lo_bytes, f.hi_bytes, k.fault == TriageFault::none ? "farther" : "nearer");
+      }
+    }
     out.push_back(m);
   }
   return out;

@@ -6,7 +6,7 @@
 // and sequence length to something small: if it now runs, your problem is
 // activations; if it still fails, it is weights, gradients and optimizer state"),
 // checked where its verdict must flip: at the step's total peak and at the small
-// rerun's, found to the byte by bisection over the budget.
+// rerun's, found by bisection over the budget to a resolution well below the bound.
 #pragma once
 
 #include <cstddef>
@@ -80,19 +80,35 @@ struct MemoryDiagnosis {
 MemoryDiagnosis diagnose_memory(Device& dev, const StepConfig& cfg, size_t budget_bytes, int64_t short_seq_len = 8,
                                 TriageFault fault = TriageFault::none, uint64_t seed = 1);
 
-// The smallest budget in (lo, hi] at which the verdict is `above`, the verdict at
-// every budget from lo up to it being `below`, to the byte: `guess` (the predicted
-// flip) and the byte below it first, then bisection. found is false when the
-// verdicts at lo and hi are not `below` and `above` (no such flip in the bracket).
+// Where the verdict flips from `below` to `above` as the budget grows, searched in
+// (lo, hi] (the verdict at every budget up to the flip being `below`, from it on
+// `above`). `guess` (the predicted flip) and the byte below it come first: a flip that
+// is where predicted is settled in those two runs, to the byte. Otherwise the far end
+// of the bracket on the flip's side is tried (no flip in the bracket: found is false),
+// then the bracket is halved until it is at most `resolution_bytes` wide. Each budget
+// in `decisive_bytes` that lies inside the bracket is tried before any halving (the
+// one nearest the middle first), and the search never stops with one inside: whether
+// the flip lies at or below such a budget is always known exactly, as a search to the
+// byte would know it.
 struct VerdictFlip {
-  bool found = false;
-  size_t budget_bytes = 0;
-  MemoryVerdict at_lo = MemoryVerdict::fits, at_hi = MemoryVerdict::fits;
+  bool found = false;  // one flip from `below` to `above`, bracketed in (lo_bytes, hi_bytes]
+  bool exact = false;  // found, and hi_bytes == lo_bytes + 1: the flip is hi_bytes, to the byte
+  size_t lo_bytes = 0, hi_bytes = 0;  // when found: the verdict was `below` at lo_bytes, `above` at hi_bytes
+  MemoryVerdict at_lo = MemoryVerdict::fits, at_hi = MemoryVerdict::fits;  // the last bracket's two ends
   int runs = 0;  // triage runs it took
 };
 VerdictFlip find_verdict_flip(Device& dev, const StepConfig& cfg, MemoryVerdict below, MemoryVerdict above,
-                              size_t lo, size_t hi, size_t guess, TriageFault fault = TriageFault::none,
+                              size_t lo, size_t hi, size_t guess, size_t resolution_bytes = 1,
+                              const std::vector<size_t>& decisive_bytes = {}, TriageFault fault = TriageFault::none,
                               uint64_t seed = 1);
+
+// |flip - predicted| / predicted over the budgets a found flip may be at (lo_bytes + 1
+// .. hi_bytes): the smallest (0 when predicted is among them) and the largest. For
+// an exact flip the two are equal.
+struct FlipErrorRange {
+  double min = 0, max = 0;
+};
+FlipErrorRange flip_rel_error_range(const VerdictFlip& f, double predicted_bytes);
 
 std::vector<Measurement> mem2_practical_test(RunContext& ctx);
 

@@ -141,6 +141,64 @@ TEST_P(MemoryModel, PracticalTestFlipsWhereThePeaksSay) {
   EXPECT_EQ(dev.memory().budget(), before);
 }
 
+// A flip off the guess: a budget set after the batch is loaded lets the step fit
+// batch_bytes below its total peak, so the flip lies there while the guess is the
+// peak. The search stopped at MEM-2's resolution brackets it within that many bytes
+// in fewer runs than the search to the byte, which pins it where the model says; a
+// budget named decisive is never left inside the bracket.
+TEST_P(MemoryModel, CoarseFlipSearchBracketsAnOffGuessFlipInFewerRuns) {
+  HR_TEST_DEVICE(dev, GetParam());
+  StepConfig cfg = test::tiny_transformer_config();
+  cfg.transformer.d_model = 64;
+  cfg.transformer.max_positions = cfg.seq_len = 64;
+  cfg.batch = cfg.micro_batch = 4;
+  const MemoryPrediction pred = predict_memory(cfg, dev.kind());
+  const size_t guess = pred.total_peak;
+  const size_t flip = pred.total_peak - pred.batch_bytes;
+  const auto lo = static_cast<size_t>(0.75 * static_cast<double>(guess));
+  const auto hi = static_cast<size_t>(1.25 * static_cast<double>(guess));
+  const auto resolution =
+      static_cast<size_t>(static_cast<double>(guess) * tol::kMemoryModelRelError * tol::kMemoryFlipResolutionOfBound);
+  ASSERT_GT(resolution, 8u);
+  const TriageFault fault = TriageFault::batch_outside_budget;
+  const auto act = MemoryVerdict::activations, fits = MemoryVerdict::fits;
+
+  const VerdictFlip bytewise = find_verdict_flip(dev, cfg, act, fits, lo, hi, guess, 1, {}, fault, 3);
+  ASSERT_TRUE(bytewise.found && bytewise.exact);
+  EXPECT_EQ(bytewise.hi_bytes, flip);
+
+  const VerdictFlip coarse = find_verdict_flip(dev, cfg, act, fits, lo, hi, guess, resolution, {}, fault, 3);
+  ASSERT_TRUE(coarse.found);
+  EXPECT_FALSE(coarse.exact) << coarse.lo_bytes << " " << coarse.hi_bytes;
+  EXPECT_LT(coarse.lo_bytes, flip);
+  EXPECT_GE(coarse.hi_bytes, flip);
+  EXPECT_LE(coarse.hi_bytes - coarse.lo_bytes, resolution);
+  EXPECT_LT(coarse.runs, bytewise.runs);
+  // The error from the bracket brackets the one to the byte; its lower end (what a
+  // control reports) understates it by at most the resolution.
+  const auto predicted = static_cast<double>(guess);
+  const FlipErrorRange exact_error = flip_rel_error_range(bytewise, predicted);
+  const FlipErrorRange coarse_error = flip_rel_error_range(coarse, predicted);
+  EXPECT_EQ(exact_error.min, exact_error.max);
+  EXPECT_LE(coarse_error.min, exact_error.min);
+  EXPECT_GE(coarse_error.max, exact_error.max);
+  EXPECT_GT(coarse_error.min, exact_error.min - static_cast<double>(resolution) / predicted);
+
+  // Decisive budgets either side of the flip pin it to the byte at the same resolution.
+  const VerdictFlip pinned =
+      find_verdict_flip(dev, cfg, act, fits, lo, hi, guess, resolution, {flip - 1, flip}, fault, 3);
+  ASSERT_TRUE(pinned.found);
+  EXPECT_TRUE(pinned.exact);
+  EXPECT_EQ(pinned.hi_bytes, flip);
+  EXPECT_LT(pinned.runs, bytewise.runs);
+  // The correct triage's flip is at the guess: settled in the guess and the byte below it.
+  const VerdictFlip at_guess =
+      find_verdict_flip(dev, cfg, act, fits, lo, hi, guess, resolution, {}, TriageFault::none, 3);
+  ASSERT_TRUE(at_guess.exact);
+  EXPECT_EQ(at_guess.hi_bytes, guess);
+  EXPECT_EQ(at_guess.runs, 2);
+}
+
 // One byte either side of the step's total peak the verdict differs.
 TEST_P(MemoryModel, VerdictDiffersOneByteEitherSideOfThePeak) {
   HR_TEST_DEVICE(dev, GetParam());

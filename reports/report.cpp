@@ -625,7 +625,8 @@ std::string curve_bm_mb(const Results& r) {
   // Per-sample throughput relative to the largest micro-batch of the same series.
   s += R"(<details><summary>Table: throughput relative to the largest micro-batch</summary><table><thead><tr>)"
        R"(<th>Series</th><th class="num">Micro-batch</th><th class="num">Step time</th><th class="num">)" +
-       esc(unit) + R"(</th><th class="num">Relative</th><th class="num">Peak bytes</th></tr></thead><tbody>)";
+       esc(unit) + R"(</th><th class="num">Relative</th><th class="num">Peak bytes</th>)"
+       R"(<th class="num">Host waits per step</th></tr></thead><tbody>)";
   for (const auto& ser : t_series) {
     if (ser.points.empty()) continue;
     auto best = *std::max_element(ser.points.begin(), ser.points.end());
@@ -636,10 +637,12 @@ std::string curve_bm_mb(const Results& r) {
         auto py = thr(*p);
         if (px && *px == x && py && *py == y) pp = p;
       }
-      s += fmt::format(R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{:.2f}</td><td class="num">{}</td></tr>)",
+      const std::optional<double> waits = pp ? num_of(pp->metrics, {"host_syncs_per_step"}) : std::nullopt;
+      s += fmt::format(R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{:.2f}</td><td class="num">{}</td><td class="num">{}</td></tr>)",
                        esc(ser.name), esc(fmt_num(x)), esc(pp && pp->time ? fmt_seconds(pp->time->median_s) : "-"),
                        esc(fmt_si(y)), best.second > 0 ? y / best.second : 0.0,
-                       esc(pp ? fmt_bytes_short(static_cast<double>(pp->memory.total_peak_bytes)) : "-"));
+                       esc(pp ? fmt_bytes_short(static_cast<double>(pp->memory.total_peak_bytes)) : "-"),
+                       esc(waits ? fmt_num(*waits) : "-"));
     }
   }
   s += "</tbody></table></details></section>";

@@ -40,6 +40,11 @@ TEST_P(MicroBatchSweep, PointsCarryConfigTimeAndBytesPerConsumer) {
   EXPECT_EQ(big.memory.peak(hr::Consumer::gradients), small.memory.peak(hr::Consumer::gradients));
   EXPECT_EQ(big.memory.peak(hr::Consumer::optimizer_state), small.memory.peak(hr::Consumer::optimizer_state));
   EXPECT_LT(small.memory.peak(hr::Consumer::activations), big.memory.peak(hr::Consumer::activations));
+  // The host waits as often in a step of many micro-batches as in one of a few
+  // (test_step_syncs.cpp holds the step to it; here the sweep records it).
+  for (const hr::SweepPoint& p : points)
+    EXPECT_EQ(p.metrics["host_syncs_per_step"].get<double>(), big.metrics["host_syncs_per_step"].get<double>());
+  EXPECT_LE(big.metrics["host_syncs_per_step"].get<double>(), 2.0);
 }
 
 // Out of memory is a status with its reason, not an exception out of the sweep.

@@ -71,6 +71,7 @@ TEST_F(ReportFixture, HasEverySectionWithData) {
   EXPECT_NE(mem.find("optimizer_state"), std::string::npos);
   // Curves: charts with the fitted exponents in their legends.
   EXPECT_GE(count(section(html, "curve-bm-mb"), "<polyline"), 2u);
+  EXPECT_NE(section(html, "curve-bm-mb").find("Host waits per step"), std::string::npos);
   const std::string ck = section(html, "curve-ck-3");
   EXPECT_NE(ck.find("checkpoint=none (exponent 1.00)"), std::string::npos) << ck.substr(0, 400);
   EXPECT_NE(ck.find("checkpoint=sqrt (exponent 0.4"), std::string::npos);

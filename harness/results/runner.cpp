@@ -9,6 +9,9 @@
 #include <optional>
 #include <map>
 #include <regex>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "harness/check.hpp"
 
@@ -174,90 +177,76 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
                    say(fmt::format("headroom:        {}: {}", current, note));
                  }};
 
-  for (const PropertySpec* spec : sel.properties) {
-    if (auto f = finished.find("property:" + spec->id); f != finished.end()) {
+  // One property or sweep: as it was in the resumed run when it finished there, not
+  // run once the run is stopping, else run and timed, with a throw recorded as an
+  // item of its own (the run goes on). Each starts from a clean peak, so its own
+  // bytes are what it sees.
+  auto run_spec = [&](const auto& spec, const char* kind, auto& into, auto resumed_items, auto error_item,
+                      auto settle) {
+    if (auto f = finished.find(std::string(kind) + ":" + spec.id); f != finished.end()) {
       r.timings.push_back(f->second.timing);
-      for (auto& m : f->second.measurements) r.measurements.push_back(std::move(m));
+      for (auto& item : resumed_items(f->second)) into.push_back(std::move(item));
       ++index;
       ++finished_specs;
-      expected_done += spec->expected_seconds_quick;
-      continue;
+      expected_done += spec.expected_seconds_quick;
+      return;
     }
     if (stopping()) {
-      r.not_run.push_back(spec->id);
-      continue;
+      r.not_run.push_back(spec.id);
+      return;
     }
-    announce("property", spec->id, spec->title);
-    SpecTiming timing{"property", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
+    announce(kind, spec.id, spec.title);
+    SpecTiming timing{kind, spec.id, spec.title, 0, spec.expected_seconds_quick, 0, {}};
     const auto s0 = std::chrono::steady_clock::now();
-    std::vector<Measurement> got;
+    std::remove_reference_t<decltype(into)> got;
     try {
-      // Each property starts from a clean peak so its own bytes are what it sees.
       dev.memory().reset_peak();
-      got = spec->run(ctx);
+      got = spec.run(ctx);
     } catch (const std::exception& e) {
       timing.error = e.what();
-      got = {make_error_measurement(spec->id, spec->title, backend_name(dev.kind()), e.what())};
-      say(fmt::format("headroom:        {} threw: {}", spec->id, e.what()));
+      got = {error_item(spec, e.what())};
+      say(fmt::format("headroom:        {} threw: {}", spec.id, e.what()));
     }
-    for (auto& m : got) {
-      if (m.backend.empty()) m.backend = backend_name(dev.kind());
-      if (m.id.empty()) m.id = spec->id;
-      if (m.title.empty()) m.title = spec->title;
-      if (!m.passed) say(fmt::format("headroom:        {} {} {} {}: {}", m.id, m.backend, m.dtype, m.model,
-                                     m.negative_control ? "negative control NOT caught" : "FAILED"));
-    }
+    for (auto& item : got) settle(spec, item);
     timing.items = static_cast<int>(got.size());
     timing.seconds = seconds_since(s0);
-    expected_done += spec->expected_seconds_quick;
+    expected_done += spec.expected_seconds_quick;
     r.timings.push_back(timing);
-    for (auto& m : got) r.measurements.push_back(std::move(m));
-    check_device(spec->id);
+    for (auto& item : got) into.push_back(std::move(item));
+    check_device(spec.id);
     checkpoint();
-  }
+  };
 
-  for (const SweepSpec* spec : sel.sweeps) {
-    if (auto f = finished.find("sweep:" + spec->id); f != finished.end()) {
-      r.timings.push_back(f->second.timing);
-      for (auto& p : f->second.points) r.sweep_points.push_back(std::move(p));
-      ++index;
-      ++finished_specs;
-      expected_done += spec->expected_seconds_quick;
-      continue;
-    }
-    if (stopping()) {
-      r.not_run.push_back(spec->id);
-      continue;
-    }
-    announce("sweep", spec->id, spec->title);
-    SpecTiming timing{"sweep", spec->id, spec->title, 0, spec->expected_seconds_quick, 0, {}};
-    const auto s0 = std::chrono::steady_clock::now();
-    std::vector<SweepPoint> got;
-    try {
-      dev.memory().reset_peak();
-      got = spec->run(ctx);
-    } catch (const std::exception& e) {
-      timing.error = e.what();
-      SweepPoint p;
-      p.sweep = spec->id;
-      p.backend = backend_name(dev.kind());
-      p.status = "error";
-      p.reason = e.what();
-      got = {p};
-      say(fmt::format("headroom:        {} threw: {}", spec->id, e.what()));
-    }
-    for (auto& p : got) {
-      if (p.backend.empty()) p.backend = backend_name(dev.kind());
-      if (p.sweep.empty()) p.sweep = spec->id;
-    }
-    timing.items = static_cast<int>(got.size());
-    timing.seconds = seconds_since(s0);
-    expected_done += spec->expected_seconds_quick;
-    r.timings.push_back(timing);
-    for (auto& p : got) r.sweep_points.push_back(std::move(p));
-    check_device(spec->id);
-    checkpoint();
-  }
+  for (const PropertySpec* spec : sel.properties)
+    run_spec(
+        *spec, "property", r.measurements, [](Finished& f) -> std::vector<Measurement>& { return f.measurements; },
+        [&](const PropertySpec& ps, const std::string& why) {
+          return make_error_measurement(ps.id, ps.title, backend_name(dev.kind()), why);
+        },
+        [&](const PropertySpec& ps, Measurement& m) {
+          if (m.backend.empty()) m.backend = backend_name(dev.kind());
+          if (m.id.empty()) m.id = ps.id;
+          if (m.title.empty()) m.title = ps.title;
+          if (!m.passed)
+            say(fmt::format("headroom:        {} {} {} {}: {}", m.id, m.backend, m.dtype, m.model,
+                            m.negative_control ? "negative control NOT caught" : "FAILED"));
+        });
+
+  for (const SweepSpec* spec : sel.sweeps)
+    run_spec(
+        *spec, "sweep", r.sweep_points, [](Finished& f) -> std::vector<SweepPoint>& { return f.points; },
+        [&](const SweepSpec& ws, const std::string& why) {
+          SweepPoint p;
+          p.sweep = ws.id;
+          p.backend = backend_name(dev.kind());
+          p.status = "error";
+          p.reason = why;
+          return p;
+        },
+        [&](const SweepSpec& ws, SweepPoint& p) {
+          if (p.backend.empty()) p.backend = backend_name(dev.kind());
+          if (p.sweep.empty()) p.sweep = ws.id;
+        });
 
   r.duration_s = seconds_since(t0) + (opt.resume != nullptr ? opt.resume->duration_s : 0.0);
   r.incomplete = !r.not_run.empty();

@@ -1218,11 +1218,12 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
     s += "</ul>";
   }
   s += fmt::format(R"(<p class="lead" style="margin-top:12px">Thresholds: a step time differs when its median moved )"
-                   R"(by more than {:.0f}% and a rank test over both runs' samples gives p &lt; {:g}; a larger change )"
+                   R"(by more than {:.0f}% ({:.0f}% for CPU time) and a rank test over both runs' samples gives p &lt; {:g}; a larger change )"
                    R"(the test cannot confirm is noisy, and a slower one is re-measured before validate calls it a )"
                    R"(regression. Memory peaks agree within {:.0f}%; check power may grow up to {:g}x. {} points )"
                    R"(matched: {} regressions, {} improvements, {} noisy, {} missing, {} new.</p>)",
-                   c.options.time_floor * 100, c.options.time_alpha, c.options.memory_tolerance * 100,
+                   c.options.time_floor * 100, c.options.cpu_time_floor * 100, c.options.time_alpha,
+                   c.options.memory_tolerance * 100,
                    c.options.power_growth, c.matched_points, c.regressions, c.improvements, c.noisy, c.missing,
                    c.added);
   s += R"(<table class="kv"><thead><tr><th></th><th>Baseline</th><th>This run</th></tr></thead><tbody>)";

@@ -311,9 +311,10 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
     j.change = j.baseline_s > 0 ? j.current_s / j.baseline_s - 1.0 : NAN;
   }
   if (!bs.empty() && !cs.empty() && std::isfinite(j.change)) {
-    j.threshold = opt.time_floor;
+    const double floor = j.cpu_time ? opt.cpu_time_floor : opt.time_floor;
+    j.threshold = floor;
     j.p_value = mann_whitney_u(cs, bs).p_two_sided;
-    const bool large = std::fabs(j.change) > opt.time_floor;
+    const bool large = std::fabs(j.change) > floor;
     const bool significant = j.p_value < opt.time_alpha;
     const std::string test =
         fmt::format("rank test p={:.2g} over {} and {} {}samples{}", j.p_value, bs.size(), cs.size(),
@@ -326,8 +327,8 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
                            opt.time_alpha);
     } else if (j.change > 0) {
       j.verdict = "regression";
-      j.note = fmt::format("{} (beyond the {:.0f}% minimum effect, {})", describe_change(j.change),
-                           opt.time_floor * 100, test);
+      j.note = fmt::format("{} (beyond the {:.0f}% minimum effect, {})", describe_change(j.change), floor * 100,
+                           test);
     } else {
       j.verdict = "better";
       j.note = fmt::format("{} ({})", describe_change(j.change), test);

@@ -310,6 +310,29 @@ TEST(ReportCompare, OnTheCpuTheCpuTimeIsJudged) {
   EXPECT_NE(row(hr::compare_results(old, cpu_point(2, 0.1, 0.05)), "step time"), nullptr);
 }
 
+// CPU time has a floor of its own (CompareOptions::cpu_time_floor, 10%): a clear 8%
+// shift is the same there and a regression in device time; 15% is a regression in
+// both; a given --time-floor sets both.
+TEST(ReportCompare, CpuTimeHasItsOwnMinimumEffect) {
+  auto cpu_point = [](uint64_t seed, double cpu_s) {
+    auto r = with_samples(draw_times(seed, 10, 0.1, 0.2));
+    r.sweep_points[0].time->cpu_samples_s = draw_times(seed + 500, 10, cpu_s, 0.005);
+    return r;
+  };
+  auto device_point = [](uint64_t seed, double s) { return with_samples(draw_times(seed, 10, s, 0.005)); };
+  const auto cpu8 = hr::compare_results(cpu_point(1, 0.05), cpu_point(2, 0.054));
+  EXPECT_LT(row(cpu8, "step cpu time")->p_value, 0.01);
+  EXPECT_EQ(row(cpu8, "step cpu time")->verdict, "same");
+  EXPECT_EQ(row(hr::compare_results(device_point(1, 0.05), device_point(2, 0.054)), "step time")->verdict,
+            "regression");
+  EXPECT_EQ(row(hr::compare_results(cpu_point(1, 0.05), cpu_point(2, 0.0575)), "step cpu time")->verdict,
+            "regression");
+  hr::CompareOptions tight;
+  tight.time_floor = tight.cpu_time_floor = 0.05;  // what --time-floor 0.05 sets
+  EXPECT_EQ(row(hr::compare_results(cpu_point(1, 0.05), cpu_point(2, 0.054), tight), "step cpu time")->verdict,
+            "regression");
+}
+
 TEST(ReportCompare, OnTheCpuStepsAreJudgedRelativeToTheReferenceWork) {
   // Each repetition sees the machine at some speed (10% log-normal, times machine):
   // the step's CPU time (work_s, 2% noise of its own) and the reference work's right

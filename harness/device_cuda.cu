@@ -209,21 +209,19 @@ class CudaDevice final : public Device {
     HR_CUDA_CHECK(cudaEventSynchronize(e));
   }
 
-  // The smallest idle block that holds n bytes and whose last copy is done; else a
-  // new one of the next power of two, so that the host does not wait for the stream.
-  // Only past kMaxPinnedBlocks does it wait for the smallest fitting block instead.
+  // Idle blocks are kept in the order they came back, close to the order of their
+  // copies on the one stream, so the first that holds n bytes is the likeliest to be
+  // done: one event query. Taken when done; otherwise a new block of the next power
+  // of two, so the host does not wait for the stream. Past kMaxPinnedBlocks the first
+  // fitting block is waited for instead.
   PinnedBlock take_pinned(size_t n) {
     std::lock_guard<std::mutex> lock(pinned_mutex_);
-    auto best = idle_pinned_.end(), busy = idle_pinned_.end();
-    for (auto it = idle_pinned_.begin(); it != idle_pinned_.end(); ++it) {
-      if (it->capacity < n) continue;
-      auto& pick = cudaEventQuery(it->done) == cudaSuccess ? best : busy;
-      if (pick == idle_pinned_.end() || it->capacity < pick->capacity) pick = it;
-    }
-    if (best == idle_pinned_.end() && pinned_blocks_ >= kMaxPinnedBlocks) best = busy;
-    if (best != idle_pinned_.end()) {
-      const PinnedBlock b = *best;
-      idle_pinned_.erase(best);
+    const auto fit = std::find_if(idle_pinned_.begin(), idle_pinned_.end(),
+                                  [n](const PinnedBlock& b) { return b.capacity >= n; });
+    if (fit != idle_pinned_.end() &&
+        (pinned_blocks_ >= kMaxPinnedBlocks || cudaEventQuery(fit->done) == cudaSuccess)) {
+      const PinnedBlock b = *fit;
+      idle_pinned_.erase(fit);
       wait_for(b.done);
       return b;
     }

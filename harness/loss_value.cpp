@@ -9,29 +9,30 @@ LossValue LossValue::pending_sum_of_floats(std::shared_ptr<Device::HostReadback>
                                            double weight) {
   LossValue v;
   v.readback_ = std::move(items);
+  v.form_ = Form::items;
   v.count_ = count;
-  v.weight_ = weight;
+  v.factor_ = weight;
   return v;
 }
 
 LossValue LossValue::pending_quotient(std::shared_ptr<Device::HostReadback> value, double divisor) {
   LossValue v;
   v.readback_ = std::move(value);
-  v.count_ = 0;
-  v.divisor_ = divisor;
+  v.form_ = Form::quotient;
+  v.factor_ = divisor;
   return v;
 }
 
 double LossValue::value() const {
   if (!readback_) return value_;
   const void* bytes = readback_->wait();
-  if (count_ == 0) {
-    value_ = *static_cast<const double*>(bytes) / divisor_;
+  if (form_ == Form::quotient) {
+    value_ = *static_cast<const double*>(bytes) / factor_;
   } else {
     const float* items = static_cast<const float*>(bytes);
     double total = 0;
     for (int64_t i = 0; i < count_; ++i) total += items[i];  // index order: deterministic
-    value_ = total * weight_;
+    value_ = total * factor_;
   }
   readback_.reset();
   return value_;

@@ -27,11 +27,12 @@ class LossValue {
   bool pending() const { return readback_ != nullptr; }
 
  private:
+  enum class Form : uint8_t { items, quotient };
   mutable std::shared_ptr<Device::HostReadback> readback_;
   mutable double value_ = 0;
-  int64_t count_ = 0;  // fp32 items; 0 with one fp64 value
-  double weight_ = 1;   // the items' sum is multiplied by it
-  double divisor_ = 1;  // the fp64 value is divided by it
+  Form form_ = Form::items;
+  int64_t count_ = 0;   // Form::items: how many fp32 items (0 reads as 0)
+  double factor_ = 1;   // Form::items: the sum's weight; Form::quotient: the divisor
 };
 
 }  // namespace hr

@@ -111,9 +111,10 @@ SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t
   try {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
-    step.step(batch);  // first-touch allocations and optimizer state out of the timed region
-    // How often one step makes the host wait for the device (Device::host_syncs): the
-    // same at every micro-batch size, or the smaller ones pay for it in the timing.
+    // The warm-up step (first-touch allocations and optimizer state out of the timed
+    // region) also counts how often one step makes the host wait for the device
+    // (Device::host_syncs): the same at every micro-batch size, or the smaller ones
+    // pay for it in the timing.
     const size_t syncs_before = dev.host_syncs();
     step.step(batch);
     p.metrics["host_syncs_per_step"] = static_cast<double>(dev.host_syncs() - syncs_before);

@@ -284,11 +284,17 @@ TEST(ReportRunner, APropertyThatThrowsIsRecordedAndTheRunGoesOn) {
   EXPECT_NE(log.find("left"), std::string::npos) << log;
 }
 
-TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {
-  ScopedSpecs scope;
+// Two properties that measure nothing, for the selection tests: ZZTEST-A "alpha
+// property" and ZZTEST-B "beta property".
+void add_alpha_and_beta_specs() {
   auto none = [](hr::RunContext&) { return std::vector<hr::Measurement>{}; };
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none});
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none});
+}
+
+TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {
+  ScopedSpecs scope;
+  add_alpha_and_beta_specs();
   hr::RunOptions opt;
   opt.only = "ZZTEST-A";
   EXPECT_EQ(hr::select_specs(opt).size(), 1u);
@@ -300,9 +306,7 @@ TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {
 
 TEST(ReportRunner, SkipLeavesOutWhatItMatchesEvenWhenOnlySelectsIt) {
   ScopedSpecs scope;
-  auto none = [](hr::RunContext&) { return std::vector<hr::Measurement>{}; };
-  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none});
-  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none});
+  add_alpha_and_beta_specs();
   hr::RunOptions opt;
   opt.only = "^ZZTEST-";
   opt.skip = "^zztest-a$";  // case-insensitive, on the id

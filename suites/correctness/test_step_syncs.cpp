@@ -140,6 +140,8 @@ TEST_P(ReadBack, PendingLossSumsAsTheCpuDoes) {
   EXPECT_TRUE(v.pending());
   EXPECT_EQ(v.value(), expect * 0.125);
   EXPECT_FALSE(v.pending());
+  // No items (a micro-batch of zero rows): the sum is 0, nothing is read.
+  EXPECT_EQ(LossValue::pending_sum_of_floats(dev.read_back(t.data(), 0), 0, 0.125).value(), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, ReadBack, testing::Values(BackendKind::cpu, BackendKind::cuda),

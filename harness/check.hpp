@@ -27,6 +27,16 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// A property or sweep that cannot run on this machine (a prerequisite is missing,
+// e.g. no mpirun for the data-parallel entries). The runner records the spec as
+// skipped with this reason: neither a pass nor an error, and a comparison counts a
+// check of the baseline that this run skipped as missing unless the baseline
+// skipped it for the same reason.
+class Skipped : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] inline void throw_at(const char* file, int line, const std::string& what) {
   throw Error(fmt::format("{} ({}:{})", what, file, line));
 }

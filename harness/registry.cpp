@@ -47,6 +47,19 @@ Measurement make_subtle_control(std::string id, std::string title, double error,
   return m;
 }
 
+std::string default_check_key(const Measurement& m) {
+  std::string where;
+  for (const std::string* part : {&m.backend, &m.dtype, &m.model})
+    if (!part->empty()) where += (where.empty() ? "" : " ") + *part;
+  std::string cfg;
+  if (m.config.is_object()) {
+    for (auto it = m.config.begin(); it != m.config.end(); ++it)
+      cfg += (cfg.empty() ? "" : " ") + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+  }
+  return fmt::format("{} | {} | {} | {}{}", m.id, where, cfg, m.negative_control ? m.control + " control: " : "",
+                     m.title);
+}
+
 const char* preset_name(Preset p) { return p == Preset::quick ? "quick" : "full"; }
 
 Preset parse_preset(const std::string& s) {
@@ -106,6 +119,7 @@ void to_json(nlohmann::json& j, const Measurement& m) {
                      {"negative_control", m.negative_control},
                      {"control", m.control},
                      {"passed", m.passed},
+                     {"check", m.check.empty() ? default_check_key(m) : m.check},
                      {"tolerance_reason", m.tolerance_reason},
                      {"details", m.details}};
   if (m.power) j["power"] = json_number(*m.power);

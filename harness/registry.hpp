@@ -49,9 +49,19 @@ struct Measurement {
   // error that property was shown to see (the report's power column).
   std::optional<double> power;
   bool passed = false;  // correct variant: error <= tolerance; negative control: caught
+  // The stable key of this measurement: the same at every seed and in every run of
+  // the same preset and backend, so that a comparison finds the baseline's check in
+  // another run (results.json "check"). The runner fills it with default_check_key
+  // when a property leaves it empty; no seed-dependent number may enter it (nor the
+  // title or config it is made of).
+  std::string check;
   std::string tolerance_reason;   // where the bound comes from
   nlohmann::json details = nlohmann::json::object();  // the numbers behind it
 };
+
+// "ID | backend dtype model | config | [gross|subtle control: ]title": the key a
+// measurement gets when its property names none (see Measurement::check).
+std::string default_check_key(const Measurement& m);
 
 // Measurement for a correct variant: passes when error <= tolerance (NaN never passes).
 Measurement make_check(std::string id, std::string title, double error, double tolerance);

@@ -152,6 +152,33 @@ std::string summary(const Results& r, const ReportOptions& opt) {
   const auto& t = r.totals;
   std::string s = section_open("summary", "Summary", "");
   s += R"(<div class="cards">)";
+  // What kind of run this is comes first: a green page of an interrupted, partial
+  // or failing run would mislead.
+  {
+    const std::string kind = run_kind(r);
+    std::string what;
+    if (kind == "interrupted") what = fmt::format("{} not run; finish it with headroom run --resume", r.not_run.size());
+    else if (kind == "with errors")
+      what = fmt::format("{} threw, {} sweep points in error", t.errors, t.sweep_points_error);
+    else if (kind == "empty") what = "nothing was measured";
+    else if (kind == "partial") {
+      what = "a selection:";
+      if (!r.only.empty()) what += " --only " + r.only;
+      if (!r.skip.empty()) what += " --skip " + r.skip;
+    } else {
+      what = "every property and sweep of the preset";
+    }
+    if (t.specs_skipped > 0 && kind != "interrupted")
+      what += fmt::format("; {} skipped here (see the run record)", t.specs_skipped);
+    if (r.host)
+      what += fmt::format("; host: {} CPUs{}", r.host->cpus,
+                          r.host->other_busy_cpus >= 0
+                              ? fmt::format(", {:.2g} busy with other work{}", r.host->other_busy_cpus,
+                                            r.host->busy() ? " (busy)" : "")
+                              : std::string());
+    s += fmt::format(R"(<div class="card {}"><div class="k">Run</div><div class="v">{}</div><div class="s">{}</div></div>)",
+                     kind == "complete" ? "ok" : (kind == "partial" ? "" : "bad"), esc(kind), esc(what));
+  }
   const bool all_pass = t.failed == 0 && t.measurements > 0;
   s += fmt::format(R"(<div class="card {}"><div class="k">Conformance</div><div class="v">{} / {}</div><div class="s">measurements passed</div></div>)",
                    t.measurements == 0 ? "" : (all_pass ? "ok" : "bad"), t.passed, t.measurements);
@@ -164,10 +191,12 @@ std::string summary(const Results& r, const ReportOptions& opt) {
                    t.sweep_points, t.sweep_points_ok, t.sweep_points_out_of_memory, t.sweep_points_skipped,
                    t.sweep_points_error);
   if (opt.comparison) {
-    const bool fit = opt.comparison->fit();
-    s += fmt::format(R"(<div class="card {}"><div class="k">Against baseline</div><div class="v">{}</div><div class="s">{} regressions, {} warnings</div></div>)",
-                     fit ? "ok" : "bad", fit ? "FIT" : "NOT FIT", opt.comparison->regressions,
-                     opt.comparison->warnings.size());
+    const Comparison& c = *opt.comparison;
+    const bool fit = c.fit();
+    s += fmt::format(R"(<div class="card {}"><div class="k">Against baseline</div><div class="v">{}</div><div class="s">{} of {} checks matched, {} missing, {} failed; {} regressions, {} warnings</div></div>)",
+                     fit ? "ok" : "bad", fit ? "FIT" : (c.partial ? "PARTIAL" : "NOT FIT"), c.checks_matched,
+                     c.checks_matched + c.checks_missing, c.checks_missing, c.conformance_failed, c.regressions,
+                     c.warnings.size());
   }
   s += R"(</div></section>)";
   return s;
@@ -1204,8 +1233,9 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
   const Comparison& c = *opt.comparison;
   const Results& b = *opt.baseline;
   s += fmt::format(R"(<div class="verdict {}"><strong>{}</strong>{}</div>)", c.fit() ? "fit" : "notfit",
-                   c.fit() ? "FIT" : "NOT FIT",
-                   c.fit() ? "Every conformance measurement passed and nothing regressed beyond the noise of both runs."
+                   c.fit() ? "FIT" : (c.partial ? "PARTIAL" : "NOT FIT"),
+                   c.fit() ? "Every check and sweep point of the baseline ran and held under the baseline's bound, and "
+                             "nothing regressed beyond the noise of both runs."
                            : esc(fmt::format("{} reason{} below.", c.failures.size(), c.failures.size() == 1 ? "" : "s")));
   if (!c.failures.empty()) {
     s += R"(<h3>Why not fit</h3><ul class="reasons">)";
@@ -1237,6 +1267,14 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
   row("git SHA", str_of(b.build, "git_sha"), str_of(r.build, "git_sha"));
   row("run at (UTC)", b.run_time_utc, r.run_time_utc);
   row("preset", b.preset, r.preset);
+  row("seed", std::to_string(b.seed), std::to_string(r.seed));
+  row("run", run_kind(b), run_kind(r));
+  auto host = [](const Results& x) {
+    return x.host ? fmt::format("{} CPUs, {:.2g} busy with other work{}", x.host->cpus, x.host->other_busy_cpus,
+                                x.host->busy() ? " (busy)" : "")
+                  : std::string("not recorded");
+  };
+  row("host", host(b), host(r));
   s += "</tbody></table>";
 
   auto table = [&](bool interesting) {
@@ -1292,6 +1330,10 @@ std::string run_section(const Results& r) {
                      R"(<code>headroom run --resume DIR</code> runs them and keeps what finished.</p>)",
                      r.not_run.size(), r.not_run.size() == 1 ? "y" : "ies", names.empty() ? "none named" : names);
   }
+  for (const auto& t : r.timings)
+    if (!t.skipped.empty())
+      s += fmt::format(R"(<p class="warn"><b>Skipped here:</b> {} ({}): {}</p>)", esc(t.id), esc(t.kind),
+                       esc(t.skipped));
   {
     int oom = 0, errors = 0;
     for (const auto& p : r.sweep_points) {

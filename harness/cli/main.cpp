@@ -70,6 +70,7 @@ void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
   cmd->add_option("--skip", r.skip, "the same, for what is left out even when --only selects it (e.g. '^TRADE$')");
   cmd->add_option("--out", r.out_dir, "directory for results.json and index.html")->capture_default_str();
   cmd->add_option("--seed", r.seed, "seed of every random draw (0 to 2^64 - 1)")->check(kSeed)->capture_default_str();
+  cmd->add_option("--junit", r.junit, "also write JUnit XML here: one test case per check and sweep point");
 }
 
 constexpr const char* kTimeFloorHelp =
@@ -105,6 +106,11 @@ int main(int argc, char** argv) {
   val_cmd->add_option("--baseline", val.baseline, "results.json of a trusted device")->required();
   auto* val_results = val_cmd->add_option("--results", val.results, "judge this results.json instead of running now");
   val_cmd->add_option("--html", val.html, "with --results: write the report with the verdict here");
+  val_cmd->add_flag("--any-device", val.any_device,
+                    "judge a run on another kind of device than the baseline's (refused otherwise)");
+  val_cmd->add_option_function<int>("--ranks", [&val](const int& n) { val.run.dp_ranks = {n}; },
+                                    "data-parallel entries: launch N ranks only (default: the baseline's)")
+      ->check(CLI::IsMember({2, 4, 8, 16}));
   val_cmd
       ->add_option_function<double>(
           "--time-floor", [&val](const double& f) { val.compare.time_floor = val.compare.cpu_time_floor = f; },
@@ -187,6 +193,10 @@ int main(int argc, char** argv) {
 
   if (run_cmd->parsed()) return hr::command_run(run, std::cout, std::cerr);
   if (val_cmd->parsed()) {
+    // What was not given is the baseline's (preset, backend, seed, selection, ranks).
+    val.given = {val_cmd->get_option("--preset")->count() > 0, val_cmd->get_option("--backend")->count() > 0,
+                 val_cmd->get_option("--seed")->count() > 0,   val_cmd->get_option("--only")->count() > 0,
+                 val_cmd->get_option("--skip")->count() > 0,   val_cmd->get_option("--ranks")->count() > 0};
     if (val_results->count() == 0 && !val.html.empty()) {
       fmt::print(stderr, "headroom: --html goes with --results; a run writes its report into --out\n");
       return 2;

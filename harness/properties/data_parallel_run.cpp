@@ -10,6 +10,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "harness/check.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/results.hpp"
@@ -44,11 +45,9 @@ SweepPoint skipped_point(const std::string& sweep, const std::string& reason, in
 std::vector<Measurement> run_dp_properties(RunContext& ctx) {
   std::vector<Measurement> out;
   const std::string why = dist::dp_unavailable_reason();
-  if (!why.empty()) {
-    // A skip, not a failure: recorded by DP-MEM's skipped point (with the reason).
-    if (ctx.progress) ctx.progress("skipped: " + why);
-    return out;
-  }
+  // A skip, not a failure: recorded with its reason, so that a comparison against a
+  // baseline that ran these checks says they are missing here, and why.
+  if (!why.empty()) throw Skipped(why);
   for (int n : dist::dp_rank_counts()) {
     if (ctx.progress) ctx.progress(fmt::format("mpirun -np {}", n));
     const dist::WorkerRun r = dist::run_dp_worker(n, worker_args("properties", ctx.preset, ctx.seed), kWorkerTimeoutS);

@@ -161,9 +161,11 @@ std::vector<Measurement> lr2_merged(RunContext& ctx) {
     else break;
     shift = rel(merged_loss(scale * (1 + delta)), l_unmerged);
   }
-  emit(make_subtle_control("LR-2", fmt::format("merged with the scale off by a factor 1 + {:.2g}", delta), shift,
+  // The offset is sized from the seed's loss sensitivity: the details, not the title.
+  emit(make_subtle_control("LR-2", "merged with the scale off by a small factor (sized to ~30 bounds)", shift,
                            tol::kLoraMergedRel));
   out.back().details["loss_sensitivity_to_scale"] = slope;
+  out.back().details["scale_offset"] = delta;
   return out;
 }
 

@@ -65,8 +65,10 @@ Measurement one_bit_control(const std::string& what, const std::string& backend,
   m.metric = "bitwise_mismatches";
   m.tolerance_reason = kBitwiseReason;
   m.config = std::move(config);
-  m.config["broken"] = fmt::format("word {} xor {:#010x}", flip.index, flip.mask);
-  m.details = nlohmann::json{{"draws_compared", compared}};
+  // Which word and bit are drawn from the seed: the details, not the config (the key).
+  m.config["broken"] = "one bit of one word";
+  m.details = nlohmann::json{{"draws_compared", compared},
+                             {"flipped", fmt::format("word {} xor {:#010x}", flip.index, flip.mask)}};
   return m;
 }
 

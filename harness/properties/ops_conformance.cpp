@@ -343,8 +343,9 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
     const size_t subtle = element_mismatches(first, second, nullptr);
     Measurement s = tagged(make_subtle_control("DET-1", "a step one ulp off in one gradient element is caught",
                                                static_cast<double>(subtle), tol::kBitwiseMismatches));
-    s.config["broken"] = fmt::format("one element of {} one ulp up", tensor.first);
-    s.details = {{"elements", compared}};
+    // The tensor is drawn from the seed: the details, not the config (the key).
+    s.config["broken"] = "one gradient element one ulp up";
+    s.details = {{"elements", compared}, {"tensor", tensor.first}};
     out.push_back(std::move(s));
   }
   return out;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <new>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "harness/dump/dump.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
+#include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
 #include "reports/report.hpp"
@@ -161,8 +163,11 @@ bool device_unusable(const Device& dev, const std::string& id, std::string* why)
 
 // Runs the suite per c and writes results.json and index.html into c.out_dir.
 // before_report is called with the run and its device while the device is open.
+// preflight is called with the device once it is open, before anything is written
+// or run: validate refuses there a baseline this device cannot match.
 Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const report::ReportOptions& ropt,
-                      const std::function<void(const Results&, Device&)>& before_report = {}) {
+                      const std::function<void(const Results&, Device&)>& before_report = {},
+                      const std::function<void(Device&)>& preflight = {}) {
   RunOptions opt;
   opt.preset = parse_preset(c.preset);
   opt.only = c.only;
@@ -184,9 +189,16 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     opt.resume = &*resumed;
     backend = resumed->backend;
   }
-  select_specs(opt);  // a bad --only or --skip is bad input before anything runs
+  // A bad --only or --skip, or one that selects nothing, is bad input before
+  // anything runs: a run of nothing would check nothing.
+  HR_ARG_CHECK(select_specs(opt).size() > 0,
+               "the selection{}{} matches no property or sweep (IDs and titles, e.g. 'GA-1', '^BM-MB$'): nothing would "
+               "run",
+               opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
+               opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
+  if (preflight) preflight(*dev);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
   // Temporaries of a writer killed mid-write (we hold the folder: none is live).
@@ -264,6 +276,35 @@ Results load_baseline(const std::string& path) {
   return base;
 }
 
+// A run passes when every measurement passed, no sweep point ended in error and
+// something was measured.
+bool run_passed(const Results& r) {
+  return r.totals.failed == 0 && r.totals.sweep_points_error == 0 && run_kind(r) != "empty";
+}
+
+// "headroom: complete run: 717 of 717 measurements passed, ..." with every count a
+// reader needs to see what did not pass or did not run.
+std::string run_summary_line(const Results& r) {
+  const RunTotals& t = r.totals;
+  std::string points = fmt::format("{} ok", t.sweep_points_ok);
+  if (t.sweep_points_skipped > 0) points += fmt::format(", {} skipped", t.sweep_points_skipped);
+  if (t.sweep_points_out_of_memory > 0) points += fmt::format(", {} out of memory", t.sweep_points_out_of_memory);
+  if (t.sweep_points_error > 0) points += fmt::format(", {} in error", t.sweep_points_error);
+  std::string problems;
+  auto add = [&](const std::string& p) { problems += (problems.empty() ? " - " : ", ") + p; };
+  if (t.failed - t.errors > 0) add(fmt::format("{} FAILED", t.failed - t.errors));
+  if (t.errors > 0) add(fmt::format("{} propert{} threw", t.errors, t.errors == 1 ? "y" : "ies"));
+  if (t.sweep_points_error > 0) add(fmt::format("{} sweep point{} in error", t.sweep_points_error,
+                                                t.sweep_points_error == 1 ? "" : "s"));
+  if (run_kind(r) == "empty") add("nothing was measured");
+  return fmt::format("headroom: {} run: {} of {} measurements passed, {} of {} negative controls caught ({} of {} "
+                     "subtle), {} sweep points ({}){}{}",
+                     run_kind(r), t.passed, t.measurements, t.negative_controls_caught, t.negative_controls,
+                     t.subtle_controls_caught, t.subtle_controls, t.sweep_points, points,
+                     t.specs_skipped > 0 ? fmt::format(", {} skipped here", t.specs_skipped) : std::string(),
+                     problems);
+}
+
 template <typename F>
 int guarded(std::ostream& err, F&& f) {
   try {
@@ -316,16 +357,14 @@ int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
                  r.not_run.size());
       return w.device_lost.empty() ? interrupted_exit_code() : 1;
     }
-    const bool ok = r.totals.failed == 0;
-    fmt::print(out,
-               "headroom: {} of {} measurements passed, {} of {} negative controls caught ({} of {} subtle), "
-               "{} sweep points{}\n",
-               r.totals.passed, r.totals.measurements, r.totals.negative_controls_caught, r.totals.negative_controls,
-               r.totals.subtle_controls_caught, r.totals.subtle_controls, r.totals.sweep_points,
-               ok ? "" : fmt::format(" - {} FAILED", r.totals.failed));
+    fmt::print(out, "{}\n", run_summary_line(r));
     fmt::print(out, "headroom: results: {}\nheadroom: report:  {}\n", fs::absolute(w.json).string(),
                fs::absolute(w.html).string());
-    return ok ? 0 : 1;
+    if (!c.junit.empty()) {
+      write_junit(c.junit, r);
+      fmt::print(out, "headroom: junit:   {}\n", fs::absolute(c.junit).string());
+    }
+    return run_passed(r) ? 0 : 1;
   });
 }
 
@@ -421,16 +460,66 @@ int command_info(const std::string& backend, std::ostream& out, std::ostream& er
   });
 }
 
+namespace {
+
+// validate's run: the baseline's preset, backend, seed, selection and rank counts
+// unless given; a preset or backend given that is not the baseline's cannot match
+// and is refused before anything runs.
+RunCommand adopt_baseline(const ValidateCommand& c, const Results& base) {
+  RunCommand run = c.run;
+  HR_ARG_CHECK(!c.given.preset || run.preset == base.preset,
+               "--preset {}: the baseline {} ran the {} preset; its checks and sweep points are not this preset's "
+               "(leave --preset out to run the baseline's)",
+               run.preset, c.baseline, base.preset);
+  HR_ARG_CHECK(!c.given.backend || run.backend == "auto" || run.backend == base.backend,
+               "--backend {}: the baseline {} ran on {}; leave --backend out to run on the baseline's", run.backend,
+               c.baseline, base.backend);
+  HR_ARG_CHECK(base.preset == "quick" || base.preset == "full", "baseline {}: unknown preset '{}'", c.baseline,
+               base.preset);
+  run.preset = base.preset;
+  run.backend = base.backend;
+  if (!c.given.seed) run.seed = base.seed;
+  if (!c.given.only) run.only = base.only;
+  if (!c.given.skip) run.skip = base.skip;
+  if (!c.given.ranks) run.dp_ranks = base.dp_ranks;
+  return run;
+}
+
+// Before anything runs: the device must be the baseline's kind (its backend, and
+// on a GPU its name and compute capability), or every time would be another
+// device's; --any-device compares anyway.
+void refuse_unmatchable_device(const ValidateCommand& c, const Results& base, Device& dev) {
+  const nlohmann::json here = dev.record();
+  auto str = [](const nlohmann::json& d, const char* key) {
+    auto it = d.find(key);
+    return it == d.end() || it->is_null() ? std::string() : it->is_string() ? it->get<std::string>() : it->dump();
+  };
+  HR_ARG_CHECK(backend_name(dev.kind()) == base.backend, "the baseline {} ran on {}; this machine runs {}: nothing of "
+               "it can be matched here", c.baseline, base.backend, backend_name(dev.kind()));
+  if (c.any_device) return;
+  const std::string bn = str(base.device, "name"), hn = str(here, "name");
+  const std::string bc = str(base.device, "compute_capability"), hc = str(here, "compute_capability");
+  HR_ARG_CHECK(bn == hn && bc == hc,
+               "the baseline {} ran on '{}'{}, this device is '{}'{}: its times and limits are another device's; "
+               "validate against a baseline of this kind of device, or pass --any-device to compare anyway",
+               c.baseline, bn, bc.empty() ? "" : fmt::format(" (compute capability {})", bc), hn,
+               hc.empty() ? "" : fmt::format(" (compute capability {})", hc));
+}
+
+}  // namespace
+
 int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     HR_ARG_CHECK(!c.baseline.empty(), "validate needs --baseline FILE");
     // No output may be an input: checked before anything is read or run.
     if (!c.results.empty()) {
       refuse_output_over_input(c.html, "--html", {{c.baseline, "--baseline"}, {c.results, "--results"}});
+      refuse_output_over_input(c.run.junit, "--junit", {{c.baseline, "--baseline"}, {c.results, "--results"}});
     } else {
       for (const char* name : {"results.json", "index.html"})
         refuse_output_over_input((fs::path(c.run.out_dir) / name).string(), fmt::format("--out's {}", name),
                                  {{c.baseline, "--baseline"}});
+      refuse_output_over_input(c.run.junit, "--junit", {{c.baseline, "--baseline"}});
     }
     // The baseline is read first: a bad one is refused before anything runs.
     const Results base = load_baseline(c.baseline);
@@ -446,23 +535,43 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
         html_path = c.html;
       }
     } else {
+      const RunCommand run = adopt_baseline(c, base);
+      if (run.backend == "cuda") {
+        std::string why;
+        HR_ARG_CHECK(cuda_device_available(&why), "the baseline {} ran on cuda and this machine has no usable GPU ({}): "
+                     "nothing of it can be matched here", c.baseline, why);
+      }
+      CompareOptions copt = c.compare;
+      copt.run_is_this_build = true;  // this build's tolerances, the tighter of them and the baseline's
       report::ReportOptions ro{&base, &cmp, c.baseline};
-      const Written w = run_and_write(c.run, err, cur, ro, [&](const Results& r, Device& dev) {
-        // A point judged slower is measured again by its sweep on this device
-        // before it is called a regression.
-        const Remeasure remeasure = [&](const SweepPoint& p) -> std::optional<SweepPoint> {
-          for (const SweepSpec& spec : sweep_registry()) {
-            if (spec.id != p.sweep || !spec.remeasure) continue;
-            fmt::print(err, "headroom: re-measuring {} {} {} {} {}: judged slower than the baseline\n", p.sweep,
-                       p.backend, p.dtype, p.model, config_label(p.config));
-            RunContext ctx{dev, parse_preset(c.run.preset), c.run.seed, {}};
-            dev.memory().reset_peak();
-            return spec.remeasure(ctx, p);
-          }
-          return std::nullopt;
-        };
-        cmp = compare_results(base, r, c.compare, remeasure);
-      });
+      // A sweep without a re-measure hook of its own is run again once (its points
+      // kept for every suspected point of it) and the matching point taken.
+      std::map<std::string, std::vector<SweepPoint>> rerun;
+      const Written w = run_and_write(
+          run, err, cur, ro,
+          [&](const Results& r, Device& dev) {
+            // A point judged slower is measured again by its sweep on this device
+            // before it is called a regression.
+            const Remeasure remeasure = [&](const SweepPoint& p) -> std::optional<SweepPoint> {
+              for (const SweepSpec& spec : sweep_registry()) {
+                if (spec.id != p.sweep) continue;
+                fmt::print(err, "headroom: re-measuring {} {}: judged slower than the baseline\n", p.sweep,
+                           config_label(p.config));
+                RunContext ctx{dev, parse_preset(run.preset), run.seed, {}};
+                dev.memory().reset_peak();
+                if (spec.remeasure) return spec.remeasure(ctx, p);
+                auto it = rerun.find(spec.id);
+                if (it == rerun.end()) it = rerun.emplace(spec.id, spec.run(ctx)).first;
+                for (const SweepPoint& q : it->second)
+                  if (q.backend == p.backend && q.dtype == p.dtype && q.model == p.model && q.config == p.config)
+                    return q;
+                return std::nullopt;
+              }
+              return std::nullopt;
+            };
+            cmp = compare_results(base, r, copt, remeasure);
+          },
+          [&](Device& dev) { refuse_unmatchable_device(c, base, dev); });
       html_path = w.html;
       fmt::print(out, "headroom: results: {}\n", fs::absolute(w.json).string());
       if (cur.incomplete) {
@@ -473,6 +582,10 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
     }
     fmt::print(out, "{}", format_comparison_text(base, cur, cmp));
     if (!html_path.empty()) fmt::print(out, "headroom: report:  {}\n", fs::absolute(html_path).string());
+    if (!c.run.junit.empty()) {
+      write_junit(c.run.junit, cur, &cmp);
+      fmt::print(out, "headroom: junit:   {}\n", fs::absolute(c.run.junit).string());
+    }
     return cmp.fit() ? 0 : 1;
   });
 }

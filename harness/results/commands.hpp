@@ -1,9 +1,11 @@
 // The subcommands of `headroom` as functions returning the exit code, so the
 // tests can drive them without a process: run, validate, compare, report.
-// Exit codes: 0 = every property passed / fit; 1 = something failed / not fit;
-// 2 = bad input (arguments, unreadable or other-schema files, an unavailable
-// backend, an output that cannot be written or that is an input, an output
-// folder another run is writing into); 130 / 143 = interrupted by SIGINT /
+// Exit codes: 0 = every property passed / fit; 1 = something failed / not fit /
+// partial, a property or sweep point ended in error, or nothing was measured;
+// 2 = bad input (arguments, a selection that matches nothing, unreadable or
+// other-schema files or ones holding impossible values, an unavailable backend or
+// a baseline this machine cannot match, an output that cannot be written or that
+// is an input, an output folder another run is writing into); 130 / 143 = interrupted by SIGINT /
 // SIGTERM after writing what finished as a results file marked incomplete. Progress and errors go to err,
 // tables and the paths written to out.
 #pragma once
@@ -31,6 +33,13 @@ struct RunCommand {
   // --ranks: the data-parallel entries' rank counts (empty: 2 and 4); kept in
   // results.json, so --resume launches the same.
   std::vector<int> dp_ranks;
+  std::string junit;  // --junit FILE: one test case per check and sweep point (harness/results/junit.hpp)
+};
+
+// Which of validate's run options were given on the command line: the others are
+// taken from the baseline (its preset, backend, seed, selection and rank counts).
+struct GivenRunOptions {
+  bool preset = false, backend = false, seed = false, only = false, skip = false, ranks = false;
 };
 
 struct ValidateCommand {
@@ -39,6 +48,10 @@ struct ValidateCommand {
   RunCommand run;
   std::string html;      // with `results`: where to write the report with the verdict (optional)
   CompareOptions compare;
+  GivenRunOptions given;
+  // --any-device: judge a run on a device other than the baseline's (another GPU
+  // model); refused otherwise, before anything runs, since its times would differ.
+  bool any_device = false;
 };
 
 // `headroom dump`: one training step of a controlled model as safetensors files

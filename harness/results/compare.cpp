@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "harness/memory.hpp"
+#include "harness/tolerances.hpp"
 
 namespace hr {
 
@@ -22,9 +24,6 @@ std::string point_key(const std::string& sweep, const std::string& backend, cons
   return sweep + "\x1f" + backend + "\x1f" + dtype + "\x1f" + model + "\x1f" + config.dump();
 }
 
-std::string measurement_key(const Measurement& m) {
-  return point_key(m.id, m.backend, m.dtype, m.model, m.config) + (m.negative_control ? "\x1fneg" : "");
-}
 
 std::string describe_point(const SweepPoint& p) {
   std::string s = p.sweep;
@@ -86,6 +85,19 @@ void compare_memory(const SweepPoint& b, const SweepPoint& c, const CompareOptio
     if (always || r.verdict != "same") rows.push_back(r);
   };
   if (b.memory.total_peak_bytes == 0 && c.memory.total_peak_bytes == 0) return;  // neither recorded memory
+  if (c.memory.total_peak_bytes == 0) {
+    // Nothing recorded is no saving: a point whose peaks are all zero measured nothing.
+    CompareRow r = base_row(c);
+    r.quantity = "peak bytes";
+    r.baseline = static_cast<double>(b.memory.total_peak_bytes);
+    r.current = 0;
+    r.change = -1;
+    r.threshold = opt.memory_tolerance;
+    r.verdict = "regression";
+    r.note = "memory measured in the baseline, none recorded in this run";
+    rows.push_back(r);
+    return;
+  }
   one("peak bytes", static_cast<double>(b.memory.total_peak_bytes), static_cast<double>(c.memory.total_peak_bytes),
       true);
   for (Consumer k : kAllConsumers) {
@@ -106,11 +118,29 @@ std::string describe_change(double change) {
 // not the device; on two shared cores one run differs from the next by 30%.
 bool time_not_judged(const SweepPoint& p) { return p.sweep == "BM-DP" && p.backend == "cpu"; }
 
+// Under a busy host a judged change within busy_time_floor is not a verdict.
+void damp_for_busy_host(TimeJudgement& j, const CompareOptions& opt, bool busy, const std::string& host_note) {
+  if (!busy || (j.verdict != "regression" && j.verdict != "better")) return;
+  if (std::fabs(j.change) > opt.busy_time_floor) return;
+  j.verdict = "noisy";
+  j.note = fmt::format("{}, within the {:.0f}% minimum effect of a busy host ({}): too noisy to judge",
+                       describe_change(j.change), opt.busy_time_floor * 100, host_note);
+}
+
 void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions& opt, const Remeasure& remeasure,
-                  std::vector<CompareRow>& rows) {
-  if (!b.time || !c.time || !(b.time->median_s > 0) || !(c.time->median_s > 0)) return;
+                  bool busy, const std::string& host_note, std::vector<CompareRow>& rows) {
+  if (!b.time) return;  // the baseline did not time it: nothing to hold this run to
+  if (!c.time) {
+    CompareRow r = base_row(c);
+    r.quantity = "step time";
+    r.baseline = b.time->median_s;
+    r.verdict = "regression";
+    r.note = "timed in the baseline, not timed in this run";
+    rows.push_back(r);
+    return;
+  }
   CompareRow r = base_row(c);
-  const TimeJudgement j = judge_step_time(*b.time, *c.time, opt);
+  TimeJudgement j = judge_step_time(*b.time, *c.time, opt);
   if (time_not_judged(c)) {
     r.quantity = "step time";
     r.baseline = j.baseline_s;
@@ -123,11 +153,12 @@ void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
     rows.push_back(r);
     return;
   }
+  damp_for_busy_host(j, opt, busy, host_note);
   r.quantity = j.cpu_time ? "step cpu time" : "step time";
   r.baseline = j.baseline_s;
   r.current = j.current_s;
   r.change = j.change;
-  r.threshold = j.threshold;
+  r.threshold = busy ? std::max(j.threshold, opt.busy_time_floor) : j.threshold;
   r.p_value = j.p_value;
   r.verdict = j.verdict;
   r.note = j.note;
@@ -142,7 +173,8 @@ void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
       why = e.what();
     }
     if (again && again->status == "ok" && again->time && again->time->median_s > 0) {
-      const TimeJudgement k = judge_step_time(*b.time, *again->time, opt);
+      TimeJudgement k = judge_step_time(*b.time, *again->time, opt);
+      damp_for_busy_host(k, opt, busy, host_note);
       r.remeasured = k.current_s;
       r.remeasured_change = k.change;
       if (k.verdict == "regression") {
@@ -355,6 +387,44 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
   return j;
 }
 
+namespace {
+
+std::string describe_host(const HostLoad& h) {
+  std::string s = fmt::format("{} CPUs", h.cpus);
+  if (h.other_busy_cpus >= 0) s += fmt::format(", {:.2g} busy with other work", h.other_busy_cpus);
+  if (h.steal_fraction > 0) s += fmt::format(", {:.0f}% stolen", h.steal_fraction * 100);
+  if (h.load_avg_end >= 0) s += fmt::format(", load average {:.2g}", h.load_avg_end);
+  return s;
+}
+
+std::string selection_label(const Results& r) {
+  std::string s;
+  if (!r.only.empty()) s += fmt::format("--only '{}'", r.only);
+  if (!r.skip.empty()) s += fmt::format("{}--skip '{}'", s.empty() ? "" : " ", r.skip);
+  return s.empty() ? std::string("everything") : s;
+}
+
+// Why a check (or point) of the baseline is not in this run, from the run's own record.
+std::string why_missing(const Results& cur, const std::string& id, bool selection_differs) {
+  for (const auto& t : cur.timings)
+    if (t.id == id && !t.skipped.empty()) return fmt::format("skipped in this run: {}", t.skipped);
+  if (std::find(cur.not_run.begin(), cur.not_run.end(), id) != cur.not_run.end())
+    return "not run: this run was interrupted";
+  if (selection_differs)
+    return fmt::format("not in this run (its selection, {}, is not the baseline's)", selection_label(cur));
+  return "not in this run";
+}
+
+// The bound a matched measurement is judged under: the baseline's, or with a run of
+// this build the tighter of the two (the smaller for a check, the larger for a
+// control to exceed).
+double judged_bound(const Measurement& b, const Measurement& c, const CompareOptions& opt) {
+  if (!opt.run_is_this_build) return b.tolerance;
+  return b.negative_control ? std::max(b.tolerance, c.tolerance) : std::min(b.tolerance, c.tolerance);
+}
+
+}  // namespace
+
 Comparison compare_results(const Results& base, const Results& cur, const CompareOptions& opt,
                            const Remeasure& remeasure) {
   Comparison cmp;
@@ -379,23 +449,128 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
                                          dev_str(cd, key).empty() ? "-" : dev_str(cd, key)));
   }
   if (base.preset != cur.preset)
-    cmp.warnings.push_back(fmt::format("presets differ: baseline {}, this run {}", base.preset, cur.preset));
+    cmp.failures.push_back(fmt::format("presets differ: baseline {}, this run {}: the checks and sweep points are not "
+                                       "the same; run the baseline's preset",
+                                       base.preset, cur.preset));
+  if (base.backend != cur.backend)
+    cmp.failures.push_back(fmt::format("backends differ: baseline {}, this run {}", base.backend, cur.backend));
   if (dev_str(base.build, "git_sha") != dev_str(cur.build, "git_sha"))
     cmp.warnings.push_back(fmt::format("builds differ: baseline {}, this run {}", dev_str(base.build, "git_sha"),
                                        dev_str(cur.build, "git_sha")));
+  cmp.seeds_differ = base.seed != cur.seed;
+  if (cmp.seeds_differ)
+    cmp.warnings.push_back(fmt::format("seeds differ (baseline {}, this run {}): every check is held to the baseline's "
+                                       "bound, but check power is shown, not judged",
+                                       base.seed, cur.seed));
+  const bool selection_differs = base.only != cur.only || base.skip != cur.skip;
+  for (const Results* r : {&base, &cur}) {
+    if (r->host && r->host->busy()) {
+      cmp.host_busy = true;
+      cmp.host_note += fmt::format("{}{}: {}", cmp.host_note.empty() ? "" : "; ", r == &base ? "baseline" : "this run",
+                                   describe_host(*r->host));
+    }
+  }
+  if (cmp.host_busy)
+    cmp.warnings.push_back(fmt::format("a host was busy with other work ({}): step-time changes within {:.0f}% are too "
+                                       "noisy to judge",
+                                       cmp.host_note, opt.busy_time_floor * 100));
 
-  // ---- Conformance: every measurement of this run must pass.
+  // ---- Conformance: every measurement of the baseline, matched by its check key
+  // (the n-th of a key with the n-th), held to the baseline's bound.
+  std::map<std::string, std::vector<const Measurement*>> by_check;
+  auto check_of = [](const Measurement& m) { return m.check.empty() ? default_check_key(m) : m.check; };
+  for (const auto& m : cur.measurements) by_check[check_of(m)].push_back(&m);
+  std::map<std::string, size_t> taken;
+  std::set<const Measurement*> matched;
+  int missing_checks = 0;
+  std::string first_missing;
+  for (const auto& b : base.measurements) {
+    CheckRow row;
+    row.check = check_of(b);
+    row.description = fmt::format("{}: {}", describe_measurement(b), b.title);
+    row.negative_control = b.negative_control;
+    const auto& list = by_check[row.check];
+    size_t& k = taken[row.check];
+    if (k >= list.size()) {
+      row.verdict = "missing";
+      row.bound = b.tolerance;
+      row.message = why_missing(cur, b.id, selection_differs);
+      if (missing_checks++ == 0) first_missing = fmt::format("{} ({})", row.description, row.message);
+      cmp.checks.push_back(std::move(row));
+      continue;
+    }
+    const Measurement& c = *list[k++];
+    matched.insert(&c);
+    ++cmp.checks_matched;
+    Measurement judged = c;
+    judged.tolerance = judged_bound(b, c, opt);
+    judged.negative_control = b.negative_control;
+    judged.control = b.control;
+    row.error = c.error;
+    row.bound = judged.tolerance;
+    const bool ok = recomputed_verdict(judged);
+    row.verdict = ok ? "pass" : "fail";
+    if (!ok) {
+      ++cmp.conformance_failed;
+      if (is_error_measurement(c))
+        row.message = fmt::format("threw: {}", c.details.value("error", ""));
+      else if (b.negative_control)
+        row.message = fmt::format("negative control not caught: {} {} against the bound {:.3g}{}", c.metric,
+                                  json_number(c.error).dump(), judged.tolerance,
+                                  b.control == "subtle" ? fmt::format(" (a subtle one must lie within {:g}x of it)",
+                                                                      tol::kSubtleControlMaxPower)
+                                                        : "");
+      else
+        row.message = fmt::format("{} {} exceeds the bound {:.3g}", c.metric, json_number(c.error).dump(),
+                                  judged.tolerance);
+      if (!opt.run_is_this_build && c.tolerance != judged.tolerance)
+        row.message += fmt::format(" (the judged file gives {:.3g}; the baseline's bound decides)", c.tolerance);
+      cmp.failures.push_back(fmt::format("{}: {}", describe_measurement(b), row.message));
+    }
+    cmp.checks.push_back(std::move(row));
+  }
+  cmp.checks_missing = missing_checks;
+  if (missing_checks > 0)
+    cmp.failures.push_back(fmt::format("{} conformance measurement{} of the baseline {} missing from this run (first: "
+                                       "{}); a check not run is not a pass",
+                                       missing_checks, missing_checks == 1 ? "" : "s",
+                                       missing_checks == 1 ? "is" : "are", first_missing));
+  // The run's own measurements that the baseline does not have: judged by their own
+  // bound (no baseline holds them), shown as new.
   for (const auto& m : cur.measurements) {
-    if (m.passed) continue;
-    ++cmp.conformance_failed;
-    if (is_error_measurement(m))
-      cmp.failures.push_back(fmt::format("{} threw: {}", describe_measurement(m), m.details.value("error", "")));
-    else if (m.negative_control)
-      cmp.failures.push_back(fmt::format("{}: negative control not caught ({} {:.3g} <= {:.3g})",
-                                         describe_measurement(m), m.metric, m.error, m.tolerance));
-    else
-      cmp.failures.push_back(fmt::format("{}: {} {:.3g} exceeds the tolerance {:.3g}", describe_measurement(m),
-                                         m.metric, m.error, m.tolerance));
+    if (matched.count(&m)) continue;
+    ++cmp.checks_new;
+    CheckRow row;
+    row.check = check_of(m);
+    row.description = fmt::format("{}: {}", describe_measurement(m), m.title);
+    row.negative_control = m.negative_control;
+    row.error = m.error;
+    row.bound = m.tolerance;
+    row.verdict = m.passed ? "new" : "fail";
+    if (!m.passed) {
+      ++cmp.conformance_failed;
+      row.message = is_error_measurement(m) ? fmt::format("threw: {}", m.details.value("error", ""))
+                    : m.negative_control    ? fmt::format("negative control not caught ({} {:.3g} <= {:.3g})",
+                                                          m.metric, m.error, m.tolerance)
+                                            : fmt::format("{} {:.3g} exceeds the tolerance {:.3g}", m.metric,
+                                                          m.error, m.tolerance);
+      cmp.failures.push_back(fmt::format("{}: {}", describe_measurement(m), row.message));
+    }
+    cmp.checks.push_back(std::move(row));
+  }
+  // Properties skipped on either side: the same reason on both is no difference.
+  for (const auto& t : base.timings) {
+    if (t.skipped.empty()) continue;
+    for (const auto& u : cur.timings)
+      if (u.id == t.id && u.kind == t.kind && !u.skipped.empty() && u.skipped != t.skipped)
+        cmp.warnings.push_back(fmt::format("{} was skipped in both runs, for other reasons: baseline '{}', this run '{}'",
+                                           t.id, t.skipped, u.skipped));
+  }
+  for (const auto& u : cur.timings) {
+    if (u.skipped.empty()) continue;
+    bool in_base = false;
+    for (const auto& t : base.timings) in_base = in_base || (t.id == u.id && t.kind == u.kind);
+    if (!in_base) cmp.warnings.push_back(fmt::format("{} was skipped in this run: {}", u.id, u.skipped));
   }
   if (cur.incomplete)
     cmp.failures.push_back(fmt::format("this run is incomplete (interrupted): {} of its properties and sweeps did not "
@@ -403,22 +578,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
                                        cur.not_run.size()));
   if (cur.measurements.empty() && base.measurements.empty())
     cmp.warnings.push_back("neither run has conformance measurements");
-  {
-    std::map<std::string, int> have;
-    for (const auto& m : cur.measurements) ++have[measurement_key(m)];
-    int absent = 0;
-    std::string example;
-    for (const auto& m : base.measurements) {
-      if (have.count(measurement_key(m))) continue;
-      if (absent++ == 0) example = describe_measurement(m);
-    }
-    if (absent > 0)
-      cmp.warnings.push_back(fmt::format("{} conformance measurement{} of the baseline {} not in this run (e.g. {})",
-                                         absent, absent == 1 ? "" : "s", absent == 1 ? "is" : "are", example));
-  }
 
-  // ---- Check power: a property's controls must still show the smallest error they did.
-  compare_power(base, cur, opt, cmp.rows);
+  // ---- Check power: a property's controls must still show the smallest error they
+  // did. Power depends on the seed's draws, so it is judged only between equal seeds.
+  if (!cmp.seeds_differ) compare_power(base, cur, opt, cmp.rows);
 
   // ---- Sweep points: matched by sweep, backend, dtype, model and config.
   std::multimap<std::string, size_t> by_key;
@@ -440,10 +603,16 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     if (c == nullptr) {
       CompareRow r = base_row(b);
       r.quantity = "status";
-      r.verdict = "missing";
-      r.note = "in the baseline, not in this run";
+      if (b.status == "skipped") {
+        // The baseline measured nothing here: nothing is lost.
+        r.verdict = "same";
+        r.note = fmt::format("skipped in the baseline ({}), not in this run", b.reason);
+      } else {
+        r.verdict = "missing";
+        r.note = fmt::format("in the baseline, {}", why_missing(cur, b.sweep, selection_differs));
+        ++cmp.missing;
+      }
       cmp.rows.push_back(r);
-      ++cmp.missing;
       continue;
     }
     ++cmp.matched_points;
@@ -452,7 +621,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       r.quantity = "status";
       if (b.status == c->status) {
         r.verdict = "same";
-        r.note = fmt::format("{} in both runs", c->status);
+        r.note = c->status == "skipped" && b.reason != c->reason
+                     ? fmt::format("skipped in both runs, for other reasons: baseline '{}', this run '{}'", b.reason,
+                                   c->reason)
+                     : fmt::format("{} in both runs", c->status);
       } else if (b.status == "ok") {
         r.verdict = "regression";
         r.note = fmt::format("ran in the baseline, {} now{}{}", c->status, c->reason.empty() ? "" : ": ", c->reason);
@@ -466,7 +638,7 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       cmp.rows.push_back(r);
       continue;
     }
-    compare_time(b, *c, opt, remeasure, cmp.rows);
+    compare_time(b, *c, opt, remeasure, cmp.host_busy, cmp.host_note, cmp.rows);
     compare_memory(b, *c, opt, cmp.rows);
   }
   for (size_t i = 0; i < cur.sweep_points.size(); ++i) {
@@ -478,6 +650,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     cmp.rows.push_back(r);
     ++cmp.added;
   }
+  // A point of this run that ended in error measured nothing, baseline or not.
+  for (const auto& p : cur.sweep_points)
+    if (p.status == "error")
+      cmp.failures.push_back(fmt::format("{}: ended in error: {}", describe_point(p), p.reason));
 
   int injected = 0;
   for (const auto& p : cur.sweep_points)
@@ -492,7 +668,8 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     }
     if (r.verdict == "regression") {
       ++cmp.regressions;
-      std::string what = r.quantity == "status" || is_time_quantity(r.quantity) || r.quantity == "power"
+      std::string what = r.quantity == "status" || is_time_quantity(r.quantity) || r.quantity == "power" ||
+                                 (r.quantity == "peak bytes" && r.current == 0)
                              ? r.note
                              : fmt::format("{} {} -> {} ({}, tolerance {:.0f}%)", r.quantity, format_bytes(r.baseline),
                                            format_bytes(r.current), pct(r.change), r.threshold * 100);
@@ -512,9 +689,27 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     cmp.warnings.push_back(fmt::format("{} of {} step time{} judged slower did not stay slower on re-measurement: "
                                        "the machine's speed drifts (shared or throttled?)",
                                        cmp.drifted, cmp.remeasured, cmp.remeasured == 1 ? "" : "s"));
-  if (cmp.missing > 0)
-    cmp.warnings.push_back(fmt::format("{} sweep point{} of the baseline {} not in this run", cmp.missing,
-                                       cmp.missing == 1 ? "" : "s", cmp.missing == 1 ? "is" : "are"));
+  if (cmp.missing > 0) {
+    std::string first;
+    for (const auto& r : cmp.rows) {
+      if (r.verdict != "missing") continue;
+      SweepPoint p;
+      p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
+      first = fmt::format("{}: {}", describe_point(p), r.note);
+      break;
+    }
+    cmp.failures.push_back(fmt::format("{} sweep point{} of the baseline {} missing from this run (first: {})",
+                                       cmp.missing, cmp.missing == 1 ? "" : "s", cmp.missing == 1 ? "is" : "are",
+                                       first));
+  }
+  // A narrower selection than the baseline's is no verdict on the device.
+  cmp.partial = selection_differs && (missing_checks > 0 || cmp.missing > 0);
+  if (cmp.partial)
+    cmp.failures.insert(cmp.failures.begin(),
+                        fmt::format("partial: this run's selection ({}) is not the baseline's ({}); {} check{} and {} "
+                                    "sweep point{} of the baseline were not run",
+                                    selection_label(cur), selection_label(base), missing_checks,
+                                    missing_checks == 1 ? "" : "s", cmp.missing, cmp.missing == 1 ? "" : "s"));
   // A comparison that compared nothing must not read as a pass.
   if (!base.sweep_points.empty() && cmp.matched_points == 0)
     cmp.failures.push_back(
@@ -527,10 +722,15 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
 
 std::string format_comparison_text(const Results& base, const Results& cur, const Comparison& c) {
   std::ostringstream o;
-  o << fmt::format("baseline: {} on {} '{}' ({}, {} preset, {})\n", base.run_time_utc, dev_str(base.device, "backend"),
-                   dev_str(base.device, "name"), dev_str(base.build, "git_sha"), base.preset, base.backend);
-  o << fmt::format("this run: {} on {} '{}' ({}, {} preset, {})\n\n", cur.run_time_utc, dev_str(cur.device, "backend"),
-                   dev_str(cur.device, "name"), dev_str(cur.build, "git_sha"), cur.preset, cur.backend);
+  if (c.seeds_differ)
+    o << fmt::format("seeds differ: baseline seed {}, this run seed {} (check power is shown, not judged)\n", base.seed,
+                     cur.seed);
+  o << fmt::format("baseline: {} on {} '{}' ({}, {} preset, {}, seed {}, {})\n", base.run_time_utc,
+                   dev_str(base.device, "backend"), dev_str(base.device, "name"), dev_str(base.build, "git_sha"),
+                   base.preset, base.backend, base.seed, run_kind(base));
+  o << fmt::format("this run: {} on {} '{}' ({}, {} preset, {}, seed {}, {})\n\n", cur.run_time_utc,
+                   dev_str(cur.device, "backend"), dev_str(cur.device, "name"), dev_str(cur.build, "git_sha"),
+                   cur.preset, cur.backend, cur.seed, run_kind(cur));
 
   if (!c.rows.empty()) {
     // One line per point: its step time and total peak, the worst verdict of its
@@ -584,12 +784,19 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
   } else {
     o << "no sweep points to compare\n\n";
   }
-  o << fmt::format("{} points matched: {} regressions, {} improvements, {} noisy, {} missing, {} new; "
-                   "{} conformance failures\n",
-                   c.matched_points, c.regressions, c.improvements, c.noisy, c.missing, c.added, c.conformance_failed);
+  o << fmt::format("{} of {} checks of the baseline matched, {} missing, {} failed, {} new in this run\n",
+                   c.checks_matched, c.checks_matched + c.checks_missing, c.checks_missing, c.conformance_failed,
+                   c.checks_new);
+  o << fmt::format("{} points matched: {} regressions, {} improvements, {} noisy, {} missing, {} new\n",
+                   c.matched_points, c.regressions, c.improvements, c.noisy, c.missing, c.added);
   for (const auto& w : c.warnings) o << "warning: " << w << "\n";
   if (c.fit()) {
-    o << "verdict: FIT - every conformance measurement passed and nothing regressed against the baseline\n";
+    o << "verdict: FIT - every check and sweep point of the baseline ran and held under its bound, and nothing "
+         "regressed\n";
+  } else if (c.partial) {
+    o << fmt::format("verdict: PARTIAL (not fit) - {} reason{}:\n", c.failures.size(),
+                     c.failures.size() == 1 ? "" : "s");
+    for (const auto& f : c.failures) o << "  - " << f << "\n";
   } else {
     o << fmt::format("verdict: NOT FIT - {} reason{}:\n", c.failures.size(), c.failures.size() == 1 ? "" : "s");
     for (const auto& f : c.failures) o << "  - " << f << "\n";

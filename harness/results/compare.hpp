@@ -39,6 +39,29 @@ struct CompareOptions {
   // A property's power (smallest error / bound over its caught controls) may grow up
   // to this factor; beyond it the check only sees larger errors than it did.
   double power_growth = 2.0;
+  // The minimum effect for step times when either run's host was busy with other
+  // work (HostLoad::busy): a change within it is "noisy" (too noisy to judge), and a
+  // change beyond it is still judged, re-measured first. Two busy loops beside a
+  // run on two cores moved unchanged points by up to 40%; an injected 2x slowdown is
+  // +100%.
+  double busy_time_floor = 0.5;
+  // Set by validate when it ran the judged run itself: the run's tolerances are this
+  // build's, and each check is judged under the tighter of them and the
+  // baseline's. Otherwise (a file) the judged file's tolerances are not read: the
+  // baseline's bound decides.
+  bool run_is_this_build = false;
+};
+
+// One conformance measurement of the baseline (or a new one of the run), as judged.
+struct CheckRow {
+  std::string check;        // the stable key (Measurement::check)
+  std::string description;  // "GA-1 cpu fp32 mlp micro_batch=4: <title>"
+  // "pass" | "fail" | "missing" | "new" (in the run only; judged by its own bound)
+  std::string verdict;
+  double error = std::numeric_limits<double>::quiet_NaN();
+  double bound = std::numeric_limits<double>::quiet_NaN();  // the bound it was judged under
+  bool negative_control = false;
+  std::string message;  // why it failed or is missing
 };
 
 // One compared quantity of one sweep point.
@@ -67,11 +90,19 @@ struct CompareRow {
 
 struct Comparison {
   std::vector<CompareRow> rows;
+  std::vector<CheckRow> checks;  // every conformance measurement of the baseline, then the run's new ones
   std::vector<std::string> failures;  // each a reason the run is not fit
   std::vector<std::string> warnings;  // flags that do not decide the verdict
   int matched_points = 0, regressions = 0, improvements = 0, noisy = 0, missing = 0, added = 0;
   int remeasured = 0, drifted = 0;  // step times re-measured; of them, not confirmed
   int conformance_failed = 0;
+  int checks_matched = 0, checks_missing = 0, checks_new = 0;
+  // The run's --only / --skip differ from the baseline's and left checks or points
+  // of the baseline out: not a verdict on the device ("partial", exit 1).
+  bool partial = false;
+  bool seeds_differ = false;  // check power is then shown, not judged
+  bool host_busy = false;     // either run's host was busy: step times by busy_time_floor
+  std::string host_note;      // what the hosts were doing, when either was busy
   bool same_device = true;
   CompareOptions options;
   bool fit() const { return failures.empty(); }

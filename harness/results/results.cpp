@@ -15,7 +15,10 @@
 #include <sstream>
 #include <algorithm>
 
+#include <chrono>
+
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,7 +50,88 @@ void compute_totals(Results& r) {
     else if (p.status == "skipped") ++t.sweep_points_skipped;
     else ++t.sweep_points_error;
   }
+  for (const auto& s : r.timings)
+    if (!s.skipped.empty()) ++t.specs_skipped;
   r.totals = t;
+}
+
+std::string run_kind(const Results& r) {
+  if (r.incomplete) return "interrupted";
+  int errors = 0, measured = 0;
+  for (const auto& m : r.measurements) {
+    if (is_error_measurement(m)) ++errors;
+    else ++measured;
+  }
+  for (const auto& p : r.sweep_points) {
+    if (p.status == "error") ++errors;
+    else if (p.status == "ok") ++measured;
+  }
+  if (errors > 0) return "with errors";
+  if (measured == 0) return "empty";
+  if (!r.only.empty() || !r.skip.empty()) return "partial";
+  return "complete";
+}
+
+bool HostLoad::busy() const {
+  return (cpus > 0 && other_busy_cpus >= kBusyHostFraction * cpus) || steal_fraction >= kBusyHostSteal;
+}
+
+HostSample sample_host() {
+  HostSample h;
+  h.wall = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  h.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  if (std::FILE* f = std::fopen("/proc/stat", "r")) {
+    // cpu  user nice system idle iowait irq softirq steal guest guest_nice
+    unsigned long long v[8] = {};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                    &v[7]) == 8 && tick > 0) {
+      double total = 0;
+      for (unsigned long long x : v) total += static_cast<double>(x);
+      h.total_s = total / tick;
+      h.busy_s = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6]) / tick;
+      h.steal_s = static_cast<double>(v[7]) / tick;
+      h.stat_ok = true;
+    }
+    std::fclose(f);
+  }
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    double l = -1;
+    if (std::fscanf(f, "%lf", &l) == 1) h.load_avg = l;
+    std::fclose(f);
+  }
+  struct rusage ru {};
+  if (::getrusage(RUSAGE_SELF, &ru) == 0)
+    h.own_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return h;
+}
+
+HostLoad host_load_since(const HostSample& a) {
+  const HostSample b = sample_host();
+  HostLoad h;
+  h.cpus = b.cpus;
+  h.load_avg_start = a.load_avg;
+  h.load_avg_end = b.load_avg;
+  h.wall_s = b.wall - a.wall;
+  if (a.stat_ok && b.stat_ok && h.wall_s > 0) {
+    // Children (the data-parallel ranks) count as other work here: they are not this
+    // process, and they take the cores the timed steps would use.
+    h.other_busy_cpus = std::max(0.0, (b.busy_s - a.busy_s) - (b.own_cpu_s - a.own_cpu_s)) / h.wall_s;
+    const double total = b.total_s - a.total_s;
+    h.steal_fraction = total > 0 ? (b.steal_s - a.steal_s) / total : 0.0;
+  }
+  return h;
+}
+
+nlohmann::json host_load_to_json(const HostLoad& h) {
+  return nlohmann::json{{"cpus", h.cpus},
+                        {"load_avg_start", json_number(h.load_avg_start)},
+                        {"load_avg_end", json_number(h.load_avg_end)},
+                        {"other_busy_cpus", json_number(h.other_busy_cpus)},
+                        {"steal_fraction", json_number(h.steal_fraction)},
+                        {"wall_s", json_number(h.wall_s)},
+                        {"busy", h.busy()}};
 }
 
 nlohmann::json build_record() {
@@ -112,7 +196,8 @@ nlohmann::json totals_to_json(const RunTotals& t) {
                         {"sweep_points_ok", t.sweep_points_ok},
                         {"sweep_points_out_of_memory", t.sweep_points_out_of_memory},
                         {"sweep_points_skipped", t.sweep_points_skipped},
-                        {"sweep_points_error", t.sweep_points_error}};
+                        {"sweep_points_error", t.sweep_points_error},
+                        {"specs_skipped", t.specs_skipped}};
 }
 
 // Field readers that name the field and the source when it is missing or mistyped.
@@ -182,7 +267,38 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
   auto ref_samples = j.find("ref_cpu_samples_s");
   if (ref_samples != j.end() && ref_samples->is_array())
     for (const auto& v : *ref_samples) t.ref_cpu_samples_s.push_back(json_to_double(v));
+  // Values no timer gives: a time that hides a slowdown (0, negative, NaN) would
+  // otherwise be left out of every comparison.
+  auto positive = [&](double v, const char* what) {
+    HR_ARG_CHECK(std::isfinite(v) && v > 0, "{}: {} is {}: a measured time is a positive, finite number of seconds",
+                 where, what, json_number(v).dump());
+  };
+  positive(t.median_s, "median_s");
+  for (const auto* list : {&t.samples_s, &t.cpu_samples_s, &t.ref_cpu_samples_s})
+    for (double v : *list) positive(v, list == &t.samples_s ? "a sample" : list == &t.cpu_samples_s ? "a CPU-time sample" : "a reference sample");
+  HR_ARG_CHECK(t.samples_s.empty() || static_cast<size_t>(t.reps) == t.samples_s.size(),
+               "{}: inconsistent: reps is {} but samples_s holds {} samples", where, t.reps, t.samples_s.size());
+  HR_ARG_CHECK(t.cpu_samples_s.empty() || t.cpu_samples_s.size() == t.samples_s.size(),
+               "{}: inconsistent: {} CPU-time samples for {} samples", where, t.cpu_samples_s.size(),
+               t.samples_s.size());
+  HR_ARG_CHECK(t.ref_cpu_samples_s.empty() || t.ref_cpu_samples_s.size() == t.cpu_samples_s.size(),
+               "{}: inconsistent: {} reference samples for {} CPU-time samples", where, t.ref_cpu_samples_s.size(),
+               t.cpu_samples_s.size());
   return t;
+}
+
+// A byte count as the tracker writes it: a whole number from 0 to 2^53 (beyond it
+// a double no longer holds every integer, and no device has that much memory).
+size_t byte_count(const nlohmann::json& v, const std::string& where, const std::string& what) {
+  double d = NAN;
+  try {
+    d = json_to_double(v);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}: {}", where, what, e.what()));
+  }
+  HR_ARG_CHECK(std::isfinite(d) && d >= 0 && d <= 9007199254740992.0 && std::floor(d) == d,
+               "{}: {} is {}: a byte count is a whole number from 0 to 2^53", where, what, v.dump());
+  return static_cast<size_t>(d);
 }
 
 MemorySnapshot memory_from_json(const nlohmann::json& j, const std::string& where) {
@@ -191,11 +307,13 @@ MemorySnapshot memory_from_json(const nlohmann::json& j, const std::string& wher
   const auto cur = obj_or_empty(j, "current_bytes"), peak = obj_or_empty(j, "peak_bytes");
   for (Consumer c : kAllConsumers) {
     const int i = static_cast<int>(c);
-    if (cur.contains(consumer_name(c))) m.current_bytes[i] = static_cast<size_t>(json_to_double(cur[consumer_name(c)]));
-    if (peak.contains(consumer_name(c))) m.peak_bytes[i] = static_cast<size_t>(json_to_double(peak[consumer_name(c)]));
+    const std::string name = consumer_name(c);
+    if (cur.contains(name)) m.current_bytes[i] = byte_count(cur[name], where, "current_bytes." + name);
+    if (peak.contains(name)) m.peak_bytes[i] = byte_count(peak[name], where, "peak_bytes." + name);
   }
-  m.total_current_bytes = static_cast<size_t>(opt_num(j, "total_current_bytes"));
-  m.total_peak_bytes = static_cast<size_t>(opt_num(j, "total_peak_bytes"));
+  if (j.contains("total_current_bytes"))
+    m.total_current_bytes = byte_count(j["total_current_bytes"], where, "total_current_bytes");
+  if (j.contains("total_peak_bytes")) m.total_peak_bytes = byte_count(j["total_peak_bytes"], where, "total_peak_bytes");
   return m;
 }
 
@@ -213,6 +331,9 @@ Measurement measurement_from_json(const nlohmann::json& j) {
   m.metric = opt_str(j, "metric");
   m.error = num_field(j, "error", where);
   m.tolerance = num_field(j, "tolerance", where);
+  // A bound no check has: an infinite or negative one would pass (or catch) anything.
+  HR_ARG_CHECK(std::isfinite(m.tolerance) && m.tolerance >= 0,
+               "{}: tolerance is {}: a bound is a finite number of at least 0", where, json_number(m.tolerance).dump());
   m.negative_control = bool_field(j, "negative_control", where);
   m.control = opt_str(j, "control");
   if (m.negative_control && m.control.empty()) m.control = "gross";  // written before the field existed
@@ -234,6 +355,8 @@ Measurement measurement_from_json(const nlohmann::json& j) {
                            : "a check passes when its error is finite and at most the tolerance"));
   m.tolerance_reason = opt_str(j, "tolerance_reason");
   m.details = obj_or_empty(j, "details");
+  m.check = opt_str(j, "check");
+  if (m.check.empty()) m.check = default_check_key(m);  // written before the field existed
   return m;
 }
 
@@ -246,9 +369,14 @@ SweepPoint sweep_point_from_json(const nlohmann::json& j) {
   p.model = opt_str(j, "model");
   p.config = obj_or_empty(j, "config");
   p.status = str_field(j, "status", where);
+  HR_ARG_CHECK(p.status == "ok" || p.status == "out_of_memory" || p.status == "skipped" || p.status == "error",
+               "{}: status '{}' is not one of ok, out_of_memory, skipped, error", where, p.status);
   p.reason = opt_str(j, "reason");
-  if (j.contains("time") && j["time"].is_object()) p.time = time_from_json(j["time"], where + " time");
-  if (j.contains("memory")) p.memory = memory_from_json(j["memory"], where);
+  if (j.contains("time") && !j["time"].is_null()) {
+    HR_ARG_CHECK(j["time"].is_object(), "{}: field \"time\" must be an object", where);
+    p.time = time_from_json(j["time"], where + " time");
+  }
+  if (j.contains("memory")) p.memory = memory_from_json(j["memory"], where + " memory");
   p.metrics = obj_or_empty(j, "metrics");
   return p;
 }
@@ -278,8 +406,10 @@ nlohmann::json results_to_json(const Results& r) {
                       {"expected_seconds_quick", json_number(t.expected_seconds_quick)},
                       {"items", t.items}};
     if (!t.error.empty()) tj["error"] = t.error;
+    if (!t.skipped.empty()) tj["skipped"] = t.skipped;
     j["timings"].push_back(std::move(tj));
   }
+  if (r.host) j["host"] = host_load_to_json(*r.host);
   if (r.incomplete) {
     j["incomplete"] = true;
     j["not_run"] = r.not_run;
@@ -344,8 +474,19 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
       s.expected_seconds_quick = opt_num(t, "expected_seconds_quick");
       s.items = static_cast<int>(opt_num(t, "items"));
       s.error = opt_str(t, "error");
+      s.skipped = opt_str(t, "skipped");
       r.timings.push_back(std::move(s));
     }
+  }
+  if (auto h = j.find("host"); h != j.end() && h->is_object()) {
+    HostLoad hl;
+    hl.cpus = static_cast<int>(opt_num(*h, "cpus"));
+    hl.load_avg_start = opt_num(*h, "load_avg_start", -1);
+    hl.load_avg_end = opt_num(*h, "load_avg_end", -1);
+    hl.other_busy_cpus = opt_num(*h, "other_busy_cpus", -1);
+    hl.steal_fraction = opt_num(*h, "steal_fraction", -1);
+    hl.wall_s = opt_num(*h, "wall_s");
+    r.host = hl;
   }
   if (auto inc = j.find("incomplete"); inc != j.end()) {
     HR_ARG_CHECK(inc->is_boolean(), "{}: field \"incomplete\" must be true or false", what);
@@ -362,10 +503,21 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
   // recount mean the file was edited or is corrupt.
   compute_totals(r);
   if (auto t = j.find("totals"); t != j.end() && t->is_object()) {
-    const std::pair<const char*, int> recount[] = {{"measurements", r.totals.measurements},
-                                                   {"passed", r.totals.passed},
-                                                   {"failed", r.totals.failed},
-                                                   {"sweep_points", r.totals.sweep_points}};
+    const RunTotals& n = r.totals;
+    const std::pair<const char*, int> recount[] = {{"measurements", n.measurements},
+                                                   {"passed", n.passed},
+                                                   {"failed", n.failed},
+                                                   {"errors", n.errors},
+                                                   {"negative_controls", n.negative_controls},
+                                                   {"negative_controls_caught", n.negative_controls_caught},
+                                                   {"subtle_controls", n.subtle_controls},
+                                                   {"subtle_controls_caught", n.subtle_controls_caught},
+                                                   {"sweep_points", n.sweep_points},
+                                                   {"sweep_points_ok", n.sweep_points_ok},
+                                                   {"sweep_points_out_of_memory", n.sweep_points_out_of_memory},
+                                                   {"sweep_points_skipped", n.sweep_points_skipped},
+                                                   {"sweep_points_error", n.sweep_points_error},
+                                                   {"specs_skipped", n.specs_skipped}};
     for (const auto& [key, n] : recount) {
       auto v = t->find(key);
       if (v == t->end()) continue;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct RunTotals {
   int sweep_points_out_of_memory = 0;
   int sweep_points_skipped = 0;
   int sweep_points_error = 0;
+  int specs_skipped = 0;  // properties and sweeps that could not run here (SpecTiming::skipped)
 };
 
 // How long one registered property or sweep took, for progress estimates and
@@ -43,7 +45,41 @@ struct SpecTiming {
   double expected_seconds_quick = 0;
   int items = 0;      // measurements or sweep points it produced
   std::string error;  // what it threw, if it threw
+  std::string skipped;  // why it could not run here (it threw Skipped), if it did not
 };
+
+// What the host was doing while a run ran, for judging its timings: a comparison
+// made while other work took the host's cores says "too noisy to judge" for step
+// times it would otherwise call slower (harness/results/compare.hpp). Read from
+// /proc (Linux); a field that cannot be read stays negative.
+struct HostLoad {
+  int cpus = 0;                 // online CPUs
+  double load_avg_start = -1;   // 1-minute load average at the start and at the end
+  double load_avg_end = -1;
+  // Over the run: how many CPUs were busy with work other than this process, on
+  // average ((busy time of all CPUs - this process's CPU time) / wall time), and
+  // the fraction of CPU time the hypervisor took (steal).
+  double other_busy_cpus = -1;
+  double steal_fraction = -1;
+  double wall_s = 0;
+  // Whether the host was busy enough that step times are not comparable: other
+  // work held at least kBusyHostFraction of the CPUs, or steal took at least
+  // kBusyHostSteal of them.
+  bool busy() const;
+};
+inline constexpr double kBusyHostFraction = 0.25;
+inline constexpr double kBusyHostSteal = 0.05;
+
+// A sample of the host's counters, taken at the start of a run; host_load_since
+// turns it into the run's HostLoad at its end.
+struct HostSample {
+  double wall = 0, busy_s = 0, steal_s = 0, total_s = 0, own_cpu_s = 0, load_avg = -1;
+  int cpus = 0;
+  bool stat_ok = false;
+};
+HostSample sample_host();
+HostLoad host_load_since(const HostSample& start);
+nlohmann::json host_load_to_json(const HostLoad& h);
 
 struct Results {
   std::string schema = kResultsSchema;
@@ -66,8 +102,16 @@ struct Results {
   // `headroom run --resume DIR` runs them. A complete run writes neither field.
   bool incomplete = false;
   std::vector<std::string> not_run;
+  std::optional<HostLoad> host;  // absent in files written before it was recorded
   RunTotals totals;
 };
+
+// What kind of run a results file holds, for the first line of its report and
+// summary: "interrupted" (incomplete), "with errors" (a property threw or a sweep
+// point ended in error), "empty" (nothing measured: no measurement and no ok sweep
+// point), "partial" (an --only or --skip selection), else "complete" (which may still
+// hold specs skipped here: RunTotals::specs_skipped, e.g. GPU-only ones on a CPU).
+std::string run_kind(const Results& r);
 
 // Recounts r.totals from the measurements and sweep points.
 void compute_totals(Results& r);

@@ -94,6 +94,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   r.build = build_record();
 
   const auto t0 = std::chrono::steady_clock::now();
+  const HostSample host_at_start = sample_host();
   const size_t total = sel.size();
   double expected_all = 0, expected_done = 0;
   for (auto* p : sel.properties) expected_all += p->expected_seconds_quick;
@@ -196,12 +197,16 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       return;
     }
     announce(kind, spec.id, spec.title);
-    SpecTiming timing{kind, spec.id, spec.title, 0, spec.expected_seconds_quick, 0, {}};
+    SpecTiming timing{kind, spec.id, spec.title, 0, spec.expected_seconds_quick, 0, {}, {}};
     const auto s0 = std::chrono::steady_clock::now();
     std::remove_reference_t<decltype(into)> got;
     try {
       dev.memory().reset_peak();
       got = spec.run(ctx);
+    } catch (const Skipped& e) {
+      timing.skipped = e.what();
+      got.clear();
+      say(fmt::format("headroom:        {} skipped: {}", spec.id, e.what()));
     } catch (const std::exception& e) {
       timing.error = e.what();
       got = {error_item(spec, e.what())};
@@ -227,6 +232,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
           if (m.backend.empty()) m.backend = backend_name(dev.kind());
           if (m.id.empty()) m.id = ps.id;
           if (m.title.empty()) m.title = ps.title;
+          if (m.check.empty()) m.check = default_check_key(m);
           if (!m.passed)
             say(fmt::format("headroom:        {} {} {} {}: {}", m.id, m.backend, m.dtype, m.model,
                             m.negative_control ? "negative control NOT caught" : "FAILED"));
@@ -250,6 +256,11 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
 
   r.duration_s = seconds_since(t0) + (opt.resume != nullptr ? opt.resume->duration_s : 0.0);
   r.incomplete = !r.not_run.empty();
+  r.host = host_load_since(host_at_start);
+  // A resumed run's timings come from two processes: the busier host is the one
+  // that judges them.
+  if (opt.resume != nullptr && opt.resume->host && opt.resume->host->busy() && !r.host->busy())
+    r.host = opt.resume->host;
   if (r.incomplete)
     say(fmt::format("headroom: interrupted: {} of {} properties and sweeps did not run", r.not_run.size(), total));
   compute_totals(r);

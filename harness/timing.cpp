@@ -168,6 +168,12 @@ double injected_slowdown(const std::string& spec, const std::string& sweep, cons
   return 1.0;
 }
 
+void apply_injected_slowdown(const std::string& sweep, const nlohmann::json& config, TimingOptions& opt,
+                             nlohmann::json& metrics) {
+  opt.injected_slowdown = injected_slowdown(sweep, config);
+  if (opt.injected_slowdown != 1.0) metrics["injected_slowdown"] = opt.injected_slowdown;
+}
+
 double injected_slowdown(const std::string& sweep, const nlohmann::json& config) {
   const char* spec = std::getenv(kInjectSlowdownEnv);
   return spec == nullptr ? 1.0 : injected_slowdown(spec, sweep, config);

@@ -81,5 +81,9 @@ inline constexpr const char* kInjectSlowdownEnv = "HEADROOM_INJECT_SLOWDOWN";
 double injected_slowdown(const std::string& sweep, const nlohmann::json& config);
 // The same for a given specification string (the variable's value), for tests.
 double injected_slowdown(const std::string& spec, const std::string& sweep, const nlohmann::json& config);
+// Sets opt.injected_slowdown for the point (sweep, config) and, when it is not 1,
+// records it in the point's metrics ("injected_slowdown").
+void apply_injected_slowdown(const std::string& sweep, const nlohmann::json& config, TimingOptions& opt,
+                             nlohmann::json& metrics);
 
 }  // namespace hr

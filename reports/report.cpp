@@ -1242,6 +1242,23 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
     for (const auto& f : c.failures) s += "<li>" + esc(f) + "</li>";
     s += "</ul>";
   }
+  {
+    // Every check of the baseline that did not pass here, with why.
+    std::string rows;
+    int n = 0;
+    for (const CheckRow& k : c.checks) {
+      if (k.verdict != "fail" && k.verdict != "missing") continue;
+      ++n;
+      rows += fmt::format(R"(<tr><td class="mono">{}</td><td><span class="badge {}">{}</span></td><td class="num">{}</td><td class="num">{}</td><td>{}</td></tr>)",
+                          esc(k.check), k.verdict == "fail" ? "b-bad" : "b-warn", esc(k.verdict),
+                          esc(fmt_num(k.error)), esc(fmt_num(k.bound)), esc(k.message));
+    }
+    s += fmt::format(R"(<h3>Checks of the baseline: {} matched, {} missing, {} failed; {} new in this run</h3>)",
+                     c.checks_matched, c.checks_missing, c.conformance_failed, c.checks_new);
+    if (n > 0)
+      s += R"(<table><thead><tr><th>Check</th><th>Verdict</th><th class="num">Error</th><th class="num">Bound</th>)"
+           R"(<th>Why</th></tr></thead><tbody>)" + rows + "</tbody></table>";
+  }
   if (!c.warnings.empty()) {
     s += R"(<h3>Flags</h3><ul class="reasons warn">)";
     for (const auto& w : c.warnings) s += "<li>" + esc(w) + "</li>";

@@ -38,6 +38,7 @@ SweepPoint measure_lora_point(Device& dev, const StepConfig& cfg, uint64_t seed)
     dev.memory().reset_peak();
     TimingOptions timing;
     timing.reference_work = dev.kind() == BackendKind::cpu;
+    apply_injected_slowdown(p.sweep, p.config, timing, p.metrics);
     p.time = time_region(dev, [&] { step.step(batch); }, timing);
     p.memory = dev.memory().snapshot();
     p.metrics["step_time_s"] = p.time->median_s;

@@ -37,6 +37,7 @@ SweepPoint measure_optimizer_point(Device& dev, StepConfig cfg, OptimizerKind ki
     int64_t t = 1;
     TimingOptions timed = timing;
     timed.reference_work = dev.kind() == BackendKind::cpu;
+    apply_injected_slowdown(p.sweep, p.config, timed, p.metrics);
     p.time = time_region(dev, [&] { step.optimizer().step(step.params(), ++t); }, timed);
     p.memory = dev.memory().snapshot();
     const double params = static_cast<double>(step.params().trainable_numel());

@@ -285,6 +285,7 @@ SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& r
   timing.max_reps = 5;
   timing.min_total_s = 0.3;
   timing.reference_work = dev.kind() == BackendKind::cpu;
+  apply_injected_slowdown(p.sweep, p.config, timing, p.metrics);
   try {
     const Batch batch = trade_batch(dev, s, row, seed);
     dev.synchronize();

@@ -14,8 +14,9 @@ MIB = 1 << 20
 
 
 def mem(weights=0, gradients=0, optimizer_state=0, activations=0, workspace=0):
-    peak = dict(weights=weights, gradients=gradients, optimizer_state=optimizer_state,
-                activations=activations, workspace=workspace)
+    # Byte counts are whole numbers (a results file with a fraction of a byte is refused).
+    peak = {k: int(round(v)) for k, v in dict(weights=weights, gradients=gradients, optimizer_state=optimizer_state,
+                                              activations=activations, workspace=workspace).items()}
     return {"current_bytes": {c: 0 for c in CONSUMERS}, "peak_bytes": peak,
             "total_current_bytes": 0,
             "total_peak_bytes": int(weights + gradients + optimizer_state + activations + 0.5 * workspace)}

@@ -476,12 +476,15 @@ TEST(ReportCompare, CheckPowerIsTheSmallestCaughtControlAndMayNotBeLost) {
   EXPECT_TRUE(same.fit());
   // The subtle control gone: power 4000, more than twice 3: the check only sees
   // gross errors now.
+  // (The subtle control itself is then a check of the baseline missing from the run:
+  // a failure of its own.)
   const auto grew = hr::compare_results(base, with_controls({4000}));
   EXPECT_EQ(row(grew, "power")->verdict, "regression");
   EXPECT_FALSE(grew.fit());
-  ASSERT_EQ(grew.failures.size(), 1u);
-  EXPECT_NE(grew.failures[0].find("GA-1 cuda fp32 mlp"), std::string::npos) << grew.failures[0];
-  EXPECT_NE(grew.failures[0].find("only sees errors"), std::string::npos) << grew.failures[0];
+  ASSERT_EQ(grew.failures.size(), 2u);
+  EXPECT_NE(grew.failures[0].find("missing from this run"), std::string::npos) << grew.failures[0];
+  EXPECT_NE(grew.failures[1].find("GA-1 cuda fp32 mlp"), std::string::npos) << grew.failures[1];
+  EXPECT_NE(grew.failures[1].find("only sees errors"), std::string::npos) << grew.failures[1];
   // Just over twice: a regression; just under: the same.
   EXPECT_EQ(row(hr::compare_results(base, with_controls({4000, 6.3})), "power")->verdict, "regression");
   EXPECT_EQ(row(hr::compare_results(base, with_controls({4000, 5.7})), "power")->verdict, "same");
@@ -496,12 +499,14 @@ TEST(ReportCompare, CheckPowerIsTheSmallestCaughtControlAndMayNotBeLost) {
   const auto added = hr::compare_results(with_controls({}), base);
   EXPECT_EQ(row(added, "power")->verdict, "new");
   EXPECT_TRUE(added.fit());
-  // The property not in this run at all is a missing measurement (a warning), not lost power.
+  // The property not in this run at all: its checks are missing (not fit), and no
+  // power row is made for it.
   auto absent = base;
   absent.measurements = {hr::make_check("CK-1", "other", 0, 0)};
   const auto c = hr::compare_results(base, absent);
   EXPECT_EQ(row(c, "power"), nullptr);
-  EXPECT_TRUE(c.fit());
+  EXPECT_FALSE(c.fit());
+  EXPECT_EQ(c.checks_missing, 3);
   // The text table prints it like the other rows.
   const std::string text = hr::format_comparison_text(base, with_controls({4000}), grew);
   EXPECT_NE(text.find("GA-1 cuda fp32 mlp"), std::string::npos) << text;
@@ -538,7 +543,7 @@ TEST(ReportCompare, PointsThatRanBeforeButNotNowAreRegressions) {
   EXPECT_EQ(row(c, "status")->verdict, "regression");
 }
 
-TEST(ReportCompare, MissingPointsAndAnotherDeviceAreFlaggedButDoNotDecide) {
+TEST(ReportCompare, MissingPointsAreNotFitAndAnotherDeviceIsFlagged) {
   auto base = with_point(0.1, 0.01, 1000);
   base.sweep_points.push_back(base.sweep_points[0]);
   base.sweep_points[1].config["micro_batch"] = 8;  // in the baseline only
@@ -546,7 +551,7 @@ TEST(ReportCompare, MissingPointsAndAnotherDeviceAreFlaggedButDoNotDecide) {
   cur.device["name"] = "another gpu";
   cur.device["driver_version"] = 12040;
   const auto c = hr::compare_results(base, cur);
-  EXPECT_TRUE(c.fit());
+  EXPECT_FALSE(c.fit());
   EXPECT_FALSE(c.same_device);
   EXPECT_EQ(c.missing, 1);
   EXPECT_EQ(c.matched_points, 1);
@@ -554,7 +559,12 @@ TEST(ReportCompare, MissingPointsAndAnotherDeviceAreFlaggedButDoNotDecide) {
   for (const auto& w : c.warnings) all += w + "\n";
   EXPECT_NE(all.find("another device"), std::string::npos) << all;
   EXPECT_NE(all.find("driver_version"), std::string::npos) << all;
-  EXPECT_NE(all.find("1 sweep point of the baseline is not in this run"), std::string::npos) << all;
+  ASSERT_EQ(c.failures.size(), 1u);
+  EXPECT_NE(c.failures[0].find("1 sweep point of the baseline is missing from this run"), std::string::npos)
+      << c.failures[0];
+  // The device alone does not decide: the same points on another device are fit.
+  cur.sweep_points.push_back(base.sweep_points[1]);
+  EXPECT_TRUE(hr::compare_results(base, cur).fit());
 }
 
 TEST(ReportCompare, ARunThatMatchesNothingIsNotFit) {

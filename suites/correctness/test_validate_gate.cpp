@@ -26,7 +26,9 @@
 #include "harness/results/compare.hpp"
 #include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"
+#include "harness/registry.hpp"
 #include "harness/results/runner.hpp"
+#include "harness/timing.hpp"
 #include "reports/report.hpp"
 
 namespace {
@@ -465,6 +467,53 @@ TEST(ValidateGate, ABaselineThisMachineCannotMatchIsRefusedBeforeAnythingRuns) {
   std::ostringstream o, e;
   EXPECT_EQ(hr::command_validate(p, o, e), 2);
   EXPECT_NE(e.str().find("--preset full"), std::string::npos) << e.str();
+}
+
+// A sweep without a re-measure hook of its own (BM-OPT) is run again before a
+// slower point is called a regression: the injected 2x is confirmed there.
+TEST(ValidateGate, ASweepWithoutItsOwnHookIsReMeasuredBeforeARegressionIsCalled) {
+  TempDir dir;
+  hr::RunCommand run;
+  run.backend = "cpu";
+  run.only = "^BM-OPT$";
+  run.out_dir = (dir.path / "base").string();
+  std::ostringstream out, err;
+  ASSERT_EQ(hr::command_run(run, out, err), 0) << err.str();
+  hr::ValidateCommand v;
+  v.baseline = (dir.path / "base" / "results.json").string();
+  v.run.out_dir = (dir.path / "slow").string();
+  const ScopedEnv slow(hr::kInjectSlowdownEnv, "BM-OPT:optimizer=adamw:2");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(hr::command_validate(v, out2, err2), 1) << out2.str();
+  EXPECT_NE(err2.str().find("re-measuring BM-OPT"), std::string::npos) << err2.str();
+  EXPECT_NE(out2.str().find("optimizer=adamw"), std::string::npos) << out2.str();
+  EXPECT_NE(out2.str().find("confirmed on re-measurement"), std::string::npos) << out2.str();
+}
+
+// BM-PK measures one fixed workload (not the run's seed's lengths) and one model's
+// bytes: its steps for other batch sizes are models of their own and were counted
+// once per size (weights 2-5x one model's, moving with the seed).
+TEST(ValidateGate, PackingBenchBytesAreOneModelsAndDoNotMoveWithTheSeed) {
+  std::unique_ptr<hr::Device> dev = hr::make_device("cpu");
+  const hr::SweepSpec* spec = nullptr;
+  for (const auto& s : hr::sweep_registry())
+    if (s.id == "BM-PK") spec = &s;
+  ASSERT_NE(spec, nullptr);
+  std::vector<hr::SweepPoint> pts[2];
+  for (int i = 0; i < 2; ++i) {
+    hr::RunContext ctx{*dev, hr::Preset::quick, i == 0 ? 1u : 2u, {}};
+    pts[i] = spec->run(ctx);
+    ASSERT_EQ(pts[i].size(), 3u);
+  }
+  const size_t weights = pts[0][0].memory.peak(hr::Consumer::weights);
+  EXPECT_GT(weights, 0u);
+  for (int i = 0; i < 2; ++i)
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(pts[i][k].memory.peak(hr::Consumer::weights), weights) << pts[i][k].config.dump();
+      EXPECT_EQ(pts[i][k].memory.peak(hr::Consumer::gradients), weights) << pts[i][k].config.dump();
+      EXPECT_EQ(pts[i][k].config, pts[0][k].config);
+      for (hr::Consumer c : hr::kAllConsumers) EXPECT_EQ(pts[i][k].memory.peak(c), pts[0][k].memory.peak(c));
+    }
 }
 
 // ---- What kind of run ---------------------------------------------------------------------

@@ -288,7 +288,7 @@ TEST(ValidateGate, AnotherSeedIsSaidFirstAndPowerIsNotJudged) {
 TEST(ValidateGate, ABusyHostMakesSmallTimeChangesNoisyButCatchesATwofoldSlowdown) {
   const hr::Results base = baseline();
   hr::Results cur = base;
-  cur.sweep_points[0] = timed_point("BM-MB", 4, 0.13, 1000);  // +30%
+  cur.sweep_points[0] = timed_point("BM-MB", 4, 0.16, 1000);  // +60%, as seen under two busy loops
   EXPECT_FALSE(hr::compare_results(base, cur).fit());         // a quiet host: a regression
   hr::HostLoad busy;
   busy.cpus = 2;

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <new>
 #include <optional>
 
@@ -485,9 +485,9 @@ RunCommand adopt_baseline(const ValidateCommand& c, const Results& base) {
   return run;
 }
 
-// Before anything runs: the device must be the baseline's kind (its backend, and
-// on a GPU its name and compute capability), or every time would be another
-// device's; --any-device compares anyway.
+// Before anything runs: the device must be the baseline's kind (its backend, name
+// and compute capability), or every time would be another device's; --any-device
+// compares anyway.
 void refuse_unmatchable_device(const ValidateCommand& c, const Results& base, Device& dev) {
   const nlohmann::json here = dev.record();
   auto str = [](const nlohmann::json& d, const char* key) {

@@ -1,11 +1,14 @@
 // Shared GoogleTest support: per-backend device acquisition that skips honestly
 // when no GPU is present (or fails under HEADROOM_REQUIRE_GPU=1), the
-// backend x dtype parameter space, and random non-zero inputs.
+// backend x dtype parameter space, random non-zero inputs, and a scratch folder.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -16,6 +19,27 @@
 #include "harness/dtype.hpp"
 
 namespace hr {
+
+namespace test {
+// A fresh empty folder under the system temp dir, named after the running test and
+// removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("headroom_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+}  // namespace test
 inline void PrintTo(BackendKind k, std::ostream* os) { *os << backend_name(k); }
 inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
 }  // namespace hr

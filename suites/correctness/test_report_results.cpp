@@ -14,6 +14,7 @@
 #include "harness/check.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
+#include "suites/common/test_support.hpp"
 
 namespace {
 
@@ -21,21 +22,7 @@ namespace fs = std::filesystem;
 
 fs::path testdata() { return fs::path(__FILE__).parent_path() / ".." / ".." / "reports" / "testdata"; }
 
-// A fresh empty directory under the system temp dir, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("headroom_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using hr::test::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

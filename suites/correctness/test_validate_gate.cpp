@@ -30,24 +30,13 @@
 #include "harness/results/runner.hpp"
 #include "harness/timing.hpp"
 #include "reports/report.hpp"
+#include "suites/common/test_support.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("headroom_gate_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using hr::test::TempDir;
 
 // Sets an environment variable for one scope.
 struct ScopedEnv {

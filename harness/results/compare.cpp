@@ -34,6 +34,13 @@ std::string describe_point(const SweepPoint& p) {
   return s;
 }
 
+// The point a comparison row is about (for describe_point).
+SweepPoint point_of(const CompareRow& r) {
+  SweepPoint p;
+  p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
+  return p;
+}
+
 std::string describe_measurement(const Measurement& m) {
   std::string s = m.id;
   for (const auto* part : {&m.backend, &m.dtype, &m.model})
@@ -673,8 +680,7 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
                              ? r.note
                              : fmt::format("{} {} -> {} ({}, tolerance {:.0f}%)", r.quantity, format_bytes(r.baseline),
                                            format_bytes(r.current), pct(r.change), r.threshold * 100);
-      SweepPoint p;
-      p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
+      const SweepPoint p = point_of(r);
       cmp.failures.push_back(fmt::format("{}: {}", describe_point(p), what));
     } else if (r.verdict == "better") {
       ++cmp.improvements;
@@ -693,8 +699,7 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     std::string first;
     for (const auto& r : cmp.rows) {
       if (r.verdict != "missing") continue;
-      SweepPoint p;
-      p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
+      const SweepPoint p = point_of(r);
       first = fmt::format("{}: {}", describe_point(p), r.note);
       break;
     }
@@ -744,8 +749,7 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
     std::vector<Line> lines;
     std::string last_key;
     for (const auto& r : c.rows) {
-      SweepPoint p;
-      p.sweep = r.sweep, p.backend = r.backend, p.dtype = r.dtype, p.model = r.model, p.config = r.config;
+      const SweepPoint p = point_of(r);
       const std::string key = point_key(r.sweep, r.backend, r.dtype, r.model, r.config);
       if (lines.empty() || key != last_key) lines.push_back(Line{describe_point(p), "", "", "same", ""});
       last_key = key;

@@ -7,29 +7,19 @@
 #include <sstream>
 #include <vector>
 
+#include "reports/html.hpp"
+
 namespace hr {
 
 namespace {
 
-// Escapes text for XML attributes and content; control characters other than tab,
-// newline and carriage return are not allowed in XML 1.0 and become '?'.
-std::string xml(const std::string& s) {
-  std::string o;
-  o.reserve(s.size());
-  for (const char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
-      default:
-        if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') o += '?';
-        else o += ch;
-    }
-  }
-  return o;
+// Text for XML attributes: the report's escaping (& < > " '), after the control
+// characters that XML 1.0 cannot hold (all but tab, newline, carriage return) are
+// replaced by '?'.
+std::string xml(std::string s) {
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') ch = '?';
+  return report::esc(s);
 }
 
 struct Case {

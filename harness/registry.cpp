@@ -24,8 +24,12 @@ namespace {
 double power_unit(double tolerance) { return tolerance > 0 ? tolerance : 1.0; }
 }  // namespace
 
-Measurement make_negative_control(std::string id, std::string title, double error, double tolerance) {
+std::string check_name(const std::string& id, const std::string& title) { return id + ": " + title; }
+
+Measurement make_negative_control(std::string id, std::string title, double error, double tolerance,
+                                  std::string of) {
   Measurement m = make_check(std::move(id), std::move(title), error, tolerance);
+  m.control_of = std::move(of);
   m.negative_control = true;
   m.control = "gross";
   m.passed = std::isfinite(error) && error > tolerance;
@@ -35,8 +39,9 @@ Measurement make_negative_control(std::string id, std::string title, double erro
   return m;
 }
 
-Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance) {
-  Measurement m = make_negative_control(std::move(id), std::move(title), error, tolerance);
+Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance,
+                                 std::string of) {
+  Measurement m = make_negative_control(std::move(id), std::move(title), error, tolerance, std::move(of));
   m.control = "subtle";
   if (m.passed && !(error <= tol::kSubtleControlMaxPower * power_unit(tolerance))) {
     m.passed = false;
@@ -123,6 +128,7 @@ void to_json(nlohmann::json& j, const Measurement& m) {
                      {"tolerance_reason", m.tolerance_reason},
                      {"details", m.details}};
   if (m.power) j["power"] = json_number(*m.power);
+  if (!m.control_of.empty()) j["control_of"] = m.control_of;
 }
 
 void to_json(nlohmann::json& j, const SweepPoint& p) {

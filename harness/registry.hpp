@@ -55,6 +55,11 @@ struct Measurement {
   // when a property leaves it empty; no seed-dependent number may enter it (nor the
   // title or config it is made of).
   std::string check;
+  // For a negative control: the check it must trip, as check_name(id, title) of that
+  // check ("GA-1: accumulated gradient equals the full-batch gradient"). A check is an
+  // assertion of a property, the same over dtypes, models and configurations; the
+  // power test requires every check to have a caught subtle control aimed at it.
+  std::string control_of;
   std::string tolerance_reason;   // where the bound comes from
   nlohmann::json details = nlohmann::json::object();  // the numbers behind it
 };
@@ -63,16 +68,22 @@ struct Measurement {
 // measurement gets when its property names none (see Measurement::check).
 std::string default_check_key(const Measurement& m);
 
+// The name of a check: "<ID>: <title of its measurements>" (Measurement::control_of).
+std::string check_name(const std::string& id, const std::string& title);
+
 // Measurement for a correct variant: passes when error <= tolerance (NaN never passes).
 Measurement make_check(std::string id, std::string title, double error, double tolerance);
 // Measurement for a negative control: passes ("caught") when error > tolerance and
 // is finite. A NaN or inf is not a catch: a broken variant that blows up says nothing
 // about whether the check can see an error of realistic size, so it fails.
-Measurement make_negative_control(std::string id, std::string title, double error, double tolerance);
+// `of` names the check it must trip (check_name).
+Measurement make_negative_control(std::string id, std::string title, double error, double tolerance,
+                                  std::string of = {});
 // The same for a subtle control: caught when finite, above the tolerance, and within
 // tol::kSubtleControlMaxPower times it; a larger error is not a subtle control and
 // fails, so the suite cannot drift into controls that only show gross faults.
-Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance);
+Measurement make_subtle_control(std::string id, std::string title, double error, double tolerance,
+                                 std::string of = {});
 
 // One configuration of a sweep.
 struct SweepPoint {

@@ -1,4 +1,5 @@
 // Packing and padding of variable-length sequences (see packing.hpp).
+#include "harness/faults.hpp"
 #include "harness/data/packing.hpp"
 
 #include <algorithm>
@@ -42,8 +43,9 @@ PackPlan pack_first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t 
 }
 
 Batch make_packed_batch(Device& dev, const TransformerConfig& cfg, const PackPlan& plan,
-                        const std::vector<std::vector<int32_t>>& sequences, const PackFaults& faults,
+                        const std::vector<std::vector<int32_t>>& sequences, const PackFaults& faults_in,
                         int64_t only_sequence, int32_t pad_id) {
+  const PackFaults faults = hr::faults::armed(faults_in);
   const int64_t rows = plan.rows, T = plan.seq_len;
   HR_ARG_CHECK(rows > 0 && static_cast<int64_t>(plan.row_fill.size()) == rows, "packed batch: a plan of {} rows", rows);
   const size_t n = static_cast<size_t>(rows * T);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 #include "kernels/common/float16.hpp"
 
 namespace hr::dist {
@@ -26,6 +27,7 @@ const char* zero_fault_name(ZeroFault f) {
     case ZeroFault::none: return "none";
     case ZeroFault::skip_all_gather: return "skip_all_gather";
     case ZeroFault::shard_one_short: return "shard_one_short";
+    case ZeroFault::whole_state: return "whole_state";
   }
   return "?";
 }
@@ -78,7 +80,7 @@ void set_flat_gradients(TrainStep& step, const std::vector<float>& flat) {
 
 DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepConfig& global, DpSync sync,
                                    DpFault fault)
-    : dev_(&dev), comm_(&comm), global_(global), sync_(sync), fault_(fault) {
+    : dev_(&dev), comm_(&comm), global_(global), sync_(sync), fault_(faults::armed(fault)) {
   const int64_t n = comm.size();
   HR_ARG_CHECK(global.batch % n == 0, "data parallel: batch {} is not divisible by {} ranks", global.batch, n);
   rows_ = global.batch / n;
@@ -165,16 +167,18 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
 
 Zero1AdamW::Zero1AdamW(Device& dev, Communicator& comm, ParamSet& params, const ops::AdamWConfig& cfg,
                        ZeroFault fault)
-    : dev_(&dev), comm_(&comm), cfg_(cfg), fault_(fault) {
+    : dev_(&dev), comm_(&comm), cfg_(cfg), fault_(faults::armed(fault)) {
   for (const Param& p : params.all())
     if (p.trainable) total_ += p.master.numel();
   const int64_t n = comm.size();
   shard_ = (total_ + n - 1) / n;
   begin_ = std::min(total_, comm.rank() * shard_);
   end_ = std::min(total_, (comm.rank() + 1) * shard_);
-  if (fault == ZeroFault::shard_one_short && end_ > begin_) --end_;
-  m_ = Tensor::zeros(dev, {std::max<int64_t>(end_ - begin_, 1)}, DType::f32, Consumer::optimizer_state);
-  v_ = Tensor::zeros(dev, {std::max<int64_t>(end_ - begin_, 1)}, DType::f32, Consumer::optimizer_state);
+  if (fault_ == ZeroFault::shard_one_short && end_ > begin_) --end_;
+  state_begin_ = fault_ == ZeroFault::whole_state ? 0 : begin_;
+  state_end_ = fault_ == ZeroFault::whole_state ? total_ : end_;
+  m_ = Tensor::zeros(dev, {std::max<int64_t>(state_end_ - state_begin_, 1)}, DType::f32, Consumer::optimizer_state);
+  v_ = Tensor::zeros(dev, {std::max<int64_t>(state_end_ - state_begin_, 1)}, DType::f32, Consumer::optimizer_state);
 }
 
 void Zero1AdamW::step(ParamSet& params, int64_t step) {
@@ -195,26 +199,27 @@ void Zero1AdamW::step(ParamSet& params, int64_t step) {
   }
   HR_CHECK(static_cast<int64_t>(flat_p.size()) == total_, "Zero1AdamW: {} parameters, built for {}", flat_p.size(), total_);
 
-  // Update the owned shard, one piece per parameter it overlaps (weight decay is per parameter).
-  const int64_t len = end_ - begin_;
+  // Update the elements whose moments this rank holds (its shard; every element under
+  // the whole_state fault), one piece per parameter they overlap (weight decay is per
+  // parameter); the owned shard of the result is what the all-gather sends.
+  const int64_t sb = state_begin_, se = state_end_, len = se - sb;
   std::vector<float> shard(static_cast<size_t>(shard_), 0.f);
   if (len > 0) {
-    auto part = [&](const std::vector<float>& v) {
-      return std::vector<float>(v.begin() + begin_, v.begin() + end_);
-    };
+    auto part = [&](const std::vector<float>& v) { return std::vector<float>(v.begin() + sb, v.begin() + se); };
     Tensor ps = Tensor::from_host(*dev_, part(flat_p), {len}, DType::f32, Consumer::workspace);
     Tensor gs = Tensor::from_host(*dev_, part(flat_g), {len}, DType::f32, Consumer::workspace);
     for (const Segment& s : segments) {
-      const int64_t b = std::max(s.begin, begin_), e = std::min(s.end, end_);
+      const int64_t b = std::max(s.begin, sb), e = std::min(s.end, se);
       if (b >= e) continue;
       ops::AdamWConfig c = cfg_;
       if (!s.decay) c.weight_decay = 0.f;
-      Tensor p_piece = ps.slice(b - begin_, e - begin_), g_piece = gs.slice(b - begin_, e - begin_);
-      Tensor m_piece = m_.slice(b - begin_, e - begin_), v_piece = v_.slice(b - begin_, e - begin_);
+      Tensor p_piece = ps.slice(b - sb, e - sb), g_piece = gs.slice(b - sb, e - sb);
+      Tensor m_piece = m_.slice(b - sb, e - sb), v_piece = v_.slice(b - sb, e - sb);
       ops::adamw_step(p_piece, g_piece, m_piece, v_piece, step, c);
     }
     const std::vector<float> updated = ps.to_host_f32();
-    std::copy(updated.begin(), updated.end(), shard.begin());
+    if (end_ > begin_)
+      std::copy(updated.begin() + (begin_ - sb), updated.begin() + (end_ - sb), shard.begin());
   }
 
   // Every rank's shard, in rank order; each lands where its owner's range lies.

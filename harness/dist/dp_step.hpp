@@ -83,6 +83,7 @@ enum class ZeroFault : uint8_t {
   none,
   skip_all_gather,  // each rank keeps only its own shard's update
   shard_one_short,  // every shard stops one element short: N elements are never updated
+  whole_state,      // every rank holds (and updates) the moments of every parameter: no sharding
 };
 const char* zero_fault_name(ZeroFault f);
 
@@ -107,6 +108,7 @@ class Zero1AdamW {
   ops::AdamWConfig cfg_;
   ZeroFault fault_;
   int64_t total_ = 0, shard_ = 0, begin_ = 0, end_ = 0;
+  int64_t state_begin_ = 0, state_end_ = 0;  // the elements whose moments this rank holds
   Tensor m_, v_;
 };
 

@@ -240,6 +240,7 @@ GhostLeak ghost_leak_fault(DType dtype, int64_t vb, double grad_bound) {
 }
 
 constexpr int64_t kBn1MicroBatch = 2;       // the field guide's 16 micro-batches of 2
+constexpr const char* kBn1LayerNormTitle = "LayerNorm: 16 micro-batches of 2 give the gradient of a batch of 32";
 constexpr int64_t kBn1SubtleMicroBatch = 16;  // 2 micro-batches of 16: the smallest divergence
 
 }  // namespace
@@ -270,18 +271,19 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
       return static_cast<size_t>(std::find(mbs.begin(), mbs.end(), mb) - mbs.begin());
     };
     const char* div_reason = "must diverge by more than kBatchNormAccumMinRelL2 (harness/tolerances.hpp)";
+    const std::string ln_check = check_name("BN-1", kBn1LayerNormTitle);
 
     const size_t i2 = at(kBn1MicroBatch);
     Measurement g = make_negative_control(
         "BN-1", "BatchNorm: 16 micro-batches of 2 give other gradients than a batch of 32", grads[i2].max_rel_l2,
-        min_div);
+        min_div, ln_check);
     fill(g, dev, dtype, cfgs[i2 + 1], grads[i2], bn, div_reason);
     g.details["series"] = series;
     out.push_back(std::move(g));
 
     Measurement s = make_negative_control(
         "BN-1", "BatchNorm: 16 micro-batches of 2 leave other running statistics than a batch of 32",
-        stats[i2].max_rel_l2, min_div);
+        stats[i2].max_rel_l2, min_div, ln_check);
     fill(s, dev, dtype, cfgs[i2 + 1], stats[i2], bn, div_reason);
     s.details["note"] = "16 momentum updates from batches of 2 against one from the batch of 32";
     out.push_back(std::move(s));
@@ -291,7 +293,7 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
     const size_t i16 = at(kBn1SubtleMicroBatch);
     Measurement g16 = make_subtle_control(
         "BN-1", "BatchNorm: 2 micro-batches of 16 give other gradients than a batch of 32", grads[i16].max_rel_l2,
-        min_div);
+        min_div, ln_check);
     fill(g16, dev, dtype, cfgs[i16 + 1], grads[i16], bn, div_reason);
     out.push_back(std::move(g16));
 
@@ -306,13 +308,13 @@ std::vector<Measurement> bn1_accumulation_diverges(Device& dev, DType dtype, Pre
     const BnRuns ln = run_all(dev, {ln_full_cfg, ln_cfg, leak_full_cfg, leak_cfg}, batch);
     const TensorsCompare lc = compare_tensors(ln.runs[1].grads, ln.runs[0].grads);
     const TensorsCompare leak = compare_tensors(ln.runs[3].grads, ln.runs[2].grads);
-    Measurement l = make_check("BN-1", "LayerNorm: 16 micro-batches of 2 give the gradient of a batch of 32",
+    Measurement l = make_check("BN-1", kBn1LayerNormTitle,
                                lc.max_rel_l2, tol::kGradAccumRelL2(dtype));
     fill(l, dev, dtype, ln_cfg, lc, ln, tol::kGradAccumReason);
     out.push_back(std::move(l));
     Measurement lf = make_subtle_control(
         "BN-1", "a LayerNorm that mixes a fraction of the batch mean into each row is caught by the same check",
-        leak.max_rel_l2, tol::kGradAccumRelL2(dtype));
+        leak.max_rel_l2, tol::kGradAccumRelL2(dtype), ln_check);
     fill(lf, dev, dtype, leak_cfg, leak, ln, tol::kGradAccumReason);
     out.push_back(std::move(lf));
     return out;
@@ -372,13 +374,13 @@ std::vector<Measurement> bn2_ghost_batch_norm(Device& dev, DType dtype, Preset /
       const TensorsCompare sf = compare_tensors(r.runs[0].buffers, r.runs[2].buffers);
       add(make_subtle_control("BN-2", fmt::format("ghost virtual batches of {} that take in a fraction of their "
                                                   "neighbour's rows: running statistics caught", vb),
-                              sf.max_rel_l2, s_tol),
+                              sf.max_rel_l2, s_tol, check_name("BN-2", fmt::format("ghost BatchNorm over virtual batches of {} reproduces the accumulated running statistics", vb))),
           leak_s, sf, tol::kGhostBatchNormStatsReason);
       if (grad_control) {
         const TensorsCompare gf = compare_tensors(r.runs[0].grads, r.runs[3].grads, zero);
         add(make_subtle_control("BN-2", fmt::format("ghost virtual batches of {} that take in a fraction of their "
                                                     "neighbour's rows: gradients caught", vb),
-                                gf.max_rel_l2, g_tol),
+                                gf.max_rel_l2, g_tol, check_name("BN-2", fmt::format("ghost BatchNorm over virtual batches of {} reproduces the accumulated gradient", vb))),
             leak_g, gf, tol::kGhostBatchNormGradReason);
       }
     }
@@ -443,8 +445,8 @@ std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, 
       const double err = static_cast<double>(s.mismatches);
       const std::string control = v.control;
       Measurement m = control.empty()     ? make_check("BN-3", v.title, err, tol)
-                      : control == "gross" ? make_negative_control("BN-3", v.title, err, tol)
-                                           : make_subtle_control("BN-3", v.title, err, tol);
+                      : control == "gross" ? make_negative_control("BN-3", v.title, err, tol, check_name("BN-3", variants[0].title))
+                                           : make_subtle_control("BN-3", v.title, err, tol, check_name("BN-3", variants[0].title));
       describe(m, dev, dtype, "mlp");
       m.config = bn_config(*v.cfg);
       m.config["checkpoint_every_k_blocks"] = v.cfg->checkpoint.every_k_blocks;

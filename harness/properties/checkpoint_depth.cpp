@@ -198,13 +198,13 @@ std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset pr
   }
   {  // Gross: no checkpointing, judged by the sqrt(L) bound.
     const double e = series(DepthSchedule::none, "activation_exponent", "activation_peak_bytes", &pts_json);
-    Measurement m = make_negative_control("CK-3", "a run without checkpointing fails the sqrt(L) bound", e, bound);
+    Measurement m = make_negative_control("CK-3", "a run without checkpointing fails the sqrt(L) bound", e, bound, check_name("CK-3", "with sqrt(L) segments the activation peak grows like sqrt(L)"));
     fill(m, DepthSchedule::none, "activation_exponent", pts_json, tol::kCkDepthExponentReason);
     out.push_back(std::move(m));
   }
   {  // Subtle: four segments of L / 4 blocks, a schedule whose segments grow with L.
     const double e = series(DepthSchedule::quarter_l, "activation_exponent", "activation_peak_bytes", &pts_json);
-    Measurement m = make_subtle_control("CK-3", "segments of L/4 blocks (not sqrt(L)) fail the sqrt(L) bound", e, bound);
+    Measurement m = make_subtle_control("CK-3", "segments of L/4 blocks (not sqrt(L)) fail the sqrt(L) bound", e, bound, check_name("CK-3", "with sqrt(L) segments the activation peak grows like sqrt(L)"));
     fill(m, DepthSchedule::quarter_l, "activation_exponent", pts_json, tol::kCkDepthExponentReason);
     out.push_back(std::move(m));
   }

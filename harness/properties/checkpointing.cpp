@@ -30,6 +30,10 @@ constexpr float kCkDropout = 0.1f;
 constexpr int64_t kCkInDim = 32;  // MLP inputs (see ck_config)
 constexpr float kCkAttnOutDropout = 0.2f;  // CK-5: each site its own p
 constexpr float kCkAttnProbsDropout = 0.15f;
+constexpr const char* kCk1Title = "checkpointed gradients with dropout equal the plain run's bit for bit";
+constexpr const char* kCk4Title = "each checkpointed block runs its forward exactly twice per micro-batch";
+constexpr const char* kCk5MaskTitle = "every site's mask replays bit for bit in the recompute";
+constexpr const char* kGa6Title = "K micro-batches with dropout on give the full batch's gradient (masks keyed by sample)";
 
 const char* model_name(ModelKind m) { return model_kind_name(m); }
 
@@ -123,9 +127,11 @@ Measurement error_measurement(const char* id, const std::string& title, Device& 
 // One bitwise gradient comparison of `got` against the plain run, as CK-1's check
 // (control: "" check, "gross" or "subtle"). A checkpointed run whose blocks did not
 // all run their forward twice per micro-batch compared nothing that checkpointing
-// does: recorded as an error, never as a pass or a catch.
+// does: recorded as an error, never as a pass or a catch. A control names the check
+// it must trip (`of`, check_name): CK-1's bitwise check unless said otherwise.
 Measurement bitwise_measurement(const char* id, const std::string& title, const char* control, Device& dev,
-                                DType dtype, const StepConfig& cfg, int64_t k, const CkRun& got, const CkRun& ref) {
+                                DType dtype, const StepConfig& cfg, int64_t k, const CkRun& got, const CkRun& ref,
+                                const std::string& of = check_name("CK-1", kCk1Title)) {
   const int64_t K = cfg.accum_steps();
   const bool recomputed = every_block_ran(got.block_counts, kCkBlocks, 2 * K);
   if (!recomputed)
@@ -137,8 +143,8 @@ Measurement bitwise_measurement(const char* id, const std::string& title, const 
   const double tol = tol::kBitwiseMismatches;
   const std::string c = control;
   Measurement m = c.empty()       ? make_check(id, title, err, tol)
-                  : c == "gross" ? make_negative_control(id, title, err, tol)
-                                 : make_subtle_control(id, title, err, tol);
+                  : c == "gross" ? make_negative_control(id, title, err, tol, of)
+                                 : make_subtle_control(id, title, err, tol, of);
   describe(m, dev, dtype, model_name(cfg.model));
   m.config = ck_config_json(cfg, k);
   m.metric = "bitwise_mismatches";
@@ -209,8 +215,7 @@ std::vector<Measurement> ck1_bitwise_replay(Device& dev, DType dtype, Preset pre
     const CkRun plain = run_step(dev, s.cfg, s.batch);
     for (int64_t k : ck_segment_sizes(kCkBlocks)) {
       const StepConfig cfg = with_k(s.cfg, k);
-      out.push_back(bitwise_measurement("CK-1",
-                                        "checkpointed gradients with dropout equal the plain run's bit for bit",
+      out.push_back(bitwise_measurement("CK-1", kCk1Title,
                                         "", dev, dtype, cfg, k, run_step(dev, cfg, s.batch), plain));
     }
     // Gross: the recompute draws from a fresh RNG state (CK-2's broken variant).
@@ -253,7 +258,7 @@ std::vector<Measurement> ck2_fresh_rng(Device& dev, DType dtype, Preset preset, 
       // The size of the damage: the catalogue's 1e-3 relative, over all gradients.
       Measurement m = make_negative_control(
           "CK-2", "a recompute with a fresh dropout state changes the gradients by more than 1e-3", c.global_rel_l2,
-          tol);
+          tol, check_name("CK-1", kCk1Title));
       describe(m, dev, dtype, model_name(model));
       m.config = ck_config_json(fresh, k);
       m.config["fresh_rng_on_recompute"] = true;
@@ -338,7 +343,7 @@ std::vector<Measurement> ck4_forward_counts(Device& dev, DType dtype, Preset pre
     for (int64_t k : ck_segment_sizes(kCkBlocks)) {
       const StepConfig cfg = with_k(s.cfg, k);
       const CkRun r = run_step(dev, cfg, s.batch);
-      Measurement m = make_check("CK-4", "each checkpointed block runs its forward exactly twice per micro-batch",
+      Measurement m = make_check("CK-4", kCk4Title,
                                  wrong_blocks(r, 2 * K), tol);
       fill(m, cfg, k, r);
       int64_t runs = 0;
@@ -366,7 +371,7 @@ std::vector<Measurement> ck4_forward_counts(Device& dev, DType dtype, Preset pre
       never.checkpoint.fault_never_recompute = true;
       const CkRun r = run_step(dev, never, s.batch);
       Measurement g = make_negative_control("CK-4", "a schedule that never recomputes is flagged", wrong_blocks(r, 2 * K),
-                                            tol);
+                                            tol, check_name("CK-4", kCk4Title));
       fill(g, never, 1, r);
       g.config["fault_never_recompute"] = true;
       out.push_back(std::move(g));
@@ -376,7 +381,7 @@ std::vector<Measurement> ck4_forward_counts(Device& dev, DType dtype, Preset pre
       extra.checkpoint.fault_extra_block_forwards = 1;
       const CkRun r = run_step(dev, extra, s.batch);
       Measurement m = make_subtle_control("CK-4", "a recompute that runs one block's forward once more is flagged",
-                                          wrong_blocks(r, 2 * K), tol);
+                                          wrong_blocks(r, 2 * K), tol, check_name("CK-4", kCk4Title));
       fill(m, extra, 1, r);
       m.config["fault_extra_block_forwards"] = 1;
       out.push_back(std::move(m));
@@ -436,8 +441,8 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
     const bool complete = mc.unmatched.empty() && mc.draws > 0;
     const double err = complete ? static_cast<double>(mc.mismatches) : INFINITY;
     Measurement m = c.empty()       ? make_check("CK-5", title, err, tol)
-                    : c == "gross" ? make_negative_control("CK-5", title, err, tol)
-                                   : make_subtle_control("CK-5", title, err, tol);
+                    : c == "gross" ? make_negative_control("CK-5", title, err, tol, check_name("CK-5", kCk5MaskTitle))
+                                   : make_subtle_control("CK-5", title, err, tol, check_name("CK-5", kCk5MaskTitle));
     if (!complete)
       m = error_measurement("CK-5", title, dev, dtype, cfg, k,
                             fmt::format("{} forward draws had no recompute draw to compare with",
@@ -459,7 +464,7 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
     out.push_back(bitwise_measurement("CK-5", "with every dropout site on, checkpointed gradients equal the plain "
                                               "run's bit for bit",
                                       "", dev, dtype, cfg, k, r, plain));
-    out.push_back(mask_measurement("", "every site's mask replays bit for bit in the recompute", cfg, k, r));
+    out.push_back(mask_measurement("", kCk5MaskTitle, cfg, k, r));
   }
   {
     StepConfig fresh = with_k(s.cfg, 1);
@@ -502,8 +507,8 @@ std::vector<Measurement> ga6_keyed_dropout(Device& dev, DType dtype, Preset pres
       const TensorsCompare c = compare_tensors(acc.grads, full.grads, zero);
       const std::string k = control;
       Measurement m = k.empty()       ? make_check("GA-6", title, c.max_rel_l2, tol)
-                      : k == "gross" ? make_negative_control("GA-6", title, c.max_rel_l2, tol)
-                                     : make_subtle_control("GA-6", title, c.max_rel_l2, tol);
+                      : k == "gross" ? make_negative_control("GA-6", title, c.max_rel_l2, tol, check_name("GA-6", kGa6Title))
+                                     : make_subtle_control("GA-6", title, c.max_rel_l2, tol, check_name("GA-6", kGa6Title));
       describe(m, dev, dtype, model_name(model));
       m.config = nlohmann::json{{"effective_batch", kEffectiveBatch},
                                 {"micro_batch", cfg.micro_batch},
@@ -520,7 +525,7 @@ std::vector<Measurement> ga6_keyed_dropout(Device& dev, DType dtype, Preset pres
       out.push_back(std::move(m));
     };
     for (int64_t mb : {int64_t{1}, int64_t{8}})
-      measure("", "K micro-batches with dropout on give the full batch's gradient (masks keyed by sample)",
+      measure("", kGa6Title,
               config(mb));
     StepConfig offset = config(8);
     offset.dropout_keying = DropoutKeying::running_offset;

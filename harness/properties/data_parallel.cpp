@@ -57,6 +57,11 @@ struct Case {
   Rows rows;
 };
 
+constexpr const char* kDp1Title =
+    "N ranks x K micro-batches, all-reduced and divided once by the global real-item count, equal the single-process "
+    "full batch";
+constexpr const char* kDp2EveryTitle = "all-reduce after every micro-batch equals the single-process full batch";
+
 const Case kCases[] = {{"mlp", Rows::full}, {"transformer", Rows::full}, {"transformer", Rows::padded}};
 
 StepConfig case_config(const Case& c, int64_t micro_batch, Preset preset) {
@@ -159,10 +164,7 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
       const DpGrads g = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window, DpFault::none);
       nlohmann::json d;
       const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
-      Measurement m = make_check("DP-1",
-                                 "N ranks x K micro-batches, all-reduced and divided once by the global real-item "
-                                 "count, equal the single-process full batch",
-                                 e, tol);
+      Measurement m = make_check("DP-1", kDp1Title, e, tol);
       fill(m, dev, comm, c, mb, DpSync::once_per_window);
       m.details = d;
       m.details["global_items"] = g.window.global_items;
@@ -196,7 +198,8 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
     const DpGrads g = dp_gradients(dev, comm, padded, mb, preset, ref.batch, DpSync::once_per_window, k.fault);
     nlohmann::json d;
     const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
-    Measurement m = k.subtle ? make_subtle_control(k.id, k.title, e, tol) : make_negative_control(k.id, k.title, e, tol);
+    const std::string of = check_name("DP-1", kDp1Title);
+    Measurement m = k.subtle ? make_subtle_control(k.id, k.title, e, tol, of) : make_negative_control(k.id, k.title, e, tol, of);
     fill(m, dev, comm, padded, mb, DpSync::once_per_window);
     m.config["fault"] = dist::dp_fault_name(k.fault);
     m.details.update(d);
@@ -210,7 +213,8 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
                                  DpFault::fp16_one_rank);
   nlohmann::json d;
   const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
-  Measurement m = make_subtle_control("DP-4", "one rank rounding its all-reduce to fp16 is flagged by DP-1's check", e, tol);
+  Measurement m = make_subtle_control("DP-4", "one rank rounding its all-reduce to fp16 is flagged by DP-1's check", e, tol,
+                                      check_name("DP-1", kDp1Title));
   fill(m, dev, comm, padded, mb, DpSync::once_per_window);
   m.config["fault"] = dist::dp_fault_name(DpFault::fp16_one_rank);
   m.details.update(d);
@@ -248,7 +252,7 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
   {
     nlohmann::json d;
     const double e = error_over_ranks(dev, comm, every.grads, ref, &d);
-    Measurement m = make_check("DP-2", "all-reduce after every micro-batch equals the single-process full batch", e, tol);
+    Measurement m = make_check("DP-2", kDp2EveryTitle, e, tol);
     fill(m, dev, comm, c, mb, DpSync::every_micro_batch);
     m.details = d;
     out.measurements.push_back(std::move(m));
@@ -292,7 +296,8 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
     const double e = error_over_ranks(dev, comm, g.grads, ref, nullptr);
     const std::string title = subtle ? "every-micro-batch all-reduce in fp16 is flagged"
                                      : "re-reducing the accumulated gradient after every micro-batch is flagged";
-    Measurement m = subtle ? make_subtle_control("DP-2", title, e, tol) : make_negative_control("DP-2", title, e, tol);
+    const std::string of = check_name("DP-2", kDp2EveryTitle);
+    Measurement m = subtle ? make_subtle_control("DP-2", title, e, tol, of) : make_negative_control("DP-2", title, e, tol, of);
     fill(m, dev, comm, c, mb, DpSync::every_micro_batch);
     m.config["fault"] = dist::dp_fault_name(fault);
     out.measurements.push_back(std::move(m));
@@ -415,8 +420,8 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
         const double worst =
             max_over_ranks(comm, dev, static_cast<double>(mismatches[static_cast<size_t>(s - 1)]));
         Measurement m = std::string(v.kind) == "check"   ? make_check("DP-3", v.title, worst, 0.0)
-                        : std::string(v.kind) == "gross" ? make_negative_control("DP-3", v.title, worst, 0.0)
-                                                         : make_subtle_control("DP-3", v.title, worst, 0.0);
+                        : std::string(v.kind) == "gross" ? make_negative_control("DP-3", v.title, worst, 0.0, check_name("DP-3", variants[0].title))
+                                                         : make_subtle_control("DP-3", v.title, worst, 0.0, check_name("DP-3", variants[0].title));
         describe(m, dev, DType::f32, c.model);
         m.config = dp_config(comm, c, mb, DpSync::once_per_window);
         m.config["optimizer"] = "adamw";
@@ -455,15 +460,26 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       b.details = {{"optimizer_state_bytes_per_rank_zero1", worst_bytes},
                    {"optimizer_state_bytes_unsharded", unsharded_state_bytes},
                    {"optimizer_state_bytes_per_rank_all", gather_doubles(comm, dev, {static_cast<double>(zero_state_bytes)})}};
-      // The same check on the unsharded state: every rank holding all of it is flagged.
+      // The same check on a ZeRO-1 whose every rank holds the whole state (the
+      // sharding lost), from the tracker as the check reads it.
+      size_t whole_state_bytes = 0;
+      {
+        const size_t before_whole = dev.memory().snapshot().current(Consumer::optimizer_state);
+        dist::Zero1AdamW whole(dev, comm, dp.local().params(), adam.optimizer.adamw, dist::ZeroFault::whole_state);
+        whole_state_bytes = dev.memory().snapshot().current(Consumer::optimizer_state) - before_whole;
+      }
+      const double worst_whole = max_over_ranks(comm, dev, static_cast<double>(whole_state_bytes));
       Measurement g = make_negative_control(
-          "DP-3", "unsharded optimizer state (every rank holds all of it) is flagged by the 1/N check",
-          static_cast<double>(unsharded_state_bytes) / (static_cast<double>(unsharded_state_bytes) / comm.size()) - 1.0,
-          padding);
+          "DP-3", "ZeRO-1 whose every rank holds the whole optimizer state is flagged by the 1/N check",
+          worst_whole / (static_cast<double>(unsharded_state_bytes) / comm.size()) - 1.0, padding,
+          check_name("DP-3", b.title));
       describe(g, dev, DType::f32, c.model);
       g.config = b.config;
+      g.config["zero_fault"] = dist::zero_fault_name(dist::ZeroFault::whole_state);
       g.metric = b.metric;
       g.tolerance_reason = b.tolerance_reason;
+      g.details = {{"optimizer_state_bytes_per_rank", worst_whole},
+                   {"optimizer_state_bytes_unsharded", unsharded_state_bytes}};
       out.measurements.push_back(std::move(b));
       out.measurements.push_back(std::move(g));
     }

@@ -24,6 +24,12 @@
 
 namespace hr::props {
 namespace {
+constexpr const char* kGa1Title = "accumulated gradient equals the full-batch gradient";
+constexpr const char* kGa3SgdTitle = "one SGD step from the accumulated gradient makes the large-batch update";
+constexpr const char* kGa3MomentsTitle = "AdamW moments after a step from the accumulated gradient equal the large-batch step's";
+constexpr const char* kGa4Title = "padded rows: the summed loss over the real tokens of the whole window equals the full batch";
+}  // namespace
+namespace {
 
 using ConfigFn = std::function<StepConfig(DType, int64_t, Preset)>;
 
@@ -106,7 +112,7 @@ std::vector<Measurement> ga1_accumulated_gradient(Device& dev, DType dtype, Pres
     for (int64_t mb : accumulating_micro_batches()) {
       const GradRun acc = gradients_of(dev, mc.config(dtype, mb, preset), batch);
       const TensorsCompare c = compare_tensors(acc.grads, full.grads, zero);
-      Measurement m = make_check("GA-1", "accumulated gradient equals the full-batch gradient", c.max_rel_l2, tol);
+      Measurement m = make_check("GA-1", kGa1Title, c.max_rel_l2, tol);
       describe(m, dev, dtype, mc.name);
       m.config = accum_config(mb, "mean_div_k");
       m.metric = "max_tensor_rel_l2";
@@ -125,7 +131,7 @@ std::vector<Measurement> ga1_accumulated_gradient(Device& dev, DType dtype, Pres
     const GradRun narrow = gradients_of(dev, with_buffer(mc.config(dtype, mb, preset), buffer), batch);
     const TensorsCompare c = compare_tensors(narrow.grads, full.grads, zero);
     Measurement s = make_subtle_control(
-        "GA-1", fmt::format("gradients accumulated in a {} buffer are flagged", dtype_name(buffer)), c.max_rel_l2, tol);
+        "GA-1", fmt::format("gradients accumulated in a {} buffer are flagged", dtype_name(buffer)), c.max_rel_l2, tol, check_name("GA-1", kGa1Title));
     describe(s, dev, dtype, mc.name);
     s.config = accum_config(mb, "mean_div_k");
     s.config["grad_accum"] = dtype_name(buffer);
@@ -156,7 +162,7 @@ std::vector<Measurement> ga2_no_division(Device& dev, DType dtype, Preset preset
 
       // The broken variant, judged by GA-1's own check: must be flagged.
       Measurement caught = make_negative_control(
-          "GA-2", "without the division by K, GA-1's check flags the accumulated gradient", c.max_rel_l2, tol);
+          "GA-2", "without the division by K, GA-1's check flags the accumulated gradient", c.max_rel_l2, tol, check_name("GA-1", kGa1Title));
       describe(caught, dev, dtype, mc.name);
       caught.config = accum_config(mb, "no_division");
       caught.metric = "max_tensor_rel_l2";
@@ -197,7 +203,7 @@ std::vector<Measurement> ga2_no_division(Device& dev, DType dtype, Preset preset
     }
     const GradRun broken = gradients_of(dev, cfg, batch);
     const TensorsCompare c = compare_tensors(broken.grads, full.grads, zero);
-    Measurement s = make_subtle_control("GA-2", fault, c.max_rel_l2, tol);
+    Measurement s = make_subtle_control("GA-2", fault, c.max_rel_l2, tol, check_name("GA-1", kGa1Title));
     describe(s, dev, dtype, mc.name);
     s.config = accum_config(mb, loss_normalization_name(cfg.loss_norm));
     if (cfg.precision.grad_accum != DType::f32) s.config["grad_accum"] = dtype_name(cfg.precision.grad_accum);
@@ -308,7 +314,7 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
       const After acc = run(mc.config(dtype, mb, preset), sgd, 1, nullptr);
       const UpdateCompare u = compare_updates(acc.params, full.params, p0, zero);
       resolution = u;
-      Measurement m = make_check("GA-3", "one SGD step from the accumulated gradient makes the large-batch update",
+      Measurement m = make_check("GA-3", kGa3SgdTitle,
                                  u.c.max_rel_l2, tol + u.rounding_floor);
       fill(m, mb, "sgd", "mean_div_k", acc);
       m.metric = "max_tensor_rel_l2_of_update";
@@ -340,7 +346,7 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
       const UpdateCompare u = compare_updates(b.params, full.params, p0, zero);
       Measurement m = make_negative_control(
           "GA-3", "one SGD step without the division by K moves the parameters K times too far", u.c.max_rel_l2,
-          tol + u.rounding_floor);
+          tol + u.rounding_floor, check_name("GA-3", kGa3SgdTitle));
       fill(m, 4, "sgd", "no_division", b);
       m.metric = "max_tensor_rel_l2_of_update";
       m.tolerance_reason = tol::kGradAccumReason;
@@ -355,7 +361,7 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
       const UpdateCompare u = compare_updates(b.params, full.params, p0, zero);
       Measurement m = make_subtle_control(
           "GA-3", fmt::format("one SGD step from gradients accumulated in a {} buffer is flagged", dtype_name(buffer)),
-          u.c.max_rel_l2, tol + u.rounding_floor);
+          u.c.max_rel_l2, tol + u.rounding_floor, check_name("GA-3", kGa3SgdTitle));
       fill(m, mb, "sgd", "mean_div_k", b);
       m.config["grad_accum"] = dtype_name(buffer);
       m.metric = "max_tensor_rel_l2_of_update";
@@ -373,8 +379,7 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
     for (int64_t mb : micro_batches) {
       const After acc = run(mc.config(dtype, mb, preset), adamw, 2, nullptr);
       const TensorsCompare sc = compare_tensors(acc.state, afull.state, state_zero);
-      Measurement ms = make_check("GA-3", "AdamW moments after a step from the accumulated gradient equal the "
-                                          "large-batch step's",
+      Measurement ms = make_check("GA-3", kGa3MomentsTitle,
                                   sc.max_rel_l2, 2 * tol);
       fill(ms, mb, "adamw", "mean_div_k", acc);
       ms.metric = "max_tensor_rel_l2_of_moments";
@@ -400,7 +405,7 @@ std::vector<Measurement> ga3_optimizer_step(Device& dev, DType dtype, Preset pre
       const TensorsCompare sc = compare_tensors(b.state, afull.state, state_zero);
       Measurement m = make_subtle_control(
           "GA-3", fmt::format("AdamW moments from gradients accumulated in a {} buffer are flagged", dtype_name(buffer)),
-          sc.max_rel_l2, 2 * tol);
+          sc.max_rel_l2, 2 * tol, check_name("GA-3", kGa3MomentsTitle));
       fill(m, mb, "adamw", "mean_div_k", b);
       m.config["grad_accum"] = dtype_name(buffer);
       m.metric = "max_tensor_rel_l2_of_moments";
@@ -475,7 +480,7 @@ std::vector<Measurement> ga4_variable_length(Device& dev, DType dtype, Preset pr
 
     double loss_rel = run(config(mb, LossNormalization::sum_div_window_items), batch, full, &c);
     Measurement ok = make_check(
-        "GA-4", "padded rows: the summed loss over the real tokens of the whole window equals the full batch",
+        "GA-4", kGa4Title,
         c.max_rel_l2, tol);
     fill(ok, mb, LossNormalization::sum_div_window_items, c, loss_rel, "shuffled");
     out.push_back(std::move(ok));
@@ -488,7 +493,7 @@ std::vector<Measurement> ga4_variable_length(Device& dev, DType dtype, Preset pr
 
     loss_rel = run(config(mb, LossNormalization::mean_div_k), sorted_batch, sorted_full, &c);
     Measurement bad = make_negative_control(
-        "GA-4", "padded rows: per-micro-batch token means divided by K are flagged by GA-1's check", c.max_rel_l2, tol);
+        "GA-4", "padded rows: per-micro-batch token means divided by K are flagged by GA-1's check", c.max_rel_l2, tol, check_name("GA-4", kGa4Title));
     fill(bad, mb, LossNormalization::mean_div_k, c, loss_rel, "sorted_by_length");
     out.push_back(std::move(bad));
   }
@@ -507,7 +512,7 @@ std::vector<Measurement> ga4_variable_length(Device& dev, DType dtype, Preset pr
     }
     TensorsCompare c;
     const double loss_rel = run(cfg, batch, full, &c);
-    Measurement s = make_subtle_control("GA-4", fault, c.max_rel_l2, tol);
+    Measurement s = make_subtle_control("GA-4", fault, c.max_rel_l2, tol, check_name("GA-4", kGa4Title));
     fill(s, mb, cfg.loss_norm, c, loss_rel, "shuffled");
     if (cfg.precision.grad_accum != DType::f32) s.config["grad_accum"] = dtype_name(cfg.precision.grad_accum);
     if (dtype != DType::f32) s.details["expected_error"] = 1.0 / static_cast<double>(window_tokens + 1);
@@ -526,7 +531,7 @@ std::vector<Measurement> ga4_variable_length(Device& dev, DType dtype, Preset pr
   }
   const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
   Measurement g = make_negative_control("GA-4", "padded rows: the per-micro-batch-mean error grows with K",
-                                        errs.back() / errs.front(), 1.0);
+                                        errs.back() / errs.front(), 1.0, check_name("GA-4", kGa4Title));
   describe(g, dev, dtype, "transformer");
   g.config = nlohmann::json{{"effective_batch", kEffectiveBatch}, {"loss_normalization", "mean_div_k"},
                             {"rows", "shuffled"}, {"accum_steps", nlohmann::json(ks)}};

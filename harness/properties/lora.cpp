@@ -92,13 +92,13 @@ std::vector<Measurement> lr1_identity(RunContext& ctx) {
   {
     TrainStep s(dev, cfg);
     set_b(s, ctx.seed, 0.05f);
-    emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), 0.0));
+    emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), 0.0, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }
   {
     TrainStep s(dev, cfg);
     set_b(s, ctx.seed, tol::kLoraSubtleBStd);
     emit(make_subtle_control("LR-1", fmt::format("B drawn normal(0, {:g}) instead of zero", tol::kLoraSubtleBStd),
-                             mismatches(s), 0.0));
+                             mismatches(s), 0.0, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }
   return out;
 }
@@ -145,7 +145,7 @@ std::vector<Measurement> lr2_merged(RunContext& ctx) {
   emit(make_check("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)",
                   rel(merged_loss(scale), l_unmerged), tol::kLoraMergedRel));
   emit(make_negative_control("LR-2", "merged with scale alpha instead of alpha/r",
-                             rel(merged_loss(static_cast<double>(kLoraAlpha)), l_unmerged), tol::kLoraMergedRel));
+                             rel(merged_loss(static_cast<double>(kLoraAlpha)), l_unmerged), tol::kLoraMergedRel, check_name("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)")));
   // A scale error sized to move the loss by about kLoraSubtleBounds bounds: first
   // from the loss's measured sensitivity to the scale (merged at scale (1 + eps)),
   // then halved or doubled while the shift leaves [kLoraSubtleBounds / 2, 2 x] (the
@@ -163,7 +163,7 @@ std::vector<Measurement> lr2_merged(RunContext& ctx) {
   }
   // The offset is sized from the seed's loss sensitivity: the details, not the title.
   emit(make_subtle_control("LR-2", "merged with the scale off by a small factor (sized to ~30 bounds)", shift,
-                           tol::kLoraMergedRel));
+                           tol::kLoraMergedRel, check_name("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)")));
   out.back().details["loss_sensitivity_to_scale"] = slope;
   out.back().details["scale_offset"] = delta;
   return out;
@@ -208,9 +208,9 @@ std::vector<Measurement> lr4_frozen(RunContext& ctx) {
   double e = error_of(Variant::lora, d);
   emit(make_check("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)", e, 0.0), d);
   e = error_of(Variant::full, d);
-  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, 0.0), d);
+  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, 0.0, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
   e = error_of(Variant::ln_grad_kept, d);
-  emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, 0.0), d);
+  emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, 0.0, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
   return out;
 }
 

@@ -143,8 +143,10 @@ std::vector<Measurement> mem3_pool_check(Device& dev, const StepConfig& cfg, uin
     const std::string title =
         fmt::format("negative control ({}): a buffer of {:.3g}% of the peak the tracker does not count",
                     subtle ? "subtle" : "gross", 100 * fraction);
-    Measurement n = subtle ? make_subtle_control("MEM-3", title, b.error, tol)
-                           : make_negative_control("MEM-3", title, b.error, tol);
+    const std::string of =
+        check_name("MEM-3", "tracker peak equals the device pool's high-water mark over a training step");
+    Measurement n = subtle ? make_subtle_control("MEM-3", title, b.error, tol, of)
+                           : make_negative_control("MEM-3", title, b.error, tol, of);
     describe(n, subtle ? "untracked_buffer_5x_bound" : "untracked_buffer_peak_size");
     n.details = b.details;
     n.details["untracked_bytes"] = hidden;

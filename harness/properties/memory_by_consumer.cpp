@@ -1,6 +1,7 @@
 // MEM-1 (analytical bytes against the tracker: per consumer, total, and without
 // labels at the forward/backward boundary) and MEM-2 (the field guide's
 // out-of-memory triage, where its verdict flips), see memory_by_consumer.hpp.
+#include "harness/faults.hpp"
 #include "harness/properties/memory_by_consumer.hpp"
 
 #include <algorithm>
@@ -15,6 +16,12 @@
 
 namespace hr {
 namespace {
+
+constexpr const char* kMem1ConsumersTitle = "analytical bytes per consumer match the tracker's peaks";
+constexpr const char* kMem1TotalTitle = "analytical total peak, workspace included, matches the tracker's";
+constexpr const char* kMem1BoundaryTitle =
+    "live bytes at the forward/backward boundary, without labels, match the predicted activations and the labelled "
+    "ones";
 
 Batch batch_for(Device& dev, const StepConfig& cfg, uint64_t seed) {
   if (cfg.model == ModelKind::mlp) return make_mlp_batch(dev, cfg.mlp, cfg.batch, seed);
@@ -167,7 +174,7 @@ std::vector<Measurement> check_memory_model(Device& dev, const StepConfig& cfg, 
   const MemoryComparison cmp = compare_memory(obs, pred);
   const double tol = tol::kMemoryModelRelError;
   std::vector<Measurement> out;
-  Measurement c = make_check("MEM-1", "analytical bytes per consumer match the tracker's peaks", cmp.consumers, tol);
+  Measurement c = make_check("MEM-1", kMem1ConsumersTitle, cmp.consumers, tol);
   describe(c, dev, cfg);
   c.metric = "consumer_peaks_max_rel_error";
   c.tolerance_reason = kMem1Reason;
@@ -175,14 +182,13 @@ std::vector<Measurement> check_memory_model(Device& dev, const StepConfig& cfg, 
                {"layer_terms", pred.layer_terms}, {"timeline", pred.timeline}};
   out.push_back(c);
   Measurement t =
-      make_check("MEM-1", "analytical total peak, workspace included, matches the tracker's", cmp.total, tol);
+      make_check("MEM-1", kMem1TotalTitle, cmp.total, tol);
   describe(t, dev, cfg);
   t.metric = "total_peak_rel_error";
   t.tolerance_reason = kMem1Reason;
   t.details = cmp.total_details;
   out.push_back(t);
-  Measurement b = make_check("MEM-1", "live bytes at the forward/backward boundary, without labels, match the "
-                                      "predicted activations and the labelled ones",
+  Measurement b = make_check("MEM-1", kMem1BoundaryTitle,
                              cmp.boundary, tol);
   describe(b, dev, cfg);
   b.metric = "boundary_unlabelled_rel_error";
@@ -271,8 +277,13 @@ std::vector<Measurement> memory_model_controls(Device& dev, Preset preset, uint6
   auto emit = [&](const StepConfig& cfg, bool subtle, const char* control, const char* metric, double error,
                   const nlohmann::json& details) {
     const std::string title = fmt::format("negative control ({}): {}", subtle ? "subtle" : "gross", control);
-    Measurement m =
-        subtle ? make_subtle_control("MEM-1", title, error, tol) : make_negative_control("MEM-1", title, error, tol);
+    // The check each metric is (check_memory_model's titles).
+    const std::string m_name = metric;
+    const std::string of = check_name("MEM-1", m_name == "consumer_peaks_max_rel_error" ? kMem1ConsumersTitle
+                                               : m_name == "total_peak_rel_error"       ? kMem1TotalTitle
+                                                                                        : kMem1BoundaryTitle);
+    Measurement m = subtle ? make_subtle_control("MEM-1", title, error, tol, of)
+                           : make_negative_control("MEM-1", title, error, tol, of);
     describe(m, dev, cfg);
     m.config["control"] = control;
     m.metric = metric;
@@ -310,9 +321,8 @@ std::vector<Measurement> memory_model_controls(Device& dev, Preset preset, uint6
     StepConfig ck = base;
     ck.transformer.layers = 4;
     ck.checkpoint.every_k_blocks = 1;
-    StepConfig no_ck = ck;
-    no_ck.checkpoint.every_k_blocks = 0;
-    const MemoryComparison cmp = compare_memory(observe_step(dev, ck, seed), predict_memory(no_ck, dev.kind()));
+    const MemoryComparison cmp = compare_memory(observe_step(dev, ck, seed),
+                                                predict_memory(ck, dev.kind(), PredictionFault::ignore_checkpointing));
     const char* name = "prediction that ignores checkpointing";
     emit(ck, false, name, "consumer_peaks_max_rel_error", cmp.consumers, cmp.consumers_details);
     emit(ck, false, name, "total_peak_rel_error", cmp.total, cmp.total_details);
@@ -371,6 +381,7 @@ const char* triage_fault_title(TriageFault f) {
 }
 
 StepConfig small_rerun(const StepConfig& cfg, int64_t short_seq_len, TriageFault fault) {
+  fault = faults::armed(fault);
   StepConfig small = cfg;
   if (fault == TriageFault::no_shrink) return small;
   // BatchNorm needs two rows for a variance.
@@ -386,6 +397,7 @@ StepConfig small_rerun(const StepConfig& cfg, int64_t short_seq_len, TriageFault
 
 MemoryDiagnosis diagnose_memory(Device& dev, const StepConfig& cfg, size_t budget_bytes, int64_t short_seq_len,
                                 TriageFault fault, uint64_t seed) {
+  fault = faults::armed(fault);
   validate(cfg);
   MemoryDiagnosis d;
   d.small = small_rerun(cfg, short_seq_len, fault);
@@ -421,6 +433,7 @@ MemoryDiagnosis diagnose_memory(Device& dev, const StepConfig& cfg, size_t budge
 VerdictFlip find_verdict_flip(Device& dev, const StepConfig& cfg, MemoryVerdict below, MemoryVerdict above, size_t lo,
                               size_t hi, size_t guess, size_t resolution_bytes,
                               const std::vector<size_t>& decisive_bytes, TriageFault fault, uint64_t seed) {
+  fault = faults::armed(fault);
   HR_ARG_CHECK(lo < guess && guess <= hi, "find_verdict_flip: the guess {} is not inside ({}, {}]", guess, lo, hi);
   HR_ARG_CHECK(resolution_bytes >= 1, "find_verdict_flip: the resolution must be at least one byte");
   VerdictFlip f;
@@ -608,8 +621,8 @@ std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
     const std::string control_title =
         fmt::format("negative control ({}): {}", k.subtle ? "subtle" : "gross", triage_fault_title(k.fault));
     Measurement m = k.fault == TriageFault::none ? make_check("MEM-2", title, error, tol)
-                    : k.subtle                  ? make_subtle_control("MEM-2", control_title, error, tol)
-                                                : make_negative_control("MEM-2", control_title, error, tol);
+                    : k.subtle                  ? make_subtle_control("MEM-2", control_title, error, tol, check_name("MEM-2", title))
+                                                : make_negative_control("MEM-2", control_title, error, tol, check_name("MEM-2", title));
     describe(m, dev, k.cfg);
     m.config["case"] = k.name;
     if (k.fault != TriageFault::none) m.config["control"] = triage_fault_name(k.fault);

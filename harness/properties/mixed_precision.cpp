@@ -83,6 +83,27 @@ Underflow underflow_of(const NamedValues& g32, DType storage, double scale) {
   return u;
 }
 
+// Non-zero fp32 values that a real 16-bit run lost: left at exactly zero, or off by
+// more than half their own size (a value built from intermediates that underflowed
+// in the backward's 16-bit tensors). Values under floor_rms of their tensor's RMS
+// are not counted: they can be sums that cancel, which 16-bit rounding of their
+// terms alone moves by half.
+Underflow lost_in_run(const NamedValues& g32, const NamedValues& g16, double floor_rms = tol::kMpLostValueFloorRms) {
+  Underflow u;
+  for (size_t t = 0; t < g32.size(); ++t) {
+    double ss = 0;
+    for (float x : g32[t].second) ss += static_cast<double>(x) * x;
+    const double rms = std::sqrt(ss / static_cast<double>(std::max<size_t>(g32[t].second.size(), 1)));
+    for (size_t i = 0; i < g32[t].second.size(); ++i) {
+      const float x = g32[t].second[i], y = g16[t].second[i];
+      if (x == 0.f || std::fabs(static_cast<double>(x)) < floor_rms * rms) continue;
+      ++u.nonzero;
+      u.flushed += (y == 0.f || std::fabs(static_cast<double>(y) - x) > 0.5 * std::fabs(static_cast<double>(x))) ? 1 : 0;
+    }
+  }
+  return u;
+}
+
 // Non-zero fp32 values that a real 16-bit run left at exactly zero.
 Underflow zeros_in_run(const NamedValues& g32, const NamedValues& g16) {
   Underflow u;
@@ -141,6 +162,12 @@ StepConfig at_dtype(StepConfig c, DType d) {
 }  // namespace
 
 // ---- MP-1 ----
+namespace {
+constexpr const char* kMp1LostTitle = "with loss scale 2^16 the fp16 step loses almost no gradient value";
+constexpr const char* kMp2LostTitle = "the bf16 step loses almost no gradient value without a loss scale";
+constexpr const char* kMp2ErrorTitle = "gradients of the bf16 step match fp32 without a loss scale";
+}  // namespace
+
 std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
   const Reference ref = mp_reference(dev, preset, seed);
@@ -152,10 +179,20 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
 
   // The real fp16 steps: unscaled and scaled, their gradients against fp32.
   const StepConfig cfg16 = at_dtype(ref.cfg32, DType::f16);
-  const NamedValues g_plain = gradients_at(dev, with_static_scale(cfg16, 1.0), ref.batch);
-  const NamedValues g_scaled = gradients_at(dev, with_static_scale(cfg16, scale), ref.batch);
+  // The controls are the scaler's fault switch: the same step, its scale held at 1
+  // (no loss scale) or at 2^2 (too small to lift the tail).
+  const StepConfig scaled_cfg = with_static_scale(cfg16, scale);
+  StepConfig plain_cfg = scaled_cfg, small_cfg = scaled_cfg;
+  plain_cfg.precision.scaler.fault_fixed_scale = 1.0;
+  small_cfg.precision.scaler.fault_fixed_scale = tol::kMpSubtleLossScale;
+  const NamedValues g_plain = gradients_at(dev, plain_cfg, ref.batch);
+  const NamedValues g_scaled = gradients_at(dev, scaled_cfg, ref.batch);
+  const NamedValues g_small = gradients_at(dev, small_cfg, ref.batch);
   const TensorsCompare c_scaled = compare_tensors(g_scaled, ref.g32);
   const TensorsCompare c_plain = compare_tensors(g_plain, ref.g32);
+  const TensorsCompare c_small = compare_tensors(g_small, ref.g32);
+  const Underflow lost_plain = lost_in_run(ref.g32, g_plain), lost_scaled = lost_in_run(ref.g32, g_scaled),
+                  lost_small = lost_in_run(ref.g32, g_small);
   const Underflow run_plain = zeros_in_run(ref.g32, g_plain), run_scaled = zeros_in_run(ref.g32, g_scaled);
 
   nlohmann::json details{{"exponent_histogram", hist},
@@ -171,36 +208,34 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
                          {"run_rel_l2_scaled", json_number(c_scaled.max_rel_l2)},
                          {"anchor", "Micikevicius et al. 2018: ~5% of weight gradients under 2^-24"}};
 
-  const double ftol = tol::kMpUnderflowFraction;
-  Measurement f = make_check("MP-1", "with loss scale 2^16 almost no fp32 gradient flushes to zero in fp16",
-                             scaled.fraction(), ftol);
-  describe_mp(f, dev, DType::f16);
-  f.config = mp_config(scale);
-  f.metric = "flushed_fraction";
-  f.tolerance_reason = tol::kMpUnderflowFractionReason;
-  f.details = details;
-  out.push_back(f);
-
-  Measurement g = make_negative_control("MP-1", "without a loss scale the flushed fraction is flagged",
-                                        plain.fraction(), ftol);
-  describe_mp(g, dev, DType::f16);
-  g.config = mp_config(1.0);
-  g.metric = "flushed_fraction";
-  g.tolerance_reason = tol::kMpUnderflowFractionReason;
-  g.details = details;
-  out.push_back(g);
-
+  // The fp32 gradients' exponents and what storing them in fp16 would flush (IEEE
+  // arithmetic, the same on every machine) are the details; the checks judge the
+  // real fp16 step's gradients.
   const double small = tol::kMpSubtleLossScale;
-  const Underflow partial = underflow_of(ref.g32, DType::f16, small);
-  Measurement s = make_subtle_control(
-      "MP-1", fmt::format("a loss scale of 2^{} that leaves the tail flushing is flagged", std::ilogb(small)),
-      partial.fraction(), ftol);
-  describe_mp(s, dev, DType::f16);
-  s.config = mp_config(small);
-  s.metric = "flushed_fraction";
-  s.tolerance_reason = tol::kMpUnderflowFractionReason;
-  s.details = nlohmann::json{{"flushed", partial.flushed}, {"nonzero_values", partial.nonzero}};
-  out.push_back(s);
+  details["flushed_fraction_at_2^2"] = underflow_of(ref.g32, DType::f16, small).fraction();
+  const double ftol = tol::kMpUnderflowFraction;
+  const std::string lost_check = check_name("MP-1", kMp1LostTitle);
+  auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
+    describe_mp(m, dev, DType::f16);
+    m.config = mp_config(at_scale);
+    m.metric = "lost_fraction";
+    m.tolerance_reason = tol::kMpUnderflowFractionReason;
+    m.details = details;
+    m.details["lost"] = u.flushed;
+    m.details["counted_values"] = u.nonzero;
+    if (*fault) m.details["fault"] = fault;
+    out.push_back(std::move(m));
+  };
+  lost_measurement(make_check("MP-1", kMp1LostTitle, lost_scaled.fraction(), ftol), scale, lost_scaled, "");
+  lost_measurement(make_negative_control("MP-1", "the fp16 step with its loss scale held at 1 loses gradient values",
+                                         lost_plain.fraction(), ftol, lost_check),
+                   1.0, lost_plain, "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)");
+  lost_measurement(
+      make_subtle_control("MP-1",
+                          fmt::format("the fp16 step with its loss scale held at 2^{} loses gradient values",
+                                      std::ilogb(small)),
+                          lost_small.fraction(), ftol, lost_check),
+      small, lost_small, "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)");
 
   const double etol = tol::kMpGradRelL2(DType::f16);
   Measurement e = make_check("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32",
@@ -214,14 +249,27 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
   out.push_back(e);
 
   Measurement eg = make_negative_control("MP-1", "the fp16 step without a loss scale is flagged",
-                                         c_plain.max_rel_l2, etol);
+                                         c_plain.max_rel_l2, etol, check_name("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32"));
   describe_mp(eg, dev, DType::f16);
   eg.config = mp_config(1.0);
   eg.metric = "max_tensor_rel_l2";
   eg.tolerance_reason = tol::kMpGradRelL2Reason;
   eg.details = nlohmann::json{{"worst_tensor", c_plain.worst}, {"per_tensor_rel_l2", c_plain.per_tensor},
                               {"run_zero_fraction", run_plain.fraction()}};
+  eg.details["fault"] = "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)";
   out.push_back(eg);
+
+  Measurement es = make_subtle_control(
+      "MP-1", fmt::format("the fp16 step at a loss scale held at 2^{} is flagged", std::ilogb(small)), c_small.max_rel_l2,
+      etol, check_name("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32"));
+  describe_mp(es, dev, DType::f16);
+  es.config = mp_config(small);
+  es.metric = "max_tensor_rel_l2";
+  es.tolerance_reason = tol::kMpGradRelL2Reason;
+  es.details = nlohmann::json{{"worst_tensor", c_small.worst}, {"per_tensor_rel_l2", c_small.per_tensor},
+                              {"run_zero_fraction", zeros_in_run(ref.g32, g_small).fraction()},
+                              {"fault", "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)"}};
+  out.push_back(es);
   return out;
 }
 
@@ -229,56 +277,75 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
 std::vector<Measurement> mp2_bf16_range(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
   const Reference ref = mp_reference(dev, preset, seed);
-  const Underflow bf = underflow_of(ref.g32, DType::bf16, 1.0);
-  const NamedValues g_bf = gradients_at(dev, at_dtype(ref.cfg32, DType::bf16), ref.batch);
+  const StepConfig cfg_bf = at_dtype(ref.cfg32, DType::bf16);
+  const NamedValues g_bf = gradients_at(dev, cfg_bf, ref.batch);
   const TensorsCompare c = compare_tensors(g_bf, ref.g32);
-  const Underflow run = zeros_in_run(ref.g32, g_bf);
-  const double ftol = tol::kMpUnderflowFraction;
-
-  Measurement f = make_check("MP-2", "no fp32 gradient flushes to zero in bf16 (no loss scale)", bf.fraction(), ftol);
-  describe_mp(f, dev, DType::bf16);
-  f.config = mp_config(1.0);
-  f.metric = "flushed_fraction";
-  f.tolerance_reason = tol::kMpUnderflowFractionReason;
-  f.details = nlohmann::json{{"flushed", bf.flushed}, {"nonzero_values", bf.nonzero},
-                             {"run_zero_fraction", run.fraction()}};
-  out.push_back(f);
-
-  Measurement e = make_check("MP-2", "gradients of the bf16 step match fp32 without a loss scale", c.max_rel_l2,
-                             tol::kMpGradRelL2(DType::bf16));
-  describe_mp(e, dev, DType::bf16);
-  e.config = mp_config(1.0);
-  e.metric = "max_tensor_rel_l2";
-  e.tolerance_reason = tol::kMpGradRelL2Reason;
-  e.details = nlohmann::json{{"worst_tensor", c.worst}, {"per_tensor_rel_l2", c.per_tensor},
-                             {"run_zero_fraction", run.fraction()}};
-  out.push_back(e);
-
-  // Controls: the same gradients stored in fp16 instead (bf16's range is the point).
-  const Underflow h = underflow_of(ref.g32, DType::f16, 1.0);
-  Measurement g = make_negative_control("MP-2", "the same gradients stored in fp16, unscaled, are flagged",
-                                        h.fraction(), ftol);
-  describe_mp(g, dev, DType::bf16);
-  g.config = mp_config(1.0);
-  g.config["storage"] = "fp16";
-  g.metric = "flushed_fraction";
-  g.tolerance_reason = tol::kMpUnderflowFractionReason;
-  out.push_back(g);
-
+  const Underflow lost = lost_in_run(ref.g32, g_bf);
+  // The controls are faults of the same step: it computes in fp16 although bf16 was
+  // asked for (PrecisionConfig::fault_compute_fp16), with its loss scale held at 1
+  // (gross) or at 2^2 (subtle).
   const double small = tol::kMpSubtleLossScale;
-  const Underflow hs = underflow_of(ref.g32, DType::f16, small);
-  Measurement s = make_subtle_control(
-      "MP-2", fmt::format("the same gradients stored in fp16 at loss scale 2^{} are flagged", std::ilogb(small)),
-      hs.fraction(), ftol);
-  describe_mp(s, dev, DType::bf16);
-  s.config = mp_config(small);
-  s.config["storage"] = "fp16";
-  s.metric = "flushed_fraction";
-  s.tolerance_reason = tol::kMpUnderflowFractionReason;
-  out.push_back(s);
+  auto fp16_by_mistake = [&](double held_scale) {
+    StepConfig b = cfg_bf;
+    b.precision.fault_compute_fp16 = true;
+    b.precision.scaler.fault_fixed_scale = held_scale;
+    return gradients_at(dev, b, ref.batch);
+  };
+  const NamedValues g_plain = fp16_by_mistake(1.0), g_small = fp16_by_mistake(small);
+  const double ftol = tol::kMpUnderflowFraction;
+  const double etol = tol::kMpGradRelL2(DType::bf16);
+  const std::string lost_check = check_name("MP-2", kMp2LostTitle), error_check = check_name("MP-2", kMp2ErrorTitle);
+  const nlohmann::json host{{"flushed_fraction_bf16_storage", underflow_of(ref.g32, DType::bf16, 1.0).fraction()},
+                            {"flushed_fraction_fp16_storage", underflow_of(ref.g32, DType::f16, 1.0).fraction()}};
+
+  auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
+    describe_mp(m, dev, DType::bf16);
+    m.config = mp_config(at_scale);
+    m.metric = "lost_fraction";
+    m.tolerance_reason = tol::kMpUnderflowFractionReason;
+    m.details = host;
+    m.details["lost"] = u.flushed;
+    m.details["counted_values"] = u.nonzero;
+    if (*fault) m.details["fault"] = fault;
+    out.push_back(std::move(m));
+  };
+  auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const char* fault) {
+    describe_mp(m, dev, DType::bf16);
+    m.config = mp_config(at_scale);
+    m.metric = "max_tensor_rel_l2";
+    m.tolerance_reason = tol::kMpGradRelL2Reason;
+    m.details = nlohmann::json{{"worst_tensor", t.worst}, {"per_tensor_rel_l2", t.per_tensor}};
+    if (*fault) m.details["fault"] = fault;
+    out.push_back(std::move(m));
+  };
+  const char* gross_fault = "fp16 computed for bf16, scale held at 1 (fault_compute_fp16, fault_fixed_scale)";
+  const char* subtle_fault = "fp16 computed for bf16, scale held at 2^2 (fault_compute_fp16, fault_fixed_scale)";
+  const Underflow lost_plain = lost_in_run(ref.g32, g_plain), lost_small = lost_in_run(ref.g32, g_small);
+  lost_measurement(make_check("MP-2", kMp2LostTitle, lost.fraction(), ftol), 1.0, lost, "");
+  lost_measurement(make_negative_control("MP-2", "the step computing in fp16 by mistake, unscaled, loses gradient values",
+                                         lost_plain.fraction(), ftol, lost_check),
+                   1.0, lost_plain, gross_fault);
+  lost_measurement(
+      make_subtle_control("MP-2",
+                          fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} loses gradient "
+                                      "values",
+                                      std::ilogb(small)),
+                          lost_small.fraction(), ftol, lost_check),
+      small, lost_small, subtle_fault);
+
+  const TensorsCompare c_plain = compare_tensors(g_plain, ref.g32), c_small = compare_tensors(g_small, ref.g32);
+  error_measurement(make_check("MP-2", kMp2ErrorTitle, c.max_rel_l2, etol), 1.0, c, "");
+  error_measurement(make_negative_control("MP-2", "the step computing in fp16 by mistake, unscaled, is flagged",
+                                          c_plain.max_rel_l2, etol, error_check),
+                    1.0, c_plain, gross_fault);
+  error_measurement(
+      make_subtle_control("MP-2",
+                          fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} is flagged",
+                                      std::ilogb(small)),
+                          c_small.max_rel_l2, etol, error_check),
+      small, c_small, subtle_fault);
   return out;
 }
-
 
 // ---- MP-3 ----
 namespace {
@@ -474,7 +541,7 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     broken.precision.overflow_fault = OverflowFault::no_skip;
     nlohmann::json blog;
     Measurement g = make_negative_control("MP-3", "a step that applies non-finite gradients is flagged",
-                                          injection_sweep(dev, broken, batch, &blog), tol::kBitwiseMismatches);
+                                          injection_sweep(dev, broken, batch, &blog), tol::kBitwiseMismatches, check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched"));
     describe_mp(g, dev, DType::f16);
     g.config = nlohmann::json{{"overflow_fault", "no_skip"}};
     g.metric = "violations";
@@ -500,7 +567,7 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     late.precision.scaler.fault_growth_off_by_one = true;
     nlohmann::json tl;
     Measurement s = make_subtle_control("MP-3", "growing one clean step late (an off-by-one counter) is flagged",
-                                        run_trajectory(dev, late, batch, &tl), tol::kBitwiseMismatches);
+                                        run_trajectory(dev, late, batch, &tl), tol::kBitwiseMismatches, check_name("MP-3", "the scale backs off at each overflow and grows after the interval"));
     describe_mp(s, dev, DType::f16);
     s.config = nlohmann::json{{"fault", "growth_off_by_one"}};
     s.metric = "steps_differing";
@@ -512,7 +579,7 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     stuck.precision.scaler.fault_no_backoff = true;
     nlohmann::json gl;
     Measurement g = make_negative_control("MP-3", "a scale that never backs off is flagged",
-                                          run_trajectory(dev, stuck, batch, &gl), tol::kBitwiseMismatches);
+                                          run_trajectory(dev, stuck, batch, &gl), tol::kBitwiseMismatches, check_name("MP-3", "the scale backs off at each overflow and grows after the interval"));
     describe_mp(g, dev, DType::f16);
     g.config = nlohmann::json{{"fault", "no_backoff"}};
     g.metric = "steps_differing";
@@ -547,7 +614,7 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
 
     const TensorsCompare ca = compare_tensors(u16, u32_all);
     Measurement g = make_negative_control("MP-3", "against fp32 applying every step, the skipped step is seen",
-                                          ca.max_rel_l2, tol::kMpGradRelL2(DType::f16));
+                                          ca.max_rel_l2, tol::kMpGradRelL2(DType::f16), check_name("MP-3", "a run with one overflowing step equals fp32 skipping that step"));
     describe_mp(g, dev, DType::f16);
     g.config = m.config;
     g.config["fp32_skips"] = false;
@@ -656,14 +723,14 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   drop.precision.overflow_fault = OverflowFault::skip_micro_batch;
   const Window dw = run(drop);
   add(make_negative_control("GA-5", "dropping the overflowing micro-batch and applying the rest is flagged",
-                            dw.skip_violations, bound),
+                            dw.skip_violations, bound, check_name("GA-5", "one overflowing micro-batch skips the whole window, state untouched")),
       "skip_micro_batch", "violations", dw);
 
   StepConfig keep = cfg;
   keep.precision.overflow_fault = OverflowFault::keep_last_grad;
   const Window kw = run(keep);
   add(make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged", kw.leaked,
-                          bound),
+                          bound, check_name("GA-5", "nothing of the skipped window leaks into the next one")),
       "keep_last_grad", "gradient_elements_differing", kw);
   return out;
 }
@@ -731,7 +798,7 @@ std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t
   none.precision.master_weights = false;
   const LostUpdates lost = lost_updates(dev, none, batch);
   measure(make_negative_control("MP-4", "without fp32 master weights the small updates are lost, and flagged",
-                                lost.fraction(), bound),
+                                lost.fraction(), bound, check_name("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights")),
           lost, "fp16 only");
 
   StepConfig one = cfg;
@@ -739,7 +806,7 @@ std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t
   const LostUpdates partial = lost_updates(dev, one, batch);
   measure(make_subtle_control("MP-4", fmt::format("one tensor ({}) without an fp32 master is flagged",
                                                   tol::kMpNoMasterParam),
-                              partial.fraction(), bound),
+                              partial.fraction(), bound, check_name("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights")),
           partial, "fp32 masters but one");
   return out;
 }
@@ -782,15 +849,18 @@ std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64
       out.push_back(m);
     }
     if (mlp) continue;
-    // Controls (transformer, fp16): activations kept in fp32 (no autocast: the
-    // ratio is 1), and one kept tensor per block counted elsewhere.
+    // Controls (transformer, fp16): activations kept in fp32 (the step's autocast
+    // fault: the ratio is 1), and one kept tensor per block counted elsewhere.
     {
-      const double ratio = a32 / a32;
+      StepConfig f32_acts = config(DType::f16);
+      f32_acts.precision.fault_fp32_activations = true;
+      const double ratio = static_cast<double>(activation_peak(dev, f32_acts, batch)) / a32;
       Measurement g = make_negative_control("MP-5", "a 16-bit run that keeps its activations in fp32 is flagged",
-                                            std::fabs(ratio / 0.5 - 1.0), bound);
+                                            std::fabs(ratio / 0.5 - 1.0), bound, check_name("MP-5", "activation bytes in 16 bits are half of fp32's"));
       describe(g, dev, DType::f16, model);
       g.metric = "abs(ratio / 0.5 - 1)";
       g.tolerance_reason = tol::kMpActivationRatioReason;
+      g.config = nlohmann::json{{"fault_fp32_activations", true}};
       g.details = nlohmann::json{{"ratio", ratio}};
       out.push_back(g);
     }
@@ -799,7 +869,7 @@ std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64
     const double ratio = static_cast<double>(activation_peak(dev, c16, batch)) / a32;
     Measurement s = make_subtle_control(
         "MP-5", "a 16-bit run whose MLP hidden activations are counted as workspace is flagged",
-        std::fabs(ratio / 0.5 - 1.0), bound);
+        std::fabs(ratio / 0.5 - 1.0), bound, check_name("MP-5", "activation bytes in 16 bits are half of fp32's"));
     describe(s, dev, DType::f16, model);
     s.metric = "abs(ratio / 0.5 - 1)";
     s.tolerance_reason = tol::kMpActivationRatioReason;

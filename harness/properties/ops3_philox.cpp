@@ -56,9 +56,9 @@ Measurement bitwise(const std::string& title, const std::string& backend, size_t
 // A subtle control of a bitwise comparison: `mismatches` counted by the same
 // comparison on data with one bit flipped in one word.
 Measurement one_bit_control(const std::string& what, const std::string& backend, size_t mismatches,
-                            size_t compared, const BitFlip& flip, nlohmann::json config) {
+                            size_t compared, const BitFlip& flip, nlohmann::json config, const std::string& of) {
   Measurement m = make_subtle_control(kId, what + " with one bit flipped in one word is caught",
-                                      static_cast<double>(mismatches), tol::kBitwiseMismatches);
+                                      static_cast<double>(mismatches), tol::kBitwiseMismatches, check_name(kId, of));
   m.backend = backend;
   m.dtype = "uint32";
   m.model = "op:philox";
@@ -91,7 +91,7 @@ std::vector<Measurement> known_answer(uint64_t seed) {
   m.config = cfg;
   const BitFlip flip = bit_flip(seed, 4);
   got[flip.index] ^= flip.mask;
-  return {m, one_bit_control("the round function's output", "cpu", mismatches(got), 4, flip, cfg)};
+  return {m, one_bit_control("the round function's output", "cpu", mismatches(got), 4, flip, cfg, m.title)};
 }
 
 #if HEADROOM_HAVE_CUDA
@@ -184,7 +184,8 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   // Caught when more than half the draws differ: a wrong counter order changes
   // essentially every draw (only block 0 coincides).
   Measurement neg = make_negative_control(kId, "counters without cuRAND's 65536-thread order are caught",
-                                          static_cast<double>(naive_bad) / static_cast<double>(naive_compared), 0.5);
+                                          static_cast<double>(naive_bad) / static_cast<double>(naive_compared), 0.5,
+                                          check_name(kId, u.title));
   neg.backend = "cpu";
   neg.dtype = "uint32";
   neg.model = "op:philox";
@@ -194,7 +195,7 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   neg.details = nlohmann::json{{"mismatches", naive_bad}, {"draws_compared", naive_compared}};
   out.push_back(neg);
   out.push_back(one_bit_control("the host stream", "cpu", flipped_bad, n, flip,
-                                nlohmann::json{{"check", "curand_host_u32"}, {"draws_each", n}, {"offset", 0}}));
+                                nlohmann::json{{"check", "curand_host_u32"}, {"draws_each", n}, {"offset", 0}}, u.title));
   return out;
 }
 
@@ -232,7 +233,7 @@ std::vector<Measurement> device_against_host(Device& dev, const RunContext& ctx)
   Measurement m = bitwise("device Philox draws and uniforms equal the host's", "cuda", bad, compared, {});
   m.config = nlohmann::json{{"check", "device_vs_host"}, {"draws_each", n}, {"offsets", 3}};
   return {m, one_bit_control("the device's draws", "cuda", flipped_bad, n, flip,
-                             nlohmann::json{{"check", "device_vs_host"}, {"draws_each", n}})};
+                             nlohmann::json{{"check", "device_vs_host"}, {"draws_each", n}}, m.title)};
 }
 
 #endif  // HEADROOM_HAVE_CUDA

@@ -229,7 +229,7 @@ std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
     ops::matmul(a.t, false, b.t, true, c);
     const double e =
         nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(n * n, 0.0), 1, n, n, n));
-    out.push_back(tagged(make_negative_control("OPS-1", "matmul with the wrong transpose is caught", e, bound),
+    out.push_back(tagged(make_negative_control("OPS-1", "matmul with the wrong transpose is caught", e, bound, check_name("OPS-1", "matmul forward against float64")),
                          {{"M", n}, {"K", n}, {"N", n}, {"broken", "b transposed"}}));
   }
   {  // Subtle: one input rounded to a coarser significand.
@@ -245,7 +245,7 @@ std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
         nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(M * N, 0.0), 1, M, N, K));
     Measurement m = tagged(
         make_subtle_control("OPS-1", fmt::format("matmul with a rounded to {} significand bits is caught", bits), e,
-                            bound),
+                            bound, check_name("OPS-1", "matmul forward against float64")),
         {{"M", M}, {"K", K}, {"N", N}, {"broken", fmt::format("a rounded to {} significand bits", bits)}});
     m.details = {{"predicted_nmse", std::ldexp(1.0, -2 * bits) / 28.0}};
     out.push_back(std::move(m));
@@ -330,7 +330,7 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
     reseeded.dropout_seed = cfg.dropout_seed + 1;
     const size_t gross = element_mismatches(first, run_step(dev, reseeded, batch), nullptr);
     Measurement g = tagged(make_negative_control("DET-1", "a step with other dropout masks is caught",
-                                                 static_cast<double>(gross), tol::kBitwiseMismatches));
+                                                 static_cast<double>(gross), tol::kBitwiseMismatches, check_name("DET-1", "a training step twice gives the same loss and gradients")));
     g.config["broken"] = "dropout seed + 1 in the second run";
     g.details = {{"elements", compared}};
     out.push_back(std::move(g));
@@ -342,7 +342,7 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
     v = std::nextafter(v, INFINITY);
     const size_t subtle = element_mismatches(first, second, nullptr);
     Measurement s = tagged(make_subtle_control("DET-1", "a step one ulp off in one gradient element is caught",
-                                               static_cast<double>(subtle), tol::kBitwiseMismatches));
+                                               static_cast<double>(subtle), tol::kBitwiseMismatches, check_name("DET-1", "a training step twice gives the same loss and gradients")));
     // The tensor is drawn from the seed: the details, not the config (the key).
     s.config["broken"] = "one gradient element one ulp up";
     s.details = {{"elements", compared}, {"tensor", tensor.first}};

@@ -119,7 +119,7 @@ std::vector<Measurement> q8_round_trip(RunContext& ctx) {
       ops::dequantize_blockwise(codes, absmax, back, block, linear);
       emit(make_negative_control(
           "Q8-1", "negative control (gross): a linear map instead of the dynamic one",
-          round_trip_ratio(data, back.to_host_f32(), absmax.to_host_f32(), block, map), tol::kQ8RoundTripRatio));
+          round_trip_ratio(data, back.to_host_f32(), absmax.to_host_f32(), block, map), tol::kQ8RoundTripRatio, check_name("Q8-1", "block-wise dynamic quantisation: round trip within half the map's gap")));
       // Subtle: the code below the value instead of the nearest one (truncation).
       const q8::Codebook c = q8::make_codebook(map);
       std::vector<float> trunc(n);
@@ -131,7 +131,7 @@ std::vector<Measurement> q8_round_trip(RunContext& ctx) {
         trunc[i] = q8::decode(c, static_cast<uint8_t>(j), a);
       }
       emit(make_subtle_control("Q8-1", "negative control (subtle): the code below the value, not the nearest",
-                               round_trip_ratio(data, trunc, am, block, map), tol::kQ8RoundTripRatio));
+                               round_trip_ratio(data, trunc, am, block, map), tol::kQ8RoundTripRatio, check_name("Q8-1", "block-wise dynamic quantisation: round trip within half the map's gap")));
     }
   }
   return out;
@@ -244,13 +244,13 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
        cols, q8::kDefaultBlock, kQ8OutlierGross, ok);
   const TrackResult gross = track(dev, rows, cols, rows * cols, kQ8OutlierGross, warmup, steps, seed);
   emit(make_negative_control("Q8-2", "negative control (gross): one absmax per tensor, one outlier block",
-                             gross.param_mean_abs, tol::kQ8TrackParamMeanAbs),
+                             gross.param_mean_abs, tol::kQ8TrackParamMeanAbs, check_name("Q8-2", "8-bit AdamW tracks fp32 AdamW with one outlier block")),
        cols, rows * cols, kQ8OutlierGross, gross);
   // Subtle: the first moment in the unsigned map (its sign lost: negative values encode as 0).
   const TrackResult subtle =
       track(dev, rows, cols, q8::kDefaultBlock, 1.f, warmup, steps, seed, MapKind::dynamic_unsigned);
   emit(make_subtle_control("Q8-2", "negative control (subtle): the first moment in the unsigned map",
-                           subtle.param_mean_abs, tol::kQ8TrackParamMeanAbs),
+                           subtle.param_mean_abs, tol::kQ8TrackParamMeanAbs, check_name("Q8-2", "8-bit AdamW tracks fp32 AdamW one step at a time (states resynced)")),
        cols, q8::kDefaultBlock, 1.f, subtle);
   return out;
 }
@@ -323,9 +323,10 @@ std::vector<Measurement> q8_long_horizon(RunContext& ctx) {
     const double rel = std::fabs(got.back() - ref.back()) / ref.back();
     const std::string title = kind == 0 ? "8-bit AdamW's final loss within 5% of fp32 AdamW's, no resync"
                                         : fmt::format("negative control ({}): {}", kind == 1 ? "gross" : "subtle", label);
+    const std::string kQ8_3Check = check_name("Q8-3", "8-bit AdamW's final loss within 5% of fp32 AdamW's, no resync");
     Measurement m = kind == 0   ? make_check("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss)
-                    : kind == 1 ? make_negative_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss)
-                                : make_subtle_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss);
+                    : kind == 1 ? make_negative_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss, kQ8_3Check)
+                                : make_subtle_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss, kQ8_3Check);
     describe(m, dev, "least_squares", {{"steps", steps}, {"block_size", o.block_size}, {"variant", label}}, "rel_final_loss",
              tol::kQ8LongHorizonReason);
     m.details["final_loss_fp32"] = ref.back();
@@ -446,14 +447,14 @@ std::vector<Measurement> q8_state_bytes(RunContext& ctx) {
     fp32.kind = OptimizerKind::adamw;
     const auto gross = measure(fp32);
     emit(make_negative_control("Q8-4", "negative control (gross): fp32 moments (8 bytes per parameter)", rel(gross),
-                               tol::kQ8StateBytesRelError),
+                               tol::kQ8StateBytesRelError, check_name("Q8-4", "8-bit AdamW state: 2 bytes per parameter + 4 per block per moment (tracker)")),
          gross, "fp32 adamw");
     OptimizerConfig one;
     one.kind = OptimizerKind::custom;
     one.factory = [block](ParamSet& ps) { return std::make_unique<OneAbsmax>(ps, block); };
     const auto subtle = measure(one);
     emit(make_subtle_control("Q8-4", "negative control (subtle): an absmax for the first moment only", rel(subtle),
-                             tol::kQ8StateBytesRelError),
+                             tol::kQ8StateBytesRelError, check_name("Q8-4", "8-bit AdamW state: 2 bytes per parameter + 4 per block per moment (tracker)")),
          subtle, "one absmax");
   }
   return out;
@@ -531,7 +532,7 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
   for (auto& [name, bytes] : no_absmax)
     if (name.size() > 7 && name.compare(name.size() - 7, 7, ".absmax") == 0) std::fill(bytes.begin(), bytes.end(), 0);
   emit(make_negative_control("Q8-5", "negative control (gross): the absmax not saved",
-                             static_cast<double>(state_mismatches(*oa, *reloaded(no_absmax))), 0.0),
+                             static_cast<double>(state_mismatches(*oa, *reloaded(no_absmax))), 0.0, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
        "no absmax");
   // Subtle: the state saved dequantised (fp32) and quantised again on load: codes
   // survive, but a block whose largest first moment is negative gets 0.99297 times
@@ -559,7 +560,7 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
     std::memcpy(absmax_bytes.data(), absmax.data(), absmax_bytes.size());
   }
   emit(make_subtle_control("Q8-5", "negative control (subtle): saved dequantised, quantised again on load",
-                           static_cast<double>(state_mismatches(*oa, *reloaded(requant))), 0.0),
+                           static_cast<double>(state_mismatches(*oa, *reloaded(requant))), 0.0, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
        "requantised");
   // Last: this steps the original optimizer.
   {

@@ -164,7 +164,7 @@ std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, ui
       const PackCompare c = compare(cfg, f, true);
       Measurement m = make_negative_control(
           "PK-2", "packed without the boundary mask: later sequences attend to earlier ones (PK-1's check)", c.error,
-          tol);
+          tol, check_name("PK-1", "every packed sequence's loss and gradients equal those of running it alone"));
       fill(m, c);
       out.push_back(std::move(m));
     }
@@ -174,7 +174,7 @@ std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, ui
       const PackCompare c = compare(cfg, f, true);
       Measurement m = make_negative_control(
           "PK-2", "positions not restarted: later sequences read and train other position rows (PK-1's check)",
-          c.error, tol);
+          c.error, tol, check_name("PK-1", "every packed sequence's loss and gradients equal those of running it alone"));
       fill(m, c);
       out.push_back(std::move(m));
     }
@@ -187,7 +187,7 @@ std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, ui
           "PK-1",
           fmt::format("the real-token count includes {} tokens without a target ({})", extra,
                       extra == 1 ? "off by one" : "each sequence's last token"),
-          r.error, tol);
+          r.error, tol, check_name("PK-1", "every packed sequence's loss and gradients equal those of running it alone"));
       fill(m, r);
       m.details["extra_tokens"] = extra;
       m.details["expected_error"] = static_cast<double>(extra) / static_cast<double>(real + extra);

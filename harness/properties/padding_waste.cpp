@@ -108,7 +108,7 @@ std::vector<Measurement> pk3_padding(Device& dev, Preset preset, uint64_t seed) 
   fill(m);
   out.push_back(std::move(m));
   Measurement c = make_negative_control("PK-3", "next fit in arrival order leaves rows half empty",
-                                        static_cast<double>(control_violations), tol::kBitwiseMismatches);
+                                        static_cast<double>(control_violations), tol::kBitwiseMismatches, check_name("PK-3", "pad-token fractions per strategy; first-fit-decreasing rows are all but one more than half full"));
   fill(c);
   out.push_back(std::move(c));
   return out;

@@ -128,7 +128,7 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     const double e_bad =
         pass_error(run_fresh_pass(dev, eff, make_packed_batch(dev, eff.transformer, plan, seqs, f)), naive_packed, zero, &d_bad);
     Measurement g = make_negative_control(
-        "PK-4", "memory-efficient attention without the packing mask differs from masked naive attention", e_bad, tol);
+        "PK-4", "memory-efficient attention without the packing mask differs from masked naive attention", e_bad, tol, check_name("PK-4", "memory-efficient attention equals naive in the model: loss and gradients"));
     fill(g);
     g.details = {{"packed", d_bad}};
     out.push_back(std::move(g));
@@ -184,7 +184,7 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
   {  // Subtle: naive attention (the probabilities kept) judged by the memory-efficient bound.
     const double e = series(false, "pass_peak_exponent", "pass_peak_bytes", &pj);
     Measurement m = make_subtle_control("PK-4", "attention that keeps the T x T probabilities fails the linear bound", e,
-                                        tol::kMemEfficientAttentionMaxExponent);
+                                        tol::kMemEfficientAttentionMaxExponent, check_name("PK-4", "memory-efficient attention: every byte the pass allocates, workspace included, grows like T"));
     fill(m, false, "exponent", pj, e);
     out.push_back(std::move(m));
   }

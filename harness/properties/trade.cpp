@@ -2,6 +2,7 @@
 // adds one technique to the rows above it; its time and memory come from real steps,
 // its loss from a few real optimizer steps against the baseline's, and its micro-batch
 // capacity from a search through the tracker's budget (or real out-of-memory on a GPU).
+#include "harness/faults.hpp"
 #include "harness/properties/trade.hpp"
 
 #include <fmt/format.h>
@@ -26,6 +27,10 @@ namespace {
 // The documents' lengths are drawn from a fixed seed so that the table's shape (how
 // many rows packing needs) is the same at every run seed; the tokens follow the seed.
 constexpr uint64_t kTradeLengthSeed = 2024;
+constexpr const char* kTradeLossTitle = "the loss after a few steps stays near the reference's";
+constexpr const char* kFitTitle = "the largest micro-batch found equals the memory model's";
+const std::string kTradeCheck = check_name("TRADE", kTradeLossTitle);
+const std::string kFitCheck = check_name("BM-FIT", kFitTitle);
 }  // namespace
 
 TradeSetup trade_setup(Preset preset, BackendKind backend) {
@@ -123,6 +128,7 @@ TradeRow lora_reference(const TradeSetup& s) {
 }  // namespace
 
 TradeLoss trade_loss(Device& dev, const TradeSetup& setup, const TradeRow& row, uint64_t seed, TradeFault fault) {
+  fault = faults::armed(fault);
   TradeLoss out;
   StepConfig cfg = row.cfg;
   if (fault == TradeFault::lora_scale_alpha) cfg.adapters.alpha *= static_cast<float>(cfg.adapters.rank);
@@ -173,6 +179,7 @@ bool fits(Device& dev, const StepConfig& cfg, int64_t m, uint64_t seed, size_t* 
 
 FitResult find_largest_micro_batch(Device& dev, const StepConfig& cfg, std::optional<size_t> budget_bytes,
                                    int64_t max_micro_batch, uint64_t seed, FitFault fault) {
+  fault = faults::armed(fault);
   HR_ARG_CHECK(max_micro_batch >= 1, "BM-FIT: max_micro_batch must be >= 1, got {}", max_micro_batch);
   FitResult r;
   r.max_micro_batch = max_micro_batch;
@@ -476,10 +483,10 @@ std::vector<Measurement> trade_checks(RunContext& ctx) {
     const TradeLoss& ref = row.reference_key == "baseline" ? run.losses.front() : run.lora_reference;
     Measurement m;
     if (!l.ok || !ref.ok) {
-      m = make_check("TRADE", "the loss after a few steps stays near the reference's", NAN, tol::kTradeLossProgress);
+      m = make_check("TRADE", kTradeLossTitle, NAN, tol::kTradeLossProgress);
       m.details["reason"] = l.ok ? ref.reason : l.reason;
     } else {
-      m = make_check("TRADE", "the loss after a few steps stays near the reference's", loss_error(l, ref),
+      m = make_check("TRADE", kTradeLossTitle, loss_error(l, ref),
                      tol::kTradeLossProgress);
       m.details = {{"loss_start", l.loss_start}, {"loss_end", l.loss_end}, {"reference_loss_start", ref.loss_start},
                    {"reference_loss_end", ref.loss_end}};
@@ -501,8 +508,8 @@ std::vector<Measurement> trade_checks(RunContext& ctx) {
     const double err = l.ok && ref.ok ? loss_error(l, ref) : NAN;
     const std::string title = gross ? "negative control (gross): LoRA scaled by alpha instead of alpha / r"
                                     : "negative control (subtle): one of the steps skipped (a false overflow)";
-    Measurement m = gross ? make_negative_control("TRADE", title, err, tol::kTradeLossProgress)
-                          : make_subtle_control("TRADE", title, err, tol::kTradeLossProgress);
+    Measurement m = gross ? make_negative_control("TRADE", title, err, tol::kTradeLossProgress, kTradeCheck)
+                          : make_subtle_control("TRADE", title, err, tol::kTradeLossProgress, kTradeCheck);
     describe(m, *it);
     m.details = {{"loss_start", l.loss_start}, {"loss_end", l.loss_end}, {"reference_loss_end", ref.loss_end}};
     out.push_back(std::move(m));
@@ -520,12 +527,12 @@ std::vector<Measurement> fit_checks(RunContext& ctx) {
     const TradeRow& row = setup.rows[i];
     Measurement m;
     if (p.status != "ok") {
-      m = make_check("BM-FIT", "the largest micro-batch found equals the memory model's", NAN, tol::kFitMicroBatch);
+      m = make_check("BM-FIT", kFitTitle, NAN, tol::kFitMicroBatch);
       m.details["reason"] = p.reason;
     } else {
       const double found = p.metrics.at("fit_micro_batch").get<double>();
       const double model = p.metrics.at("predicted_fit_micro_batch").get<double>();
-      m = make_check("BM-FIT", "the largest micro-batch found equals the memory model's", std::fabs(found - model),
+      m = make_check("BM-FIT", kFitTitle, std::fabs(found - model),
                      tol::kFitMicroBatch);
       m.details = {{"found", found}, {"predicted", model}, {"budget_bytes", run.budget_bytes},
                    {"probes", p.metrics.at("probes")}};
@@ -552,10 +559,10 @@ std::vector<Measurement> fit_checks(RunContext& ctx) {
     Measurement m =
         fault == FitFault::no_bisection
             ? make_negative_control("BM-FIT", "negative control (gross): galloping without the bisection", err,
-                                    tol::kFitMicroBatch)
+                                    tol::kFitMicroBatch, kFitCheck)
             : make_subtle_control("BM-FIT",
                                   "negative control (subtle): the search reports the first micro-batch that did not fit",
-                                  err, tol::kFitMicroBatch);
+                                  err, tol::kFitMicroBatch, kFitCheck);
     m.backend = backend_name(ctx.device.kind());
     m.dtype = dtype_name(row.cfg.precision.compute);
     m.model = "transformer";

@@ -343,6 +343,10 @@ Measurement measurement_from_json(const nlohmann::json& j) {
   if (!m.control.empty() && m.control != "gross" && m.control != "subtle")
     throw InvalidArgument(fmt::format("{}: \"control\" must be \"gross\" or \"subtle\", got '{}'", where, m.control));
   if (j.contains("power")) m.power = num_field(j, "power", where);
+  m.control_of = opt_str(j, "control_of");
+  if (!m.negative_control && !m.control_of.empty())
+    throw InvalidArgument(fmt::format("{}: \"control_of\" is '{}' on a measurement that is not a negative control",
+                                      where, m.control_of));
   m.passed = bool_field(j, "passed", where);
   // The verdict is recomputed, not trusted: a stored verdict that the error and the
   // tolerance do not support means the file was edited or is corrupt.

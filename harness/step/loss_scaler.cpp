@@ -4,7 +4,7 @@
 namespace hr {
 
 void DynamicLossScaler::update(bool found_nonfinite) {
-  if (!cfg_.dynamic) return;
+  if (!cfg_.dynamic || cfg_.fault_fixed_scale > 0) return;
   if (found_nonfinite) {
     if (!cfg_.fault_no_backoff) scale_ *= cfg_.backoff;
     tracker_ = 0;

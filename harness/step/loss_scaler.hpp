@@ -22,11 +22,16 @@ struct LossScalerConfig {
   // the counter: subtle); never backs off after an overflow (gross).
   bool fault_growth_off_by_one = false;
   bool fault_no_backoff = false;
+  // Wrong on purpose (MP-1's controls): > 0 makes the scaler hold this scale from the
+  // first step on, whatever it was configured with (1: no loss scale at all; 2^2: a
+  // scale too small to lift fp16's tail). 0 (off) in a correct scaler.
+  double fault_fixed_scale = 0;
 };
 
 class DynamicLossScaler {
  public:
-  explicit DynamicLossScaler(const LossScalerConfig& cfg = {}) : cfg_(cfg), scale_(cfg.init_scale) {}
+  explicit DynamicLossScaler(const LossScalerConfig& cfg = {})
+      : cfg_(cfg), scale_(cfg.fault_fixed_scale > 0 ? cfg.fault_fixed_scale : cfg.init_scale) {}
   double scale() const { return scale_; }
   int64_t growth_tracker() const { return tracker_; }  // clean steps since the last change
   // Called once per step with whether the unscaled gradients held an inf/NaN.

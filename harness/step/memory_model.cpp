@@ -5,6 +5,7 @@
 // harness/step/checkpoint.cpp and the kernels make and free them, which adds the
 // temporaries and so the workspace and total peaks. Tests hold the two to the same
 // activation bytes; MEM-1 holds both to the tracker.
+#include "harness/faults.hpp"
 #include "harness/step/memory_model.hpp"
 
 #include <fmt/format.h>
@@ -764,6 +765,12 @@ double batch_bytes(const StepConfig& cfg) {
 }  // namespace
 
 MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, PredictionFault fault) {
+  fault = faults::armed(fault);
+  if (fault == PredictionFault::ignore_checkpointing) {
+    StepConfig plain = cfg;
+    plain.checkpoint.every_k_blocks = 0;
+    return predict_memory(plain, backend, PredictionFault::none);
+  }
   validate(cfg);
   MemoryPrediction p;
   const int64_t P = parameter_count(cfg);

@@ -34,6 +34,7 @@ namespace hr {
 enum class PredictionFault : uint8_t {
   none,
   omit_norm_stats,  // forgets the normalisation layers' saved fp32 statistics (LayerNorm 8 bytes per row)
+  ignore_checkpointing,  // predicts the step as if nothing were checkpointed
 };
 
 struct MemoryPrediction {

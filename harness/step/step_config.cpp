@@ -265,6 +265,36 @@ void mark_asked(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+StepConfig without_faults(StepConfig c) {
+  switch (c.loss_norm) {
+    case LossNormalization::no_division:
+    case LossNormalization::mean_div_k_plus_one: c.loss_norm = LossNormalization::mean_div_k; break;
+    case LossNormalization::sum_div_window_items_plus_one: c.loss_norm = LossNormalization::sum_div_window_items; break;
+    case LossNormalization::mean_div_k:
+    case LossNormalization::sum_div_window_items: break;
+  }
+  c.precision.grad_accum = DType::f32;
+  c.precision.master_weights = true;
+  c.precision.fault_no_master.clear();
+  c.precision.fault_fp32_activations = false;
+  c.precision.fault_compute_fp16 = false;
+  c.precision.overflow_fault = OverflowFault::none;
+  c.precision.scaler.fault_growth_off_by_one = false;
+  c.precision.scaler.fault_no_backoff = false;
+  c.precision.scaler.fault_fixed_scale = 0;
+  c.kept_label_fault = KeptLabelFault::none;
+  c.dropout_keying = DropoutKeying::per_sample;
+  c.checkpoint.fresh_rng_on_recompute = false;
+  c.checkpoint.update_bn_stats_on_recompute = false;
+  c.checkpoint.fault_flip_mask_elements = 0;
+  c.checkpoint.fault_extra_block_forwards = 0;
+  c.checkpoint.fault_never_recompute = false;
+  c.mlp.fault_ln_batch_leak = 0.f;
+  c.mlp.fault_ghost_bn_neighbour_leak = 0.f;
+  c.mlp.fault_bn_recompute_channels = 0;
+  return c;
+}
+
 std::string summary(const StepConfig& cfg) {
   std::string s;
   if (cfg.model == ModelKind::transformer) {

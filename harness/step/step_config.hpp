@@ -59,6 +59,12 @@ struct PrecisionConfig {
   OverflowFault overflow_fault = OverflowFault::none;
   // Wrong on purpose (MP-4's subtle control): this parameter keeps no fp32 master.
   std::string fault_no_master;
+  // Wrong on purpose (MP-5's gross control): the model runs, and keeps its
+  // activations, in fp32 although `compute` is 16-bit (autocast never applied).
+  bool fault_fp32_activations = false;
+  // Wrong on purpose (MP-2's controls): the step computes in fp16 although `compute`
+  // says bf16 (the wrong 16-bit type picked), its loss scale whatever the scaler holds.
+  bool fault_compute_fp16 = false;
 };
 
 enum class AdapterKind : uint8_t { none, lora };
@@ -102,6 +108,14 @@ std::string summary(const StepConfig& cfg);
 // Throws InvalidArgument naming the field and the reason, e.g.
 // "micro_batch: 3 does not divide batch 8".
 void validate(const StepConfig& cfg);
+
+// The configuration with every fault switch off (harness/faults.hpp): the broken
+// loss normalisations become their correct forms, a 16-bit accumulation buffer
+// fp32, running-offset dropout keys per-sample ones, a missing master weight (all or
+// one) kept, and every fault_* field, the overflow fault, the kept-label fault, the
+// recompute's fresh dropout state and its second BatchNorm update cleared. A
+// TrainStep built while the switches are disarmed runs this configuration.
+StepConfig without_faults(StepConfig cfg);
 
 // The preset sizes (harness/models/presets.hpp) as a step configuration.
 StepConfig step_config_for(ModelKind model, Preset preset);

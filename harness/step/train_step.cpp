@@ -7,6 +7,7 @@
 #include "harness/check.hpp"
 #include "harness/models/mlp.hpp"
 #include "harness/models/transformer.hpp"
+#include "harness/faults.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/reduce/reduce.hpp"
 
@@ -14,7 +15,8 @@ namespace hr {
 
 std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   validate(cfg);
-  const ParamStorage storage{cfg.precision.compute, cfg.precision.master_weights, cfg.precision.fault_no_master};
+  const DType compute = cfg.precision.fault_fp32_activations ? DType::f32 : cfg.precision.compute;
+  const ParamStorage storage{compute, cfg.precision.master_weights, cfg.precision.fault_no_master};
   const bool lora = cfg.adapters.kind == AdapterKind::lora;
   if (cfg.model == ModelKind::mlp)
     return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,
@@ -23,8 +25,19 @@ std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
                                             cfg.adapters.alpha);
 }
 
+namespace {
+// The configuration a step runs: as given while the fault switches are armed, with
+// every switch off while they are disarmed; a switch that changes the compute type
+// takes effect here.
+StepConfig running_config(const StepConfig& cfg) {
+  StepConfig c = faults::armed() ? cfg : without_faults(cfg);
+  if (c.precision.fault_compute_fp16) c.precision.compute = DType::f16;
+  return c;
+}
+}  // namespace
+
 TrainStep::TrainStep(Device& dev, const StepConfig& cfg)
-    : dev_(&dev), cfg_(cfg), scaler_(cfg.precision.scaler) {
+    : dev_(&dev), cfg_(running_config(cfg)), scaler_(cfg_.precision.scaler) {
   model_ = make_model(dev, cfg_);
   optimizer_ = make_optimizer(cfg_.optimizer, model_->params());
   rng_.seed = cfg_.dropout_seed;

@@ -1,9 +1,14 @@
-// Check power (PROPERTIES.md POWER): every registered property carries, beside its
-// gross negative control, a subtle one whose error lies within 100x of its bound,
-// and catches it; a broken variant that blows up to NaN or inf is never counted
-// as caught. A new property without a subtle control fails here.
+// Check power (PROPERTIES.md POWER), per check, not per property: every check a
+// registered property makes (an assertion, "ID: title", over every dtype, model and
+// configuration) has a subtle negative control aimed at it (control_of) whose error
+// lies within 100x of the bound, and catches it; a broken variant that blows up to
+// NaN or inf is never counted as caught. And every control is a fault switch in the
+// code path: run with the switches disarmed (harness/faults.hpp), no control may be
+// caught, since a control that "catches" a correct run is fake. A new check without
+// a subtle control, or a control whose fault is arithmetic of the property, fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -11,6 +16,7 @@
 
 #include "harness/check.hpp"
 #include "harness/dist/launch.hpp"
+#include "harness/faults.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/results.hpp"
 #include "harness/tolerances.hpp"
@@ -71,65 +77,123 @@ TEST(Power, ControlAndPowerSurviveResultsJson) {
 const std::map<std::string, std::string> kGpuOnly = {
     {"MEM-3", "compares the tracker with the CUDA pool's own high-water mark"}};
 
-// Properties whose subtle control is still to come. The test fails when one of
-// them gains a subtle control (shrink the list) and when any other lacks one.
-// - PK-3: its check counts packed rows at most half full beyond the one first fit
-//   allows (bound: none); the pad fractions beside it are measurements. A packer
-//   fault that leaves between 1 and 100 such rows at every seed is still to be found
-//   (next fit in arrival order, the gross control, leaves hundreds).
-// - PK-2: both faults it names are gross by nature. Without the boundary mask a
-//   sequence attends to whole other sequences; with positions running on, a
-//   sequence's tokens read, and send their gradient to, other rows of the learned
-//   position table, so that table's gradient differs in full (measured >= 110x
-//   bf16's bound, >= 1e5x fp32's). PK-1's own subtle control (the real-token count
-//   off) shows the same check seeing errors near its bound.
-const std::set<std::string> kSubtleControlPending = {"PK-2", "PK-3"};
+// Checks whose subtle control is still to come, each with the reason. The test
+// fails when one of them gains a caught subtle control (take it off the list) and
+// when any other check lacks one.
+const std::map<std::string, std::string> kSubtleControlPending = {
+#include "suites/correctness/power_pending.inc"
+};
 
-TEST(Power, EveryRegisteredPropertyCatchesASubtleControl) {
-  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
-  ASSERT_FALSE(hr::property_registry().empty());
+// Controls whose broken variant is not (yet) a switch in the code path: a
+// configuration the property chooses (another norm, another schedule, a test-side
+// construction), so they stay caught with the switches disarmed. The test fails
+// when one of them is no longer caught disarmed (take it off the list) and when any
+// other control is.
+const std::map<std::string, std::string> kNotASwitch = {
+#include "suites/correctness/power_not_a_switch.inc"
+};
+
+struct SpecRuns {
+  bool skipped = false;
+  std::string skip_reason;
+  std::vector<hr::Measurement> armed, disarmed;
+};
+
+SpecRuns run_spec(const hr::PropertySpec& spec) {
+  SpecRuns r;
+  hr::Device& dev = *hr::test::shared_device(hr::BackendKind::cpu, nullptr);
+  try {
+    hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
+    r.armed = spec.run(ctx);
+  } catch (const hr::Skipped& e) {
+    r.skipped = true;
+    r.skip_reason = e.what();
+    return r;
+  }
+  hr::faults::Disarmed off;
+  EXPECT_FALSE(hr::faults::armed());
+  hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
+  r.disarmed = spec.run(ctx);
+  return r;
+}
+
+std::string control_key(const hr::Measurement& m) { return hr::check_name(m.id, m.title); }
+
+// Every registered property, armed and disarmed, at the quick preset on the CPU:
+// one test, since a control may be aimed at another property's check (CK-2's at
+// CK-1's, GA-2's at GA-1's).
+TEST(Power, EveryCheckHasACaughtSubtleControlAndEveryControlIsASwitch) {
+  std::vector<hr::Measurement> armed, disarmed;
   for (const hr::PropertySpec& spec : hr::property_registry()) {
     SCOPED_TRACE(spec.id);
-    hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
-    std::vector<hr::Measurement> ms;
-    try {
-      ms = spec.run(ctx);
-    } catch (const hr::Skipped& e) {
+    SpecRuns r = run_spec(spec);
+    if (r.skipped) {
       // A stated skip: the data-parallel entries where MPI or mpirun is absent, the
       // GPU-only ones on the CPU. Nothing else may skip here.
       const bool dp_absent = spec.id == "DP-1" && !hr::dist::dp_unavailable_reason().empty();
-      EXPECT_TRUE(dp_absent || kGpuOnly.count(spec.id)) << spec.id << " skipped on the CPU: " << e.what();
+      EXPECT_TRUE(dp_absent || kGpuOnly.count(spec.id)) << spec.id << " skipped on the CPU: " << r.skip_reason;
       continue;
     }
-    EXPECT_FALSE(ms.empty()) << spec.id << " measured nothing on the CPU and did not say why (throw Skipped)";
-    if (ms.empty()) continue;
-    std::set<std::string> ids_with_subtle, ids;
-    for (const hr::Measurement& m : ms) {
-      ids.insert(m.id);
-      if (m.control != "subtle") continue;
-      EXPECT_TRUE(hr::test::passed(m));
-      ASSERT_TRUE(!m.passed || m.power.has_value()) << hr::test::describe(m);
-      if (m.passed) {
-        // A bound of zero (bitwise, or an exact count) makes the power the count the
-        // fault changed: one element, or one micro-batch, is the subtlest catch there is.
-        if (m.tolerance == 0)
-          EXPECT_GE(*m.power, 1.0) << hr::test::describe(m);
-        else
-          EXPECT_GT(*m.power, 1.0) << hr::test::describe(m);
-        EXPECT_LE(*m.power, hr::tol::kSubtleControlMaxPower) << hr::test::describe(m);
-        ids_with_subtle.insert(m.id);
-      }
-    }
-    // A spec may emit several IDs (OPS-1 and DET-1): each needs its own.
-    for (const std::string& id : ids) {
-      if (kSubtleControlPending.count(id)) {
-        EXPECT_FALSE(ids_with_subtle.count(id)) << id << " now has a subtle control: take it off the pending list";
-        continue;
-      }
-      EXPECT_TRUE(ids_with_subtle.count(id)) << id << " (registered as " << spec.id
-                                             << ") has no caught subtle negative control";
-    }
+    EXPECT_FALSE(r.armed.empty()) << spec.id << " measured nothing on the CPU and did not say why (throw Skipped)";
+    EXPECT_EQ(r.disarmed.size(), r.armed.size()) << spec.id << ": the disarmed run measured something else";
+    armed.insert(armed.end(), r.armed.begin(), r.armed.end());
+    disarmed.insert(disarmed.end(), r.disarmed.begin(), r.disarmed.end());
   }
+
+  // Checks, and the subtle controls caught for each.
+  std::map<std::string, int> caught_subtle;  // check name -> caught subtle controls aimed at it
+  for (const hr::Measurement& m : armed)
+    if (!m.negative_control) caught_subtle.emplace(hr::check_name(m.id, m.title), 0);
+  for (const hr::Measurement& m : armed) {
+    if (!m.negative_control) continue;
+    SCOPED_TRACE(hr::test::describe(m));
+    EXPECT_TRUE(hr::test::passed(m));
+    if (m.control_of.empty()) {
+      ADD_FAILURE() << "a control that names no check it must trip";
+      continue;
+    }
+    EXPECT_TRUE(caught_subtle.count(m.control_of)) << "control_of names no check of this run: " << m.control_of;
+    if (m.control != "subtle" || !m.passed) continue;
+    ASSERT_TRUE(m.power.has_value());
+    // A bound of zero (bitwise, or an exact count) makes the power the count the
+    // fault changed: one element, or one micro-batch, is the subtlest catch there is.
+    if (m.tolerance == 0)
+      EXPECT_GE(*m.power, 1.0);
+    else
+      EXPECT_GT(*m.power, 1.0);
+    EXPECT_LE(*m.power, hr::tol::kSubtleControlMaxPower);
+    if (caught_subtle.count(m.control_of)) ++caught_subtle[m.control_of];
+  }
+  for (const auto& [check, n] : caught_subtle) {
+    if (kSubtleControlPending.count(check)) {
+      EXPECT_EQ(n, 0) << check << " now has a subtle control: take it off power_pending.inc";
+      continue;
+    }
+    EXPECT_GT(n, 0) << "no caught subtle control aimed at " << check;
+  }
+  for (const auto& [check, why] : kSubtleControlPending)
+    EXPECT_TRUE(caught_subtle.count(check)) << "power_pending.inc names no check of this run: " << check;
+
+  // Disarmed: no control caught.
+  std::set<std::string> still_caught;
+  for (const hr::Measurement& m : disarmed) {
+    if (!m.negative_control) continue;
+    if (m.passed) still_caught.insert(control_key(m));
+    if (!kNotASwitch.count(control_key(m)))
+      EXPECT_FALSE(m.passed) << "caught with every fault switch off (its fault is not in the code path): {"
+                             << control_key(m) << "} " << hr::test::describe(m);
+  }
+  for (const auto& [control, why] : kNotASwitch)
+    EXPECT_TRUE(still_caught.count(control))
+        << control << " is not caught with the switches off (or not run): take it off power_not_a_switch.inc";
+}
+
+TEST(Power, EveryListedExceptionSaysWhy) {
+  for (const auto* list : {&kSubtleControlPending, &kNotASwitch})
+    for (const auto& [name, why] : *list) {
+      EXPECT_NE(name.find(": "), std::string::npos) << name << ": not a check name (ID: title)";
+      EXPECT_FALSE(why.empty()) << name << ": an exception needs its reason";
+    }
 }
 
 }  // namespace

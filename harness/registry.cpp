@@ -19,8 +19,8 @@ Measurement make_check(std::string id, std::string title, double error, double t
 }
 
 namespace {
-// What power is measured in: the bound, or for a bound of zero (bitwise checks
-// counting mismatching elements) one element.
+// What power is measured in: the bound, or for a bound of zero (a real-valued exact
+// check) the metric's own unit (Measurement::power).
 double power_unit(double tolerance) { return tolerance > 0 ? tolerance : 1.0; }
 }  // namespace
 

@@ -43,10 +43,13 @@ struct Measurement {
   // bound (divide by K+1, a token count off by one, a 16-bit accumulation buffer),
   // which shows the check can see an error near its bound. Empty for a check.
   std::string control;
-  // For a caught negative control: error / tolerance, the injected error relative to
-  // the bound (for a bound of zero, as bitwise checks counting mismatching elements
-  // have, error / 1: the number of elements the fault changed). The smallest power over a property's caught controls is the smallest
-  // error that property was shown to see (the report's power column).
+  // For a caught negative control: error / tolerance, the injected error in units of
+  // the bound. Counts (bitwise comparisons, exact counts) have the bound 0.5
+  // (tol::kBitwiseMismatches: "fewer than one"), so one element off is a power of 2.
+  // Only real-valued exact checks keep a bound of 0 (DP-2's byte ratio, a ZeRO share
+  // that divides evenly); their power is the error itself, in the metric's units.
+  // The smallest power over a check's caught controls is the smallest error that
+  // check was shown to see (the report's power column).
   std::optional<double> power;
   bool passed = false;  // correct variant: error <= tolerance; negative control: caught
   // The stable key of this measurement: the same at every seed and in every run of

@@ -113,6 +113,20 @@ inline constexpr const char* kGradAccumReason =
 //   101x); fp16 compute a bf16 buffer and bf16 compute a buffer of its own dtype,
 //   both at K = 32, where they stand furthest above the 16-bit runs' own noise
 //   (an fp16 buffer, 8.7e-4..1.9e-3, would hide in fp16's own flips).
+// GA-1's buffer check: the accumulated gradient against the float64 sum of its K
+// micro-batches' gradients, each computed alone by the same step (the 16-bit
+// compute's rounding cancels; what is left is the buffer's). A right fp32 buffer
+// rounds each of the K additions at 2^-24: measured at seeds 1-6 (quick, CPU) at most
+// 1.5e-7 (0.004 of the bound) in every dtype and model, except the fp16 transformer's
+// position table, 1.45e-5 (0.29) at every K and seed, from the order of its fp32
+// sums over the tokens. An fp16 buffer (every addition rounded at 2^-11) errs 3.3e-4
+// at K = 4 up to 1.7e-3 at K = 32: powers 6.6-34, caught at K = 4, 8 and 32 in every
+// compute dtype and model at every seed.
+inline constexpr double kGradAccumBufferRelL2 = 5e-5;
+inline constexpr const char* kGradAccumBufferReason =
+    "GA-1's buffer check: an fp32 buffer's K roundings at 2^-24, far below a 16-bit buffer's at 2^-11 "
+    "(harness/tolerances.hpp kGradAccumBufferRelL2)";
+inline constexpr int64_t kGradAccumBufferKs[] = {4, 8, 32};
 constexpr int64_t kGradAccumSubtleBufferMicroBatch(DType t) { return t == DType::f32 ? 8 : 1; }
 inline constexpr const char* kGradAccumSubtleBufferReason =
     "a 16-bit gradient buffer rounds every micro-batch's addition (harness/tolerances.hpp "
@@ -573,6 +587,22 @@ inline constexpr double kLoraFdSubtleScale = 3e-4;
 // 0.40 of the bound. Controls: one of the 4 steps skipped 0.13-0.25 (6.4-12.7x),
 // LoRA scaled by alpha instead of alpha / r 4.1-5.5 (205-277x).
 inline constexpr double kTradeLossProgress = 0.02;
+// TRADE's consumer checks: each row's targeted consumer peak over the previous row's
+// must be at most this (a row that skipped its technique reads ~1). Expected and
+// measured (quick, CPU): 16-bit activations 0.50 of fp32's; packing with
+// memory-efficient attention 0.10 (most slots were padding, and no T x T); 4
+// micro-batches 0.25; checkpointing every block 0.27; 8-bit moments 0.26 (2 bytes and
+// an absmax per 256 of 8); LoRA r8 on q, v 0.017 of the gradients and the state. Each
+// bound leaves the expected ratio room (other shapes keep different fixed parts) and
+// stays below 1 by at least a third.
+inline constexpr double kTradeShrinkMixedPrecision = 0.6;
+inline constexpr double kTradeShrinkSeqPadding = 0.75;
+inline constexpr double kTradeShrinkAccumulation = 0.5;
+inline constexpr double kTradeShrinkCheckpointing = 0.75;
+inline constexpr double kTradeShrink8bit = 0.5;
+inline constexpr double kTradeShrinkLora = 0.25;
+inline constexpr const char* kTradeShrinkReason =
+    "the row's targeted consumer at most this share of the previous row's (harness/tolerances.hpp kTradeShrink*)";
 inline constexpr const char* kTradeLossProgressReason =
     "bf16 rounding (2^-8) of weights and activations and 8-bit moments move AdamW's first steps by a few percent "
     "of the loss's progress, under 0.8% measured over 20 seeds; 2% of the progress is the bound (harness/tolerances.hpp kTradeLossProgress)";

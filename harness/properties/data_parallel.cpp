@@ -419,9 +419,9 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       for (int64_t s = 1; s <= (v.fault == dist::ZeroFault::none ? steps : 1); ++s) {
         const double worst =
             max_over_ranks(comm, dev, static_cast<double>(mismatches[static_cast<size_t>(s - 1)]));
-        Measurement m = std::string(v.kind) == "check"   ? make_check("DP-3", v.title, worst, 0.0)
-                        : std::string(v.kind) == "gross" ? make_negative_control("DP-3", v.title, worst, 0.0, check_name("DP-3", variants[0].title))
-                                                         : make_subtle_control("DP-3", v.title, worst, 0.0, check_name("DP-3", variants[0].title));
+        Measurement m = std::string(v.kind) == "check"   ? make_check("DP-3", v.title, worst, tol::kBitwiseMismatches)
+                        : std::string(v.kind) == "gross" ? make_negative_control("DP-3", v.title, worst, tol::kBitwiseMismatches, check_name("DP-3", variants[0].title))
+                                                         : make_subtle_control("DP-3", v.title, worst, tol::kBitwiseMismatches, check_name("DP-3", variants[0].title));
         describe(m, dev, DType::f32, c.model);
         m.config = dp_config(comm, c, mb, DpSync::once_per_window);
         m.config["optimizer"] = "adamw";

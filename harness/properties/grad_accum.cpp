@@ -25,6 +25,8 @@
 namespace hr::props {
 namespace {
 constexpr const char* kGa1Title = "accumulated gradient equals the full-batch gradient";
+constexpr const char* kGa1BufferTitle =
+    "the accumulation buffer adds the micro-batches' gradients as exactly as fp32 does";
 constexpr const char* kGa3SgdTitle = "one SGD step from the accumulated gradient makes the large-batch update";
 constexpr const char* kGa3MomentsTitle = "AdamW moments after a step from the accumulated gradient equal the large-batch step's";
 constexpr const char* kGa4Title = "padded rows: the summed loss over the real tokens of the whole window equals the full batch";
@@ -123,6 +125,55 @@ std::vector<Measurement> ga1_accumulated_gradient(Device& dev, DType dtype, Pres
       m.details["nonfinite"] = acc.nonfinite || full.nonfinite;
       m.details["dropout"] = kDropoutNote;
       out.push_back(std::move(m));
+    }
+
+    // The buffer alone: the accumulated gradient against the exact (float64) sum of
+    // its micro-batches' gradients, each computed by the same step on that micro-batch
+    // alone. The 16-bit compute's own rounding is the same on both sides (dividing by
+    // a power-of-two K is exact), so what is left is the buffer's: fp32 rounding for
+    // a right one, 16-bit rounding of every addition for the fault.
+    for (int64_t K : tol::kGradAccumBufferKs) {
+      const int64_t mb = kEffectiveBatch / K;
+      NamedValues sum;  // float64 sum, stored as float once divided
+      std::vector<std::vector<double>> acc64;
+      for (int64_t k = 0; k < K; ++k) {
+        StepConfig one = mc.config(dtype, mb, preset);
+        one.batch = mb;
+        const GradRun g = gradients_of(dev, one, batch.slice(k * mb, (k + 1) * mb));
+        if (acc64.empty()) {
+          sum = g.grads;
+          acc64.resize(g.grads.size());
+          for (size_t t = 0; t < g.grads.size(); ++t) acc64[t].assign(g.grads[t].second.size(), 0.0);
+        }
+        for (size_t t = 0; t < g.grads.size(); ++t)
+          for (size_t i = 0; i < g.grads[t].second.size(); ++i) acc64[t][i] += g.grads[t].second[i];
+      }
+      for (size_t t = 0; t < sum.size(); ++t)
+        for (size_t i = 0; i < sum[t].second.size(); ++i)
+          sum[t].second[i] = static_cast<float>(acc64[t][i] / static_cast<double>(K));
+      const std::string buffer_check = check_name("GA-1", kGa1BufferTitle);
+      auto measure = [&](DType buf, const char* control) {
+        const GradRun acc = gradients_of(dev, with_buffer(mc.config(dtype, mb, preset), buf), batch);
+        const TensorsCompare c = compare_tensors(acc.grads, sum, zero);
+        const double btol = tol::kGradAccumBufferRelL2;
+        const std::string k = control;
+        Measurement m =
+            k.empty() ? make_check("GA-1", kGa1BufferTitle, c.max_rel_l2, btol)
+                      : make_subtle_control("GA-1",
+                                            fmt::format("an {} accumulation buffer is flagged by the buffer check",
+                                                        dtype_name(buf)),
+                                            c.max_rel_l2, btol, buffer_check);
+        describe(m, dev, dtype, mc.name);
+        m.config = accum_config(mb, "mean_div_k");
+        if (buf != DType::f32) m.config["grad_accum"] = dtype_name(buf);
+        m.metric = "max_tensor_rel_l2 against the float64 sum of the micro-batches' gradients";
+        m.tolerance_reason = tol::kGradAccumBufferReason;
+        m.details = compare_details(c);
+        if (buf != DType::f32) m.details["fault"] = tol::kGradAccumSubtleBufferReason;
+        out.push_back(std::move(m));
+      };
+      measure(DType::f32, "");
+      measure(DType::f16, "subtle");
     }
 
     // Subtle: the same accumulation into a 16-bit buffer.

@@ -87,18 +87,18 @@ std::vector<Measurement> lr1_identity(RunContext& ctx) {
   {
     TrainStep s(dev, cfg);
     emit(make_check("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise", mismatches(s),
-                    0.0));
+                    tol::kBitwiseMismatches));
   }
   {
     TrainStep s(dev, cfg);
     set_b(s, ctx.seed, 0.05f);
-    emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), 0.0, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
+    emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), tol::kBitwiseMismatches, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }
   {
     TrainStep s(dev, cfg);
     set_b(s, ctx.seed, tol::kLoraSubtleBStd);
     emit(make_subtle_control("LR-1", fmt::format("B drawn normal(0, {:g}) instead of zero", tol::kLoraSubtleBStd),
-                             mismatches(s), 0.0, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
+                             mismatches(s), tol::kBitwiseMismatches, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }
   return out;
 }
@@ -206,11 +206,11 @@ std::vector<Measurement> lr4_frozen(RunContext& ctx) {
   };
   nlohmann::json d;
   double e = error_of(Variant::lora, d);
-  emit(make_check("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)", e, 0.0), d);
+  emit(make_check("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)", e, tol::kBitwiseMismatches), d);
   e = error_of(Variant::full, d);
-  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, 0.0, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
+  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, tol::kBitwiseMismatches, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
   e = error_of(Variant::ln_grad_kept, d);
-  emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, 0.0, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
+  emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, tol::kBitwiseMismatches, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
   return out;
 }
 

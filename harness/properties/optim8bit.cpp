@@ -532,7 +532,7 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
   for (auto& [name, bytes] : no_absmax)
     if (name.size() > 7 && name.compare(name.size() - 7, 7, ".absmax") == 0) std::fill(bytes.begin(), bytes.end(), 0);
   emit(make_negative_control("Q8-5", "negative control (gross): the absmax not saved",
-                             static_cast<double>(state_mismatches(*oa, *reloaded(no_absmax))), 0.0, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
+                             static_cast<double>(state_mismatches(*oa, *reloaded(no_absmax))), tol::kBitwiseMismatches, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
        "no absmax");
   // Subtle: the state saved dequantised (fp32) and quantised again on load: codes
   // survive, but a block whose largest first moment is negative gets 0.99297 times
@@ -560,13 +560,13 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
     std::memcpy(absmax_bytes.data(), absmax.data(), absmax_bytes.size());
   }
   emit(make_subtle_control("Q8-5", "negative control (subtle): saved dequantised, quantised again on load",
-                           static_cast<double>(state_mismatches(*oa, *reloaded(requant))), 0.0, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
+                           static_cast<double>(state_mismatches(*oa, *reloaded(requant))), tol::kBitwiseMismatches, check_name("Q8-5", "quantised state saved and reloaded bitwise")),
        "requantised");
   // Last: this steps the original optimizer.
   {
     std::unique_ptr<Optimizer> ob = reloaded(saved);
     emit(make_check("Q8-5", "quantised state saved and reloaded bitwise", static_cast<double>(state_mismatches(*oa, *ob)),
-                    0.0),
+                    tol::kBitwiseMismatches),
          "bytes");
     // And the next step from the reloaded state is the next step from the original.
     ParamSet pa(dev, ParamStorage{}, ctx.seed), pb(dev, ParamStorage{}, ctx.seed);
@@ -584,7 +584,7 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
       for (size_t e = 0; e + 4 <= x.size(); e += 4) diff += std::memcmp(&x[e], &y[e], 4) != 0;
     }
     emit(make_check("Q8-5", "a step after the reload equals the step without it (parameters and state, bitwise)",
-                    static_cast<double>(diff), 0.0),
+                    static_cast<double>(diff), tol::kBitwiseMismatches),
          "next step");
   }
   return out;

@@ -28,6 +28,7 @@ namespace {
 // many rows packing needs) is the same at every run seed; the tokens follow the seed.
 constexpr uint64_t kTradeLengthSeed = 2024;
 constexpr const char* kTradeLossTitle = "the loss after a few steps stays near the reference's";
+constexpr const char* kTradeShrinkTitle = "each row shrinks the consumer its technique targets (tracker peaks)";
 constexpr const char* kFitTitle = "the largest micro-batch found equals the memory model's";
 const std::string kTradeCheck = check_name("TRADE", kTradeLossTitle);
 const std::string kFitCheck = check_name("BM-FIT", kFitTitle);
@@ -323,6 +324,37 @@ SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& r
   return p;
 }
 
+// What a row's technique must shrink, and by how much at least (tolerances.hpp).
+struct TradeTarget {
+  std::vector<Consumer> consumers;
+  double bound;
+  const char* reason;
+};
+TradeTarget trade_target(const std::string& key) {
+  if (key == "mixed_precision") return {{Consumer::activations}, tol::kTradeShrinkMixedPrecision, tol::kTradeShrinkReason};
+  if (key == "seq_padding") return {{Consumer::activations}, tol::kTradeShrinkSeqPadding, tol::kTradeShrinkReason};
+  if (key == "accumulation") return {{Consumer::activations}, tol::kTradeShrinkAccumulation, tol::kTradeShrinkReason};
+  if (key == "checkpointing") return {{Consumer::activations}, tol::kTradeShrinkCheckpointing, tol::kTradeShrinkReason};
+  if (key == "adamw8bit") return {{Consumer::optimizer_state}, tol::kTradeShrink8bit, tol::kTradeShrinkReason};
+  if (key == "lora")
+    return {{Consumer::gradients, Consumer::optimizer_state}, tol::kTradeShrinkLora, tol::kTradeShrinkReason};
+  throw Error(fmt::format("TRADE: no target consumer for the row '{}'", key));
+}
+
+// The tracker's peaks over one step of the row after a first one (the timed region of
+// measure_trade_row without the timing).
+MemorySnapshot trade_row_peaks(Device& dev, const TradeSetup& s, const TradeRow& row, uint64_t seed) {
+  const OneBlasThread one_blas_thread(dev);
+  const Batch batch = trade_batch(dev, s, row, seed);
+  TrainStep step(dev, row.cfg);
+  step.step(batch);
+  dev.synchronize();
+  dev.memory().reset_peak();
+  step.step(batch);
+  dev.synchronize();
+  return dev.memory().snapshot();
+}
+
 double loss_error(const TradeLoss& row, const TradeLoss& ref) {
   // The difference in the loss after the steps, relative to how far the reference moved:
   // an error of 1 is a row that trained as much as the reference, in the wrong place.
@@ -494,6 +526,56 @@ std::vector<Measurement> trade_checks(RunContext& ctx) {
     describe(m, row);
     out.push_back(std::move(m));
   }
+  // Each row shrinks what its technique targets, read from the tracker's peaks over the
+  // timed steps, against the row before it. The control is the checkpointing row with
+  // the schedule's fault switch that keeps every block's activations (a row that
+  // silently skipped its technique).
+  const std::string shrink_check = check_name("TRADE", kTradeShrinkTitle);
+  auto shrink = [&](const TradeRow& row, const SweepPoint& p, const SweepPoint& before, const char* control,
+                    const MemorySnapshot* measured) {
+    const TradeTarget t = trade_target(row.key);
+    double worst = 0;
+    nlohmann::json per = nlohmann::json::object();
+    const bool ok = p.status == "ok" && before.status == "ok";
+    for (Consumer c : t.consumers) {
+      const double was = static_cast<double>(before.memory.peak(c));
+      const double now = static_cast<double>((measured ? *measured : p.memory).peak(c));
+      const double ratio = was > 0 ? now / was : NAN;
+      per[consumer_name(c)] = {{"peak_bytes", now}, {"previous_row_peak_bytes", was}, {"ratio", json_number(ratio)}};
+      worst = std::isnan(ratio) || std::isnan(worst) ? NAN : std::max(worst, ratio);
+    }
+    const double err = ok ? worst : NAN;
+    const std::string k = control;
+    Measurement m = k.empty() ? make_check("TRADE", kTradeShrinkTitle, err, t.bound)
+                              : make_subtle_control("TRADE", fmt::format("negative control (subtle): {}", control), err,
+                                                    t.bound, shrink_check);
+    describe(m, row);
+    m.config = {{"technique", row.technique}, {"key", row.key}};
+    m.metric = "max over targeted consumers of peak / previous row's peak";
+    m.tolerance_reason = t.reason;
+    m.details = {{"consumers", per}};
+    if (!ok) m.details["reason"] = p.status != "ok" ? p.reason : before.reason;
+    out.push_back(std::move(m));
+  };
+  for (size_t i = 1; i < s.rows.size(); ++i) shrink(s.rows[i], run.trade[i], run.trade[i - 1], "", nullptr);
+  {
+    const auto it = std::find_if(s.rows.begin(), s.rows.end(), [](const TradeRow& r) { return r.key == "checkpointing"; });
+    HR_CHECK(it != s.rows.end() && it != s.rows.begin(), "TRADE: no checkpointing row after another");
+    const size_t i = static_cast<size_t>(it - s.rows.begin());
+    TradeRow skipped = *it;
+    skipped.cfg.checkpoint.fault_never_recompute = true;
+    SweepPoint p = run.trade[i];
+    MemorySnapshot peaks;
+    try {
+      peaks = trade_row_peaks(ctx.device, s, skipped, ctx.seed);
+    } catch (const OutOfMemory& e) {
+      p.status = "out_of_memory";
+      p.reason = e.what();
+    }
+    shrink(skipped, p, run.trade[i - 1],
+           "the checkpointing row whose schedule keeps every block's activations (checkpointing skipped)", &peaks);
+  }
+
   // Controls, each on a row and against that row's reference: LoRA scaled by alpha
   // instead of alpha / r (gross; the LoRA row, every technique on), and one of the steps
   // lost (subtle; the 8-bit row). The linear 8-bit codebook was tried as the gross one

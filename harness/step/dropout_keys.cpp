@@ -47,7 +47,11 @@ DropoutDraw DropoutStream::take(int64_t block, DropoutSite kind, const Shape& sh
     d.first = (static_cast<uint64_t>(site) << kSiteBits) | (static_cast<uint64_t>(sample0) << kSampleBits);
     d.samples = samples;
   }
-  if (log != nullptr) log->push_back({block, static_cast<int64_t>(kind), shape, d});
+  if (log != nullptr) {
+    d.log = log;
+    d.log_index = log->size();
+    log->push_back({block, static_cast<int64_t>(kind), shape, d});
+  }
   return d;
 }
 
@@ -83,9 +87,28 @@ void per_sample(const DropoutDraw& d, const Tensor& x, Tensor& y, Fn&& fn) {
 }  // namespace
 
 void dropout_apply_forward(const DropoutDraw& d, float p, const Tensor& x, Tensor& y) {
-  const std::vector<float> before = d.flip > 0 ? x.to_host_f32() : std::vector<float>{};
+  const bool record = d.log != nullptr && d.log_index < d.log->size();
+  const std::vector<float> before = d.flip > 0 || record ? x.to_host_f32() : std::vector<float>{};
   per_sample(d, x, y, [&](const Tensor& xs, uint64_t off, Tensor& ys) { ops::dropout_forward(xs, p, d.key, off, ys); });
   if (d.flip > 0) flip_elements(d, p, before, y);
+  if (record) {
+    // FNV-1a over (index, kept) of every element with a non-zero input.
+    const std::vector<float> after = y.to_host_f32();
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t n = 0;
+    auto mix = [&](uint64_t v) {
+      for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    };
+    for (size_t i = 0; i < before.size(); ++i) {
+      if (before[i] == 0.f) continue;
+      mix((static_cast<uint64_t>(i) << 1) | (after[i] != 0.f ? 1u : 0u));
+      ++n;
+    }
+    DropoutRecord& r = (*d.log)[d.log_index];
+    r.applied = true;
+    r.applied_hash = h;
+    r.applied_elements = n;
+  }
 }
 
 void dropout_apply_backward(const DropoutDraw& d, float p, const Tensor& dy, Tensor& dx) {

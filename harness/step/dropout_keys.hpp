@@ -36,6 +36,8 @@ inline constexpr uint64_t kDropoutPassKeyStep = 0x9E3779B97F4A7C15ull;
 // The key a recompute with "a fresh RNG state" uses (CK-2's broken variant).
 inline constexpr uint64_t kDropoutFreshKeyXor = 0xD1B54A32D192ED03ull;
 
+struct DropoutRecord;
+
 // Everything needed to replay one site's mask.
 struct DropoutDraw {
   DropoutKeying keying = DropoutKeying::per_sample;
@@ -43,6 +45,10 @@ struct DropoutDraw {
   uint64_t first = 0;  // per_sample: draw index of the first sample's element 0; running_offset: the offset
   int64_t samples = 1; // per_sample: rows of dim 0 split into this many equal samples
   int64_t flip = 0;    // fault: the first `flip` elements of the first sample decide the other way
+  // Where this draw was logged (take() with a log): the forward that applies it writes
+  // what it applied into that record (DropoutRecord::applied_hash).
+  std::vector<DropoutRecord>* log = nullptr;
+  size_t log_index = 0;
 };
 
 // One draw as logged (dumps): where, the shape, and how to replay it.
@@ -51,6 +57,13 @@ struct DropoutRecord {
   int64_t site = 0;  // kind (DropoutSite) within the block
   Shape shape;
   DropoutDraw draw;
+  // What the forward applied, read from its input and output: a hash of the kept /
+  // dropped decision of every element whose input was non-zero (an element with a
+  // zero input shows no decision), and how many that was. Written by
+  // dropout_apply_forward; applied = false until then.
+  bool applied = false;
+  uint64_t applied_hash = 0;
+  int64_t applied_elements = 0;
 };
 
 // The dropout RNG state of a pass. A checkpoint recompute draws from a copy of the

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "harness/check.hpp"
 #include "harness/properties/accum_support.hpp"
@@ -22,12 +23,13 @@ constexpr uint64_t kSeed = 1234;
 
 class GradAccum : public testing::TestWithParam<BackendDType> {};
 
-// 2 models x (5 accumulating micro-batches + the 16-bit buffer control). K = 1
+// 2 models x (5 accumulating micro-batches + the buffer check and its fp16-buffer
+// control at K = 4, 8, 32 + the 16-bit buffer control against the full batch). K = 1
 // compares the reference with itself and is not counted as an accumulation check.
 TEST_P(GradAccum, MatchesFullBatchGradient) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ga1_accumulated_gradient(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 12, 2);
+  hr::test::expect_all_passed(ms, 24, 8);
   for (const Measurement& m : ms) {
     EXPECT_EQ(m.id, "GA-1");
     EXPECT_GT(m.config["accum_steps"].get<int64_t>(), 1) << hr::test::describe(m);
@@ -49,7 +51,32 @@ TEST_P(GradAccum, SixteenBitGradientBufferIsCaughtNearTheBound) {
     ASSERT_TRUE(m.power.has_value()) << hr::test::describe(m);
     EXPECT_LE(*m.power, hr::tol::kSubtleControlMaxPower);
   }
-  EXPECT_EQ(subtle, 2);
+  EXPECT_EQ(subtle, 8);
+}
+
+// The buffer check sees an fp16 accumulation buffer at K = 4, 8 and 32 in every
+// compute dtype (the 16-bit compute's own rounding is on both sides of it), and
+// passes the fp32 buffer at the same K.
+TEST_P(GradAccum, BufferCheckCatchesAnFp16BufferAtEveryK) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const auto ms = hr::props::ga1_accumulated_gradient(dev, GetParam().dtype, hr::Preset::quick, kSeed);
+  std::map<std::pair<std::string, int64_t>, int> caught, passed;
+  for (const Measurement& m : ms) {
+    if (m.metric.rfind("max_tensor_rel_l2 against the float64 sum", 0) != 0) continue;
+    const auto key = std::make_pair(m.model, m.config["accum_steps"].get<int64_t>());
+    if (m.negative_control) {
+      EXPECT_EQ(m.config.value("grad_accum", ""), "fp16");
+      caught[key] += m.passed ? 1 : 0;
+    } else {
+      passed[key] += m.passed ? 1 : 0;
+    }
+  }
+  for (const char* model : {"mlp", "transformer"})
+    for (int64_t K : {4, 8, 32}) {
+      const auto key = std::make_pair(std::string(model), K);
+      EXPECT_EQ(caught[key], 1) << model << " K = " << K;
+      EXPECT_EQ(passed[key], 1) << model << " K = " << K;
+    }
 }
 
 // 2 models x (5 micro-batches x (caught, ratio) + dividing by K + 1 or, in fp32,

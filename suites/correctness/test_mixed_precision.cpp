@@ -29,7 +29,12 @@ class MixedPrecision : public testing::TestWithParam<hr::BackendKind> {};
 TEST_P(MixedPrecision, Fp16UnderflowAndLossScale) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::mp1_fp16_underflow(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 5, 3);
+  hr::test::expect_all_passed(ms, 6, 4);
+  // The checks judge the real fp16 step: its lost fraction at 2^16 is 0, at a scale
+  // held at 1 (the scaler's fault switch) well above the bound.
+  EXPECT_EQ(ms.front().metric, "lost_fraction");
+  EXPECT_EQ(ms.front().error, 0.0);
+  EXPECT_GT(ms[1].error, 10 * ms[1].tolerance);
   const auto& d = ms.front().details;
   const double unscaled = d["flushed_fraction_unscaled"].get<double>();
   EXPECT_GT(unscaled, 0.01);
@@ -41,8 +46,11 @@ TEST_P(MixedPrecision, Fp16UnderflowAndLossScale) {
 TEST_P(MixedPrecision, Bf16KeepsTheSameGradients) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::mp2_bf16_range(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 4, 2);
+  hr::test::expect_all_passed(ms, 6, 4);
+  EXPECT_EQ(ms.front().metric, "lost_fraction");
   EXPECT_EQ(ms.front().error, 0.0);
+  // The same step with the switch that computes fp16 for bf16 loses values.
+  EXPECT_GT(ms[1].error, 10 * ms[1].tolerance);
 }
 
 TEST_P(MixedPrecision, LossScalerStateMachine) {

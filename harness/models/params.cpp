@@ -114,7 +114,8 @@ Param& ParamSet::add(std::string name, Shape shape, const std::vector<float>& va
   }
   // A frozen parameter (LoRA's base) never owns a gradient buffer, not even briefly:
   // the tracker's gradient peak would show it.
-  if (add_frozen_) p.trainable = false;
+  const bool frozen = add_frozen_ && storage_.fault_not_frozen != "*" && p.name != storage_.fault_not_frozen;
+  if (frozen) p.trainable = false;
   else p.grad = Tensor::zeros(*dev_, shape, DType::f32, Consumer::gradients);
   p.weight_decay = weight_decay;
   p.init = std::move(init_desc);

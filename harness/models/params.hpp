@@ -33,6 +33,9 @@ struct ParamStorage {
   // Wrong on purpose (MP-4's subtle control): this one parameter has no fp32 master,
   // as one registered after the optimizer took its copies keeps its 16-bit storage.
   std::string fault_no_master;
+  // Wrong on purpose (LR-4's frozen-base controls): this parameter ("*": every one)
+  // stays trainable although it is added frozen (LoRA's base left to move).
+  std::string fault_not_frozen;
 };
 
 class ParamSet {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,10 @@ std::vector<Measurement> lr2_merged(RunContext& ctx) {
 // LR-4: gradient and optimizer-state bytes of a LoRA step (tracker, after one step):
 // only the adapters r (in + out) per adapted matrix, 4 and 8 (AdamW) bytes each.
 // Error in parameters: |extra gradient bytes| / 4 + |extra state bytes| / 8.
+constexpr const char* kLr4UnchangedTitle = "the frozen base is bitwise unchanged after AdamW steps on the adapters";
+constexpr int kLoraFrozenSteps = 3;
+constexpr const char* kLoraSubtleMovingWeight = "h.0.attn.q.weight";
+
 std::vector<Measurement> lr4_frozen(RunContext& ctx) {
   std::vector<Measurement> out;
   Device& dev = ctx.device;
@@ -182,7 +187,10 @@ std::vector<Measurement> lr4_frozen(RunContext& ctx) {
   enum class Variant { lora, full, ln_grad_kept };
   auto error_of = [&](Variant v, nlohmann::json& d) {
     const MemorySnapshot before = dev.memory().snapshot();
-    TrainStep step(dev, v == Variant::full ? lora_config(false) : cfg);
+    // Full fine-tuning: the parameter set's switch that leaves every base parameter trainable.
+    StepConfig c = cfg;
+    if (v == Variant::full) c.adapters.fault_not_frozen = "*";
+    TrainStep step(dev, c);
     if (v == Variant::ln_grad_kept) {  // one frozen LayerNorm bias still owns its gradient buffer
       Param& p = step.params().at("ln_f.bias");
       p.grad = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::gradients);
@@ -208,9 +216,50 @@ std::vector<Measurement> lr4_frozen(RunContext& ctx) {
   double e = error_of(Variant::lora, d);
   emit(make_check("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)", e, tol::kBitwiseMismatches), d);
   e = error_of(Variant::full, d);
-  emit(make_negative_control("LR-4", "full fine-tuning measured against the adapters' bytes", e, tol::kBitwiseMismatches, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
+  emit(make_negative_control("LR-4", "every base parameter left trainable (full fine-tuning) is flagged by the bytes", e, tol::kBitwiseMismatches, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
   e = error_of(Variant::ln_grad_kept, d);
   emit(make_subtle_control("LR-4", "one frozen LayerNorm bias keeps its gradient buffer", e, tol::kBitwiseMismatches, check_name("LR-4", "frozen base: gradient and AdamW state bytes only for the adapters (tracker)")), d);
+
+  // The frozen base after a few AdamW steps: bitwise what it was, tensor by tensor.
+  // The controls are the parameter set's switch that leaves base parameters
+  // trainable: all of them (gross), one attention weight (subtle).
+  auto base_moved = [&](const std::string& fault, nlohmann::json& details) {
+    StepConfig c = cfg;
+    c.adapters.fault_not_frozen = fault;
+    TrainStep step(dev, c);
+    std::vector<std::pair<std::string, std::vector<float>>> before;
+    for (const Param& p : step.params().all())
+      if (p.name.find("lora_") == std::string::npos) before.emplace_back(p.name, p.master.to_host_f32());
+    for (int i = 0; i < kLoraFrozenSteps; ++i) step.step(batch);
+    nlohmann::json moved = nlohmann::json::array();
+    for (const auto& [name, v] : before) {
+      const std::vector<float> now = step.params().at(name).master.to_host_f32();
+      if (now.size() != v.size() || std::memcmp(now.data(), v.data(), v.size() * sizeof(float)) != 0)
+        moved.push_back(name);
+    }
+    details = {{"base_tensors", before.size()}, {"moved", moved}, {"steps", kLoraFrozenSteps}};
+    if (!fault.empty()) details["fault"] = fmt::format("adapters.fault_not_frozen = '{}'", fault);
+    return static_cast<double>(moved.size());
+  };
+  const std::string frozen_check = check_name("LR-4", kLr4UnchangedTitle);
+  auto emit_moved = [&](Measurement m, nlohmann::json d) {
+    describe(m, dev, cfg, "frozen base tensors changed (bitwise)");
+    m.tolerance_reason = tol::kBitwiseMismatchesReason;
+    m.details = std::move(d);
+    m.config["steps"] = kLoraFrozenSteps;
+    out.push_back(std::move(m));
+  };
+  e = base_moved("", d);
+  emit_moved(make_check("LR-4", kLr4UnchangedTitle, e, tol::kBitwiseMismatches), d);
+  e = base_moved("*", d);
+  emit_moved(make_negative_control("LR-4", "every base parameter left trainable is flagged", e, tol::kBitwiseMismatches,
+                                   frozen_check),
+             d);
+  e = base_moved(kLoraSubtleMovingWeight, d);
+  emit_moved(make_subtle_control("LR-4", fmt::format("one base weight ({}) left trainable is flagged",
+                                                     kLoraSubtleMovingWeight),
+                                 e, tol::kBitwiseMismatches, frozen_check),
+             d);
   return out;
 }
 

@@ -278,6 +278,7 @@ StepConfig without_faults(StepConfig c) {
   c.precision.fault_no_master.clear();
   c.precision.fault_fp32_activations = false;
   c.precision.fault_compute_fp16 = false;
+  c.adapters.fault_not_frozen.clear();
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;

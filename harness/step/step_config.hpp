@@ -72,6 +72,9 @@ struct AdapterConfig {
   AdapterKind kind = AdapterKind::none;
   int64_t rank = 8;
   float alpha = 16.f;
+  // Wrong on purpose (LR-4's frozen-base controls): this base parameter ("*": every
+  // one) is left trainable under the adapters.
+  std::string fault_not_frozen;
 };
 
 struct StepConfig {

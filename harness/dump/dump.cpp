@@ -81,7 +81,7 @@ nlohmann::ordered_json dropout_conventions(const StepConfig& cfg) {
 }
 
 nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, double loss,
-                                   const std::vector<double>& counts) {
+                                   const std::vector<double>& counts, int64_t sparse) {
   nlohmann::ordered_json j;
   j["format"] = "headroom.dump/1";
   j["model"] = model_kind_name(cfg.model);
@@ -123,6 +123,12 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, TrainStep& step, doubl
                                                 : "sum over rows, divided by count, times multiplier"}};
   }
   j["loss"]["count_per_micro_batch"] = counts;
+  // A language-model micro-batch with fewer than kMinRealTargets real targets says
+  // little about a loss or its gradients: the dump says how many it holds.
+  if (cfg.model == ModelKind::transformer) {
+    j["loss"]["min_real_targets_per_micro_batch"] = kMinRealTargets;
+    j["loss"]["sparse_micro_batches"] = sparse;
+  }
   j["loss"]["multiplier"] = cfg.loss_multiplier;
   j["loss"]["normalization"] = loss_normalization_name(cfg.loss_norm);
   j["loss"]["value"] = loss;
@@ -196,7 +202,9 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
 
   std::vector<DropoutRecord> draws;
   step.dropout_stream().log = &draws;
+  const int64_t sparse0 = sparse_micro_batches();
   const double loss = step.forward_backward(batch);
+  const int64_t sparse = sparse_micro_batches() - sparse0;
   step.dropout_stream().log = nullptr;
   const std::vector<double> counts = step.loss_counts(batch);
 
@@ -229,7 +237,7 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   put("gradients.safetensors", grads);
   if (!masks.empty()) put("dropout_masks.safetensors", masks);
   const std::string conv = (dir / "conventions.json").string();
-  write_json_atomic(conv, conventions(cfg, step, loss, counts));
+  write_json_atomic(conv, conventions(cfg, step, loss, counts, sparse));
   r.files.push_back(conv);
   return r;
 }

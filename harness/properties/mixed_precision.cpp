@@ -163,6 +163,20 @@ StepConfig at_dtype(StepConfig c, DType d) {
 
 // ---- MP-1 ----
 namespace {
+// A check or control on the real 16-bit step's lost gradient values (lost_in_run).
+Measurement lost_fraction_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
+                                      const Underflow& u, nlohmann::json details, const char* fault) {
+  describe_mp(m, dev, dtype);
+  m.config = mp_config(at_scale);
+  m.metric = "lost_fraction";
+  m.tolerance_reason = tol::kMpUnderflowFractionReason;
+  m.details = std::move(details);
+  m.details["lost"] = u.flushed;
+  m.details["counted_values"] = u.nonzero;
+  if (*fault) m.details["fault"] = fault;
+  return m;
+}
+
 constexpr const char* kMp1LostTitle = "with loss scale 2^16 the fp16 step loses almost no gradient value";
 constexpr const char* kMp2LostTitle = "the bf16 step loses almost no gradient value without a loss scale";
 constexpr const char* kMp2ErrorTitle = "gradients of the bf16 step match fp32 without a loss scale";
@@ -216,15 +230,7 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
   const double ftol = tol::kMpUnderflowFraction;
   const std::string lost_check = check_name("MP-1", kMp1LostTitle);
   auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
-    describe_mp(m, dev, DType::f16);
-    m.config = mp_config(at_scale);
-    m.metric = "lost_fraction";
-    m.tolerance_reason = tol::kMpUnderflowFractionReason;
-    m.details = details;
-    m.details["lost"] = u.flushed;
-    m.details["counted_values"] = u.nonzero;
-    if (*fault) m.details["fault"] = fault;
-    out.push_back(std::move(m));
+    out.push_back(lost_fraction_measurement(std::move(m), dev, DType::f16, at_scale, u, details, fault));
   };
   lost_measurement(make_check("MP-1", kMp1LostTitle, lost_scaled.fraction(), ftol), scale, lost_scaled, "");
   lost_measurement(make_negative_control("MP-1", "the fp16 step with its loss scale held at 1 loses gradient values",
@@ -299,15 +305,7 @@ std::vector<Measurement> mp2_bf16_range(Device& dev, Preset preset, uint64_t see
                             {"flushed_fraction_fp16_storage", underflow_of(ref.g32, DType::f16, 1.0).fraction()}};
 
   auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
-    describe_mp(m, dev, DType::bf16);
-    m.config = mp_config(at_scale);
-    m.metric = "lost_fraction";
-    m.tolerance_reason = tol::kMpUnderflowFractionReason;
-    m.details = host;
-    m.details["lost"] = u.flushed;
-    m.details["counted_values"] = u.nonzero;
-    if (*fault) m.details["fault"] = fault;
-    out.push_back(std::move(m));
+    out.push_back(lost_fraction_measurement(std::move(m), dev, DType::bf16, at_scale, u, host, fault));
   };
   auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const char* fault) {
     describe_mp(m, dev, DType::bf16);

@@ -89,12 +89,20 @@ std::vector<SweepPoint> seq_points(Device& dev, DType dtype, Preset preset, uint
 
 }  // namespace
 
+namespace {
+constexpr int64_t kPk4ModelSeqLen = 192;  // PK-4's model rows: three of the CPU kernel's key chunks
+}  // namespace
+
 std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
   const double tol = tol::kAttentionImplsRelL2;
   {  // Equivalence in the model, on packed and on padded rows.
+    // Rows of three key chunks of the CPU kernel (64 keys each), holding ragged
+    // sequences of 8..192 tokens: the online softmax rescales at chunk boundaries
+    // inside a sequence and the packing mask cuts chunks between sequences.
     const StepConfig naive = [&] {
       StepConfig c = pk_config(dtype, false);
+      c.transformer.max_positions = c.seq_len = kPk4ModelSeqLen;
       c.init_seed = seed;
       return c;
     }();

@@ -14,8 +14,21 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/step/train_step.hpp"
 
 namespace hr {
+
+namespace {
+
+void note_sparse(Measurement& m, int64_t n) {
+  m.details["sparse_micro_batches"] = n;
+  m.details["sparse_micro_batches_note"] =
+      fmt::format("language-model micro-batches with fewer than {} real targets among this property's steps",
+                  kMinRealTargets);
+}
+void note_sparse(SweepPoint& p, int64_t n) { p.metrics["sparse_micro_batches"] = n; }
+
+}  // namespace
 
 namespace {
 
@@ -200,6 +213,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     SpecTiming timing{kind, spec.id, spec.title, 0, spec.expected_seconds_quick, 0, {}, {}};
     const auto s0 = std::chrono::steady_clock::now();
     std::remove_reference_t<decltype(into)> got;
+    const int64_t sparse0 = sparse_micro_batches();
     try {
       dev.memory().reset_peak();
       got = spec.run(ctx);
@@ -212,6 +226,11 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       got = {error_item(spec, e.what())};
       say(fmt::format("headroom:        {} threw: {}", spec.id, e.what()));
     }
+    // Language-model micro-batches with fewer than kMinRealTargets real targets that
+    // this spec's steps saw: said in every item, so that no check over such batches
+    // passes without saying so.
+    if (const int64_t sparse = sparse_micro_batches() - sparse0; sparse > 0)
+      for (auto& item : got) note_sparse(item, sparse);
     for (auto& item : got) settle(spec, item);
     timing.items = static_cast<int>(got.size());
     timing.seconds = seconds_since(s0);

@@ -2,6 +2,7 @@
 #include "harness/step/train_step.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "harness/check.hpp"
@@ -25,6 +26,13 @@ std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   return std::make_unique<TransformerModel>(dev, cfg.transformer, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,
                                             cfg.adapters.alpha);
 }
+
+namespace {
+std::atomic<int64_t> g_sparse_micro_batches{0};
+}  // namespace
+
+int64_t sparse_micro_batches() { return g_sparse_micro_batches.load(); }
+void note_sparse_micro_batch() { ++g_sparse_micro_batches; }
 
 namespace {
 // The configuration a step runs: as given while the fault switches are armed, with
@@ -64,6 +72,8 @@ std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
   for (int64_t m = 0; m < K; ++m) {
     items[static_cast<size_t>(m)] = static_cast<double>(model_->loss_items(batch.slice(m * mb, (m + 1) * mb)));
     window += items[static_cast<size_t>(m)];
+    if (cfg_.model == ModelKind::transformer && items[static_cast<size_t>(m)] < static_cast<double>(kMinRealTargets))
+      note_sparse_micro_batch();
   }
   std::vector<double> counts(static_cast<size_t>(K));
   for (size_t m = 0; m < counts.size(); ++m) {

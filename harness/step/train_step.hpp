@@ -48,6 +48,15 @@
 
 namespace hr {
 
+// A language-model micro-batch with fewer real targets than this compares little
+// (below seq_len ~30 most synthetic rows hold none): every one a step sees is
+// counted, and `headroom run` writes the count a property's steps saw into its
+// measurements' details ("sparse_micro_batches"), so a check over such batches says so.
+inline constexpr int64_t kMinRealTargets = 8;
+// The micro-batches counted so far in this process, and the counting.
+int64_t sparse_micro_batches();
+void note_sparse_micro_batch();
+
 struct StepResult {
   double loss = 0;             // sum of the micro-batch losses (without the loss scale)
   bool skipped = false;        // the optimizer step was skipped (non-finite gradients)

@@ -1,5 +1,4 @@
 // Packing and padding of variable-length sequences (see packing.hpp).
-#include "harness/faults.hpp"
 #include "harness/data/packing.hpp"
 
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include <utility>
 
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 #include "kernels/common/philox.hpp"
 
 namespace hr {

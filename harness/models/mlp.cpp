@@ -77,7 +77,7 @@ MlpModel::MlpModel(Device& dev, const MlpConfig& cfg, ParamStorage storage, uint
       const int64_t in = l == 0 ? cfg.in_dim : cfg.width;
       params_.add_uniform(fmt::format("layers.{}.lora_A", l), {lora_rank, in}, 1.f / std::sqrt(static_cast<float>(in)));
       la_.push_back(static_cast<int>(params_.size() - 1));
-      params_.add_const(fmt::format("layers.{}.lora_B", l), {cfg.width, lora_rank}, 0.f, true);
+      params_.add_lora_b(fmt::format("layers.{}.lora_B", l), {cfg.width, lora_rank});
       lb_.push_back(static_cast<int>(params_.size() - 1));
     }
 }

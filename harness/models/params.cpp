@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 #include "kernels/common/philox.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 
@@ -138,6 +139,12 @@ Param& ParamSet::add_const(std::string name, Shape shape, float value, bool weig
   const std::vector<float> v(static_cast<size_t>(shape_numel(shape)), value);
   return add(std::move(name), std::move(shape), v, value == 0.f ? "zeros" : fmt::format("constant({})", value),
              weight_decay);
+}
+
+Param& ParamSet::add_lora_b(std::string name, Shape shape) {
+  const float std = faults::armed(storage_.fault_lora_b_std);
+  if (std > 0.f) return add_normal(std::move(name), std::move(shape), std, true);
+  return add_const(std::move(name), std::move(shape), 0.f, true);
 }
 
 Param& ParamSet::at(const std::string& name) {

@@ -36,6 +36,9 @@ struct ParamStorage {
   // Wrong on purpose (LR-4's frozen-base controls): this parameter ("*": every one)
   // stays trainable although it is added frozen (LoRA's base left to move).
   std::string fault_not_frozen;
+  // Wrong on purpose (LR-1's controls): LoRA's B drawn from normal(0, this) instead of
+  // zero, so the adapted model starts away from the base. 0 (off) in a correct init.
+  float fault_lora_b_std = 0.f;
 };
 
 class ParamSet {
@@ -51,6 +54,9 @@ class ParamSet {
   Param& add_normal(std::string name, Shape shape, float std, bool weight_decay = true);
   Param& add_uniform(std::string name, Shape shape, float bound, bool weight_decay = true);
   Param& add_const(std::string name, Shape shape, float value, bool weight_decay = false);
+  // LoRA's B: zeros (weight decay on), or normal(0, storage().fault_lora_b_std) under
+  // that fault.
+  Param& add_lora_b(std::string name, Shape shape);
 
   std::vector<Param>& all() { return params_; }
   const std::vector<Param>& all() const { return params_; }

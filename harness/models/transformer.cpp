@@ -73,9 +73,9 @@ TransformerModel::TransformerModel(Device& dev, const TransformerConfig& cfg, Pa
       const std::string h = fmt::format("h.{}.attn.", l);
       BlockParams& b = blocks_[static_cast<size_t>(l)];
       b.q_la = idx(params_.add_uniform(h + "q.lora_A", {lora_rank, C}, bound));
-      b.q_lb = idx(params_.add_const(h + "q.lora_B", {C, lora_rank}, 0.f, true));
+      b.q_lb = idx(params_.add_lora_b(h + "q.lora_B", {C, lora_rank}));
       b.v_la = idx(params_.add_uniform(h + "v.lora_A", {lora_rank, C}, bound));
-      b.v_lb = idx(params_.add_const(h + "v.lora_B", {C, lora_rank}, 0.f, true));
+      b.v_lb = idx(params_.add_lora_b(h + "v.lora_B", {C, lora_rank}));
     }
   }
 }

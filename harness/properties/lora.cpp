@@ -90,14 +90,18 @@ std::vector<Measurement> lr1_identity(RunContext& ctx) {
     emit(make_check("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise", mismatches(s),
                     tol::kBitwiseMismatches));
   }
+  // The controls are the adapter init's switch that draws B from normal(0, std).
+  auto with_b = [&](float std) {
+    StepConfig c = cfg;
+    c.adapters.fault_b_init_std = std;
+    return c;
+  };
   {
-    TrainStep s(dev, cfg);
-    set_b(s, ctx.seed, 0.05f);
+    TrainStep s(dev, with_b(0.05f));
     emit(make_negative_control("LR-1", "B drawn normal(0, 0.05) instead of zero", mismatches(s), tol::kBitwiseMismatches, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }
   {
-    TrainStep s(dev, cfg);
-    set_b(s, ctx.seed, tol::kLoraSubtleBStd);
+    TrainStep s(dev, with_b(tol::kLoraSubtleBStd));
     emit(make_subtle_control("LR-1", fmt::format("B drawn normal(0, {:g}) instead of zero", tol::kLoraSubtleBStd),
                              mismatches(s), tol::kBitwiseMismatches, check_name("LR-1", "LoRA with B = 0: the adapted model's loss equals the base model's bitwise")));
   }

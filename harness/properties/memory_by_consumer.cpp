@@ -1,7 +1,6 @@
 // MEM-1 (analytical bytes against the tracker: per consumer, total, and without
 // labels at the forward/backward boundary) and MEM-2 (the field guide's
 // out-of-memory triage, where its verdict flips), see memory_by_consumer.hpp.
-#include "harness/faults.hpp"
 #include "harness/properties/memory_by_consumer.hpp"
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/faults.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
 

@@ -180,8 +180,9 @@ std::vector<Measurement> pk1_packing(Device& dev, DType dtype, Preset preset, ui
     }
     {
       const int64_t extra = tol::kPackedSubtleExtraTokens(dtype, static_cast<int64_t>(lengths.size()));
+      // The step's normaliser switch: `extra` tokens without a target counted as real.
       StepConfig c = cfg;
-      c.loss_multiplier = static_cast<double>(real) / static_cast<double>(real + extra);
+      c.fault_extra_loss_items = extra;
       const PackCompare r = compare(c, {}, false);
       Measurement m = make_subtle_control(
           "PK-1",

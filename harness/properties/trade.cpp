@@ -2,7 +2,6 @@
 // adds one technique to the rows above it; its time and memory come from real steps,
 // its loss from a few real optimizer steps against the baseline's, and its micro-batch
 // capacity from a search through the tracker's budget (or real out-of-memory on a GPU).
-#include "harness/faults.hpp"
 #include "harness/properties/trade.hpp"
 
 #include <fmt/format.h>
@@ -15,6 +14,7 @@
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/faults.hpp"
 #include "harness/models/presets.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
 #include "harness/step/memory_model.hpp"

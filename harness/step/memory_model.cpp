@@ -5,7 +5,6 @@
 // harness/step/checkpoint.cpp and the kernels make and free them, which adds the
 // temporaries and so the workspace and total peaks. Tests hold the two to the same
 // activation bytes; MEM-1 holds both to the tracker.
-#include "harness/faults.hpp"
 #include "harness/step/memory_model.hpp"
 
 #include <fmt/format.h>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 
 namespace hr {
 

@@ -279,6 +279,8 @@ StepConfig without_faults(StepConfig c) {
   c.precision.fault_fp32_activations = false;
   c.precision.fault_compute_fp16 = false;
   c.adapters.fault_not_frozen.clear();
+  c.adapters.fault_b_init_std = 0.f;
+  c.fault_extra_loss_items = 0;
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;

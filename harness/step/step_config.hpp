@@ -75,6 +75,8 @@ struct AdapterConfig {
   // Wrong on purpose (LR-4's frozen-base controls): this base parameter ("*": every
   // one) is left trainable under the adapters.
   std::string fault_not_frozen;
+  // Wrong on purpose (LR-1's controls): B drawn from normal(0, this) instead of zero.
+  float fault_b_init_std = 0.f;
 };
 
 struct StepConfig {
@@ -86,6 +88,10 @@ struct StepConfig {
   int64_t seq_len = 64;     // transformer: tokens per row (<= max_positions)
   PrecisionConfig precision;
   LossNormalization loss_norm = LossNormalization::mean_div_k;
+  // Wrong on purpose (PK-1's subtle control): the normaliser counts this many tokens
+  // without a target among the window's real items (sum_div_window_items) or each
+  // micro-batch's (mean_div_k). 0 in a correct step.
+  int64_t fault_extra_loss_items = 0;
   // Controlled gradient magnitude: the loss (and with it every gradient) is
   // multiplied by this, e.g. to push gradients below fp16's 2^-24 (MP-1).
   double loss_multiplier = 1.0;

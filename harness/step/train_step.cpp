@@ -18,7 +18,7 @@ std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   validate(cfg);
   const DType compute = cfg.precision.fault_fp32_activations ? DType::f32 : cfg.precision.compute;
   const ParamStorage storage{compute, cfg.precision.master_weights, cfg.precision.fault_no_master,
-                             cfg.adapters.fault_not_frozen};
+                             cfg.adapters.fault_not_frozen, cfg.adapters.fault_b_init_std};
   const bool lora = cfg.adapters.kind == AdapterKind::lora;
   if (cfg.model == ModelKind::mlp)
     return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,
@@ -75,8 +75,12 @@ std::vector<double> TrainStep::micro_counts(const Batch& batch) const {
     if (cfg_.model == ModelKind::transformer && items[static_cast<size_t>(m)] < static_cast<double>(kMinRealTargets))
       note_sparse_micro_batch();
   }
+  // The normaliser's fault: tokens without a target counted as real items.
+  const double extra = static_cast<double>(cfg_.fault_extra_loss_items);
+  window += extra;
   std::vector<double> counts(static_cast<size_t>(K));
   for (size_t m = 0; m < counts.size(); ++m) {
+    if (cfg_.loss_norm == LossNormalization::mean_div_k) items[m] += extra;
     double c = 0;
     switch (cfg_.loss_norm) {
       case LossNormalization::mean_div_k: c = items[m] * static_cast<double>(K); break;

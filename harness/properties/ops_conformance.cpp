@@ -297,10 +297,11 @@ size_t element_mismatches(const StepValues& a, const StepValues& b, size_t* comp
   return bad;
 }
 
-// DET-1 on a step of each model: the check, a gross control (the second run's
-// dropout masks from another seed) and a subtle one (the second run's values with
-// one gradient element one ulp away, as one reduction summed in another order
-// would leave it: the smallest difference there is, one mismatching element).
+// DET-1 on a step of each model: the check, a gross control (a step whose dropout
+// key changes from run to run) and a subtle one (a step that leaves one gradient
+// element one ulp away every other run, as one reduction summed in another order
+// would: the smallest difference there is, one mismatching element). Both controls
+// are switches of the step (StepConfig::fault_*), run twice as the check is.
 std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
   for (ModelKind model : {ModelKind::mlp, ModelKind::transformer}) {
@@ -318,7 +319,7 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
       return m;
     };
     const StepValues first = run_step(dev, cfg, batch);
-    StepValues second = run_step(dev, cfg, batch);
+    const StepValues second = run_step(dev, cfg, batch);
     size_t compared = 0;
     const size_t bad = element_mismatches(first, second, &compared);
     Measurement d = tagged(make_check("DET-1", "a training step twice gives the same loss and gradients",
@@ -326,26 +327,27 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
     d.details = {{"elements", compared}};
     out.push_back(std::move(d));
 
+    // The controls are the step's repeatability switches, on both runs: a dropout key
+    // that changes with every step built (gross), one gradient element one ulp up in
+    // every other step built (subtle: one reduction summed in another order).
+    const std::string det_check = check_name("DET-1", "a training step twice gives the same loss and gradients");
     StepConfig reseeded = cfg;
-    reseeded.dropout_seed = cfg.dropout_seed + 1;
-    const size_t gross = element_mismatches(first, run_step(dev, reseeded, batch), nullptr);
+    reseeded.fault_dropout_key_per_run = true;
+    const size_t gross =
+        element_mismatches(run_step(dev, reseeded, batch), run_step(dev, reseeded, batch), nullptr);
     Measurement g = tagged(make_negative_control("DET-1", "a step with other dropout masks is caught",
-                                                 static_cast<double>(gross), tol::kBitwiseMismatches, check_name("DET-1", "a training step twice gives the same loss and gradients")));
-    g.config["broken"] = "dropout seed + 1 in the second run";
+                                                 static_cast<double>(gross), tol::kBitwiseMismatches, det_check));
+    g.config["broken"] = "fault_dropout_key_per_run";
     g.details = {{"elements", compared}};
     out.push_back(std::move(g));
 
-    // One element, chosen by the seed, one ulp up.
-    std::mt19937_64 pick(seed);
-    auto& tensor = second.grads[pick() % second.grads.size()];
-    float& v = tensor.second[pick() % tensor.second.size()];
-    v = std::nextafter(v, INFINITY);
-    const size_t subtle = element_mismatches(first, second, nullptr);
+    StepConfig ulp = cfg;
+    ulp.fault_nondeterministic_ulp = true;
+    const size_t subtle = element_mismatches(run_step(dev, ulp, batch), run_step(dev, ulp, batch), nullptr);
     Measurement s = tagged(make_subtle_control("DET-1", "a step one ulp off in one gradient element is caught",
-                                               static_cast<double>(subtle), tol::kBitwiseMismatches, check_name("DET-1", "a training step twice gives the same loss and gradients")));
-    // The tensor is drawn from the seed: the details, not the config (the key).
-    s.config["broken"] = "one gradient element one ulp up";
-    s.details = {{"elements", compared}, {"tensor", tensor.first}};
+                                               static_cast<double>(subtle), tol::kBitwiseMismatches, det_check));
+    s.config["broken"] = "fault_nondeterministic_ulp";
+    s.details = {{"elements", compared}};
     out.push_back(std::move(s));
   }
   return out;

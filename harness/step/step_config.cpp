@@ -281,6 +281,8 @@ StepConfig without_faults(StepConfig c) {
   c.adapters.fault_not_frozen.clear();
   c.adapters.fault_b_init_std = 0.f;
   c.fault_extra_loss_items = 0;
+  c.fault_dropout_key_per_run = false;
+  c.fault_nondeterministic_ulp = false;
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;

@@ -92,6 +92,12 @@ struct StepConfig {
   // without a target among the window's real items (sum_div_window_items) or each
   // micro-batch's (mean_div_k). 0 in a correct step.
   int64_t fault_extra_loss_items = 0;
+  // Wrong on purpose (DET-1's controls): a step that is not repeatable. Its dropout key
+  // changes with every step built (an RNG seeded per run), or (subtle) every other step
+  // built leaves one gradient element one ulp up, as a reduction summed in another
+  // order does.
+  bool fault_dropout_key_per_run = false;
+  bool fault_nondeterministic_ulp = false;
   // Controlled gradient magnitude: the loss (and with it every gradient) is
   // multiplied by this, e.g. to push gradients below fp16's 2^-24 (MP-1).
   double loss_multiplier = 1.0;

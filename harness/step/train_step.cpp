@@ -29,6 +29,7 @@ std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
 
 namespace {
 std::atomic<int64_t> g_sparse_micro_batches{0};
+std::atomic<int64_t> g_fault_runs{0};  // steps built with a repeatability fault
 }  // namespace
 
 int64_t sparse_micro_batches() { return g_sparse_micro_batches.load(); }
@@ -50,6 +51,8 @@ TrainStep::TrainStep(Device& dev, const StepConfig& cfg)
   model_ = make_model(dev, cfg_);
   optimizer_ = make_optimizer(cfg_.optimizer, model_->params());
   rng_.seed = cfg_.dropout_seed;
+  if (cfg_.fault_dropout_key_per_run || cfg_.fault_nondeterministic_ulp) run_index_ = ++g_fault_runs;
+  if (cfg_.fault_dropout_key_per_run) rng_.seed += kDropoutPassKeyStep * static_cast<uint64_t>(run_index_);
   rng_.offset = 0;
   rng_.keying = cfg_.dropout_keying;
 }
@@ -197,6 +200,16 @@ void TrainStep::round_gradients_to(DType buffer) {
 void TrainStep::unscale() {
   if (unscaled_) return;
   unscaled_ = true;
+  if (cfg_.fault_nondeterministic_ulp && run_index_ % 2 == 1) {
+    // The fault: the first trainable gradient's first element one ulp up.
+    for (Param& p : model_->params().all()) {
+      if (!p.grad.defined() || p.grad.numel() == 0) continue;
+      std::vector<float> g = p.grad.to_host_f32();
+      g[0] = std::nextafter(g[0], INFINITY);
+      p.grad.copy_from(Tensor::from_host(*dev_, g, p.grad.shape(), DType::f32, Consumer::workspace));
+      break;
+    }
+  }
   // Once per step, after every micro-batch: one pass over each gradient both
   // divides by the scale and looks for inf / NaN.
   if (!cfg_.loss_scaling()) {

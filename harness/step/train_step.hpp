@@ -152,6 +152,7 @@ class TrainStep {
   int64_t applied_ = 0, skipped_ = 0;
   std::vector<double> micro_multipliers_;
   int64_t unscale_passes_ = 0;
+  int64_t run_index_ = 0;  // which step built with a repeatability fault this is (DET-1)
   std::vector<double> micro_scales_;
   bool last_skipped_ = false;
   uint64_t passes_ = 0;  // accumulate() calls: the per_sample dropout key's pass

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 #include "harness/models/mlp.hpp"
 #include "harness/models/transformer.hpp"
-#include "harness/faults.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/reduce/reduce.hpp"
 

@@ -12,7 +12,7 @@
 namespace hr::faults {
 
 // True unless disarmed (by Disarmed in this process, or HEADROOM_FAULTS_DISARMED=1
-// in the environment, which the data-parallel launcher passes to its ranks).
+// in the environment, which Disarmed sets so that the ranks mpirun starts inherit it).
 bool armed();
 
 // The switch's value while armed, its "off" value (a value-initialised T: none,

@@ -177,6 +177,22 @@ Measurement lost_fraction_measurement(Measurement m, const Device& dev, DType dt
   return m;
 }
 
+// A check or control on the real 16-bit step's gradients against fp32 (compare_tensors);
+// `details` adds to the worst tensor and the per-tensor errors.
+Measurement grad_error_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
+                                   const TensorsCompare& t, nlohmann::json details, const char* fault) {
+  describe_mp(m, dev, dtype);
+  m.config = mp_config(at_scale);
+  m.metric = "max_tensor_rel_l2";
+  m.tolerance_reason = tol::kMpGradRelL2Reason;
+  m.details = std::move(details);
+  m.details["worst_tensor"] = t.worst;
+  m.details["per_tensor_rel_l2"] = t.per_tensor;
+  if (*fault) m.details["fault"] = fault;
+  return m;
+}
+
+constexpr const char* kMp1ErrorTitle = "unscaled gradients of the fp16 step at loss scale 2^16 match fp32";
 constexpr const char* kMp1LostTitle = "with loss scale 2^16 the fp16 step loses almost no gradient value";
 constexpr const char* kMp2LostTitle = "the bf16 step loses almost no gradient value without a loss scale";
 constexpr const char* kMp2ErrorTitle = "gradients of the bf16 step match fp32 without a loss scale";
@@ -244,38 +260,21 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
       small, lost_small, "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)");
 
   const double etol = tol::kMpGradRelL2(DType::f16);
-  Measurement e = make_check("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32",
-                             c_scaled.max_rel_l2, etol);
-  describe_mp(e, dev, DType::f16);
-  e.config = mp_config(scale);
-  e.metric = "max_tensor_rel_l2";
-  e.tolerance_reason = tol::kMpGradRelL2Reason;
-  e.details = nlohmann::json{{"worst_tensor", c_scaled.worst}, {"per_tensor_rel_l2", c_scaled.per_tensor},
-                             {"run_zero_fraction", run_scaled.fraction()}};
-  out.push_back(e);
-
-  Measurement eg = make_negative_control("MP-1", "the fp16 step without a loss scale is flagged",
-                                         c_plain.max_rel_l2, etol, check_name("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32"));
-  describe_mp(eg, dev, DType::f16);
-  eg.config = mp_config(1.0);
-  eg.metric = "max_tensor_rel_l2";
-  eg.tolerance_reason = tol::kMpGradRelL2Reason;
-  eg.details = nlohmann::json{{"worst_tensor", c_plain.worst}, {"per_tensor_rel_l2", c_plain.per_tensor},
-                              {"run_zero_fraction", run_plain.fraction()}};
-  eg.details["fault"] = "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)";
-  out.push_back(eg);
-
-  Measurement es = make_subtle_control(
-      "MP-1", fmt::format("the fp16 step at a loss scale held at 2^{} is flagged", std::ilogb(small)), c_small.max_rel_l2,
-      etol, check_name("MP-1", "unscaled gradients of the fp16 step at loss scale 2^16 match fp32"));
-  describe_mp(es, dev, DType::f16);
-  es.config = mp_config(small);
-  es.metric = "max_tensor_rel_l2";
-  es.tolerance_reason = tol::kMpGradRelL2Reason;
-  es.details = nlohmann::json{{"worst_tensor", c_small.worst}, {"per_tensor_rel_l2", c_small.per_tensor},
-                              {"run_zero_fraction", zeros_in_run(ref.g32, g_small).fraction()},
-                              {"fault", "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)"}};
-  out.push_back(es);
+  const std::string error_check = check_name("MP-1", kMp1ErrorTitle);
+  auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const Underflow& zeros,
+                               const char* fault) {
+    out.push_back(grad_error_measurement(std::move(m), dev, DType::f16, at_scale, t,
+                                         {{"run_zero_fraction", zeros.fraction()}}, fault));
+  };
+  error_measurement(make_check("MP-1", kMp1ErrorTitle, c_scaled.max_rel_l2, etol), scale, c_scaled, run_scaled, "");
+  error_measurement(make_negative_control("MP-1", "the fp16 step without a loss scale is flagged", c_plain.max_rel_l2,
+                                          etol, error_check),
+                    1.0, c_plain, run_plain, "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)");
+  error_measurement(
+      make_subtle_control("MP-1", fmt::format("the fp16 step at a loss scale held at 2^{} is flagged", std::ilogb(small)),
+                          c_small.max_rel_l2, etol, error_check),
+      small, c_small, zeros_in_run(ref.g32, g_small),
+      "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)");
   return out;
 }
 
@@ -308,13 +307,7 @@ std::vector<Measurement> mp2_bf16_range(Device& dev, Preset preset, uint64_t see
     out.push_back(lost_fraction_measurement(std::move(m), dev, DType::bf16, at_scale, u, host, fault));
   };
   auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const char* fault) {
-    describe_mp(m, dev, DType::bf16);
-    m.config = mp_config(at_scale);
-    m.metric = "max_tensor_rel_l2";
-    m.tolerance_reason = tol::kMpGradRelL2Reason;
-    m.details = nlohmann::json{{"worst_tensor", t.worst}, {"per_tensor_rel_l2", t.per_tensor}};
-    if (*fault) m.details["fault"] = fault;
-    out.push_back(std::move(m));
+    out.push_back(grad_error_measurement(std::move(m), dev, DType::bf16, at_scale, t, nlohmann::json::object(), fault));
   };
   const char* gross_fault = "fp16 computed for bf16, scale held at 1 (fault_compute_fp16, fault_fixed_scale)";
   const char* subtle_fault = "fp16 computed for bf16, scale held at 2^2 (fault_compute_fp16, fault_fixed_scale)";

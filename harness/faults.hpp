@@ -7,7 +7,10 @@
 // "caught" with the switches off, and that test names it.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 namespace hr::faults {
 
@@ -36,7 +39,54 @@ class Disarmed {
   bool was_;
 };
 
+// A process-wide switch of a family of faults (kernels/common/op_fault.hpp's OpFault,
+// kernels/optim/optim8.hpp's Q8Fault) that has no configuration to travel in: set for
+// a scope by Scoped<T>, read where the fault acts by active<T>(). Each T's slot is
+// defined once, in the .cpp of the code that reads it (HR_DEFINE_FAULT_SLOT), and
+// declared in its header (HR_DECLARE_FAULT_SLOT).
+template <class T>
+struct Slot {
+  bool set = false;
+  T value{};
+  uint64_t uses = 0;  // for faults that act on every other use
+};
+template <class T>
+Slot<T>& slot();
+
+// The switch while it is set and armed, else nullptr.
+template <class T>
+T* active() {
+  Slot<T>& s = slot<T>();
+  return s.set && armed() ? &s.value : nullptr;
+}
+
+// Sets the switch for its lifetime; one at a time per family.
+template <class T>
+class Scoped {
+ public:
+  explicit Scoped(T value) {
+    Slot<T>& s = slot<T>();
+    if (s.set) throw std::logic_error("a fault switch of this family is already set");
+    s.value = std::move(value);
+    s.uses = 0;
+    s.set = true;
+  }
+  ~Scoped() { slot<T>() = Slot<T>{}; }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+};
+
 // The environment variable that disarms every switch in a process.
 inline constexpr const char* kDisarmEnv = "HEADROOM_FAULTS_DISARMED";
 
 }  // namespace hr::faults
+
+#define HR_DECLARE_FAULT_SLOT(T) \
+  template <>                    \
+  ::hr::faults::Slot<T>& ::hr::faults::slot<T>()
+#define HR_DEFINE_FAULT_SLOT(T)                      \
+  template <>                                        \
+  ::hr::faults::Slot<T>& ::hr::faults::slot<T>() {   \
+    static ::hr::faults::Slot<T> s;                  \
+    return s;                                        \
+  }

@@ -474,6 +474,26 @@ double run_trajectory(Device& dev, const StepConfig& cfg, const Batch& batch, nl
   return mismatches;
 }
 
+// What GradScaler's defaults (2^16, growth 2.0, backoff 0.5, interval 2000, dynamic)
+// make a scaler do, against what a scaler built with `c` does: its first scale, the
+// scale after an overflow, after 1999 clean steps from there and after the 2000th,
+// and whether it is dynamic at all. Returns the behaviours that differ.
+double default_behaviour(const LossScalerConfig& c, nlohmann::json* seen) {
+  DynamicLossScaler s(c);
+  const double first = s.scale();
+  s.update(true);
+  const double backed_off = s.scale();
+  for (int i = 0; i < 1999; ++i) s.update(false);
+  const double after_1999 = s.scale();
+  s.update(false);
+  const double after_2000 = s.scale();
+  const bool dynamic = c.enabled && c.dynamic;
+  *seen = nlohmann::json{{"first_scale", first},       {"after_overflow", backed_off}, {"after_1999_clean", after_1999},
+                         {"after_2000_clean", after_2000}, {"dynamic", dynamic}};
+  return (first == 65536.0 ? 0 : 1) + (backed_off == 32768.0 ? 0 : 1) + (after_1999 == 32768.0 ? 0 : 1) +
+         (after_2000 == 65536.0 ? 0 : 1) + (dynamic ? 0 : 1);
+}
+
 // Updates (p_T - p0) of T SGD steps on T batches, the steps in `skip` left out
 // (fp32) or made to overflow (fp16).
 NamedValues updates_over(Device& dev, StepConfig cfg, const std::vector<Batch>& batches, int64_t overflow_step,
@@ -496,19 +516,31 @@ NamedValues updates_over(Device& dev, StepConfig cfg, const std::vector<Batch>& 
 
 std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
-  // GradScaler's defaults, field by field.
+  // GradScaler's defaults, as a scaler built with the default configuration behaves
+  // (default_behaviour); its controls are the scaler's own switches: a scale held
+  // at 1 (gross), growth one clean step late (subtle: one behaviour of five).
   {
-    const LossScalerConfig d;
-    const double wrong = (d.init_scale == 65536.0 ? 0 : 1) + (d.growth == 2.0 ? 0 : 1) + (d.backoff == 0.5 ? 0 : 1) +
-                         (d.growth_interval == 2000 ? 0 : 1) + (d.dynamic && d.enabled ? 0 : 1);
-    Measurement m = make_check("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)", wrong,
-                               tol::kBitwiseMismatches);
-    describe_mp(m, dev, DType::f16);
-    m.metric = "fields_differing";
-    m.tolerance_reason = "MP-3: PyTorch GradScaler's defaults, exactly";
-    m.details = nlohmann::json{{"init_scale", d.init_scale}, {"growth", d.growth}, {"backoff", d.backoff},
-                               {"growth_interval", d.growth_interval}};
-    out.push_back(m);
+    const std::string defaults_check = check_name("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)");
+    for (int kind : {0, 1, 2}) {
+      LossScalerConfig d;
+      if (kind == 1) d.fault_fixed_scale = 1;
+      if (kind == 2) d.fault_growth_off_by_one = true;
+      nlohmann::json seen;
+      const double wrong = default_behaviour(d, &seen);
+      Measurement m =
+          kind == 0 ? make_check("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)", wrong,
+                                 tol::kBitwiseMismatches)
+          : kind == 1 ? make_negative_control("MP-3", "a default scaler held at a scale of 1 is flagged", wrong,
+                                              tol::kBitwiseMismatches, defaults_check)
+                      : make_subtle_control("MP-3", "a default scaler growing one clean step late is flagged", wrong,
+                                            tol::kBitwiseMismatches, defaults_check);
+      describe_mp(m, dev, DType::f16);
+      m.metric = "behaviours_differing";
+      m.tolerance_reason = "MP-3: PyTorch GradScaler's defaults, exactly";
+      m.details = std::move(seen);
+      if (kind) m.config = nlohmann::json{{"fault", kind == 1 ? "fixed_scale 1" : "growth_off_by_one"}};
+      out.push_back(m);
+    }
   }
 
   StepConfig cfg = scaler_config(preset);
@@ -538,6 +570,20 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     g.metric = "violations";
     g.tolerance_reason = tol::kMpScalerReason;
     out.push_back(g);
+
+    // Subtle: the step is skipped and untouched, but the growth counter survives the
+    // overflow: one violation per injection.
+    StepConfig kept = cfg;
+    kept.precision.scaler.fault_tracker_kept = true;
+    nlohmann::json klog;
+    Measurement s = make_subtle_control("MP-3", "an overflow that leaves the growth counter is flagged",
+                                        injection_sweep(dev, kept, batch, &klog), tol::kBitwiseMismatches,
+                                        check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched"));
+    describe_mp(s, dev, DType::f16);
+    s.config = nlohmann::json{{"fault", "tracker_kept"}};
+    s.metric = "violations";
+    s.tolerance_reason = tol::kMpScalerReason;
+    out.push_back(s);
   }
 
   // The trajectory: backoff at each overflow, growth after the interval.
@@ -612,6 +658,21 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     g.metric = "max_tensor_update_rel_l2";
     g.tolerance_reason = tol::kMpGradRelL2Reason;
     out.push_back(g);
+
+    // Subtle, a switch of the step: the overflowing micro-batch dropped and the other
+    // K - 1 applied, so the skipped step moves the parameters by (K-1)/K of an update.
+    StepConfig dropped = c16;
+    dropped.precision.overflow_fault = OverflowFault::skip_micro_batch;
+    const TensorsCompare cd = compare_tensors(updates_over(dev, dropped, batches, hit, false), u32);
+    Measurement s = make_subtle_control("MP-3", "a step applying all but the overflowing micro-batch is seen",
+                                        cd.max_rel_l2, tol::kMpGradRelL2(DType::f16),
+                                        check_name("MP-3", "a run with one overflowing step equals fp32 skipping that step"));
+    describe_mp(s, dev, DType::f16);
+    s.config = m.config;
+    s.config["overflow_fault"] = "skip_micro_batch";
+    s.metric = "max_tensor_update_rel_l2";
+    s.tolerance_reason = tol::kMpGradRelL2Reason;
+    out.push_back(s);
   }
   return out;
 }
@@ -723,6 +784,15 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   add(make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged", kw.leaked,
                           bound, check_name("GA-5", "nothing of the skipped window leaks into the next one")),
       "keep_last_grad", "gradient_elements_differing", kw);
+
+  // Subtle, aimed at the skip: the window is skipped and its state untouched, but the
+  // scale stays where it was (one violation).
+  StepConfig stuck = cfg;
+  stuck.precision.scaler.fault_no_backoff = true;
+  const Window sw = run(stuck);
+  add(make_subtle_control("GA-5", "a skipped window that keeps its loss scale is flagged", sw.skip_violations, bound,
+                          check_name("GA-5", "one overflowing micro-batch skips the whole window, state untouched")),
+      "no_backoff", "violations", sw);
   return out;
 }
 

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_ref.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/crossentropy/crossentropy.hpp"
 #include "kernels/crossentropy/crossentropy_ref.hpp"
 #include "kernels/gelu/gelu.hpp"
@@ -65,6 +68,7 @@ Input random_input(Device& dev, Shape shape, DType dt, uint64_t seed) {
 // that is compared (as host floats and as bytes for DET-1).
 struct OpCase {
   std::string name;
+  std::string entry;  // the op's entry point, which its fault switch (OpFault::op) names
   nlohmann::json config;
   const tol::PerDType* bound;
   const char* bound_reason;
@@ -84,7 +88,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
   {  // Matrix product, edge sizes: c [M, N] = a [M, K] b [K, N].
     const int64_t M = full ? 513 : 129, K = full ? 1025 : 257, N = full ? 511 : 127;
     auto a = random_input(dev, {M, K}, dt, seed + 1), b = random_input(dev, {K, N}, dt, seed + 2);
-    cases.push_back({"matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", false}}, &tol::kMatmulNmse, kMatmulReason,
+    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", false}}, &tol::kMatmulNmse, kMatmulReason,
                      [&dev, a, b, M, N, dt] {
                        Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
                        ops::matmul(a.t, false, b.t, false, c);
@@ -95,7 +99,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
   {  // Linear layout (b transposed), a long inner dimension.
     const int64_t M = 128, K = 4097, N = 17;
     auto a = random_input(dev, {M, K}, dt, seed + 3), b = random_input(dev, {N, K}, dt, seed + 4);
-    cases.push_back({"matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", true}}, &tol::kMatmulNmse, kMatmulReason,
+    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", true}}, &tol::kMatmulNmse, kMatmulReason,
                      [&dev, a, b, M, N, dt] {
                        Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
                        ops::matmul(a.t, false, b.t, true, c);
@@ -109,7 +113,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
          be = random_input(dev, {C}, dt, seed + 7);
     vecd y, mean, rstd;
     ref::layernorm_forward(x.stored, g.stored, be.stored, N, C, 1e-5, y, mean, rstd);
-    cases.push_back({"layernorm_forward", {{"N", N}, {"C", C}}, &tol::kRowwiseNmse, kRowwiseReason,
+    cases.push_back({"layernorm_forward", "layernorm_forward", {{"N", N}, {"C", C}}, &tol::kRowwiseNmse, kRowwiseReason,
                      [&dev, x, g, be, N, C, dt] {
                        Tensor out = Tensor::empty(dev, {N, C}, dt, Consumer::workspace);
                        Tensor m = Tensor::empty(dev, {N}, DType::f32, Consumer::workspace);
@@ -125,7 +129,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
     const float scale = 0.125f;
     vecd p;
     ref::softmax_forward(s.stored, ref::SoftmaxShape{B, H, T, T}, true, {}, {}, scale, p);
-    cases.push_back({"softmax_causal", {{"B", B}, {"H", H}, {"T", T}}, &tol::kRowwiseNmse, kRowwiseReason,
+    cases.push_back({"softmax_causal", "softmax_forward", {{"B", B}, {"H", H}, {"T", T}}, &tol::kRowwiseNmse, kRowwiseReason,
                      [&dev, s, B, H, T, dt, scale] {
                        Tensor out = Tensor::empty(dev, {B, H, T, T}, dt, Consumer::workspace);
                        ops::softmax_forward(s.t, ops::AttnMask{}, scale, out);
@@ -136,7 +140,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
   {  // GELU, an edge size.
     const int64_t n = full ? (1 << 20) + 1 : 4097;
     auto x = random_input(dev, {n}, dt, seed + 9);
-    cases.push_back({"gelu_forward", {{"n", n}}, &tol::kElementwiseNmse, kElementwiseReason,
+    cases.push_back({"gelu_forward", "gelu_forward", {{"n", n}}, &tol::kElementwiseNmse, kElementwiseReason,
                      [&dev, x, n, dt] {
                        Tensor y = Tensor::empty(dev, {n}, dt, Consumer::workspace);
                        ops::gelu_forward(x.t, y);
@@ -154,7 +158,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
     ops::CrossEntropyConfig cfg;
     vecd losses;
     ref::cross_entropy_forward(logits.stored, targets, V, cfg, losses);
-    cases.push_back({"cross_entropy_forward", {{"N", N}, {"V", V}}, &tol::kRowwiseNmse, kRowwiseReason,
+    cases.push_back({"cross_entropy_forward", "cross_entropy_forward", {{"N", N}, {"V", V}}, &tol::kRowwiseNmse, kRowwiseReason,
                      [&dev, logits, tg, cfg, N] {
                        Tensor l = Tensor::empty(dev, {N}, DType::f32, Consumer::workspace);
                        ops::cross_entropy_forward(logits.t, tg, cfg, l);
@@ -167,7 +171,7 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
     auto q = random_input(dev, {B, H, T, D}, dt, seed + 11), k = random_input(dev, {B, H, T, D}, dt, seed + 12),
          v = random_input(dev, {B, H, T, D}, dt, seed + 13);
     const float scale = 0.125f;
-    cases.push_back({fmt::format("attention_{}", ops::attention_impl_name(impl)),
+    cases.push_back({fmt::format("attention_{}", ops::attention_impl_name(impl)), "attention_forward",
                      {{"B", B}, {"H", H}, {"T", T}, {"D", D}, {"mask", "causal"}}, &tol::kAttentionNmse,
                      kAttentionReason,
                      [&dev, q, k, v, B, H, T, D, dt, impl, scale] {
@@ -194,17 +198,9 @@ Measurement tag(Measurement m, const Device& dev, DType dt, const OpCase& c) {
 constexpr const char* kDetReason =
     "PROPERTIES.md DET-1: same inputs, same stream, bitwise-identical output (tolerances.hpp kBitwiseMismatches)";
 
-// `v` rounded to `bits` significand bits after the leading one (round to nearest):
-// what a value stored in a narrower format keeps of its mantissa.
-float round_significand(float v, int bits) {
-  int e = 0;
-  const double m = std::frexp(static_cast<double>(v), &e);  // |m| in [0.5, 1)
-  return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, bits + 1)), e - bits - 1));
-}
-
-// OPS-1's negative controls, one product per dtype through the same NMSE check.
-// Gross: b used transposed. Subtle: `a` rounded to p significand bits before the
-// product. For a uniform on [-1, 1) the rounding error of an element in
+// OPS-1's matrix-product controls, one product per dtype through the same NMSE
+// check, both switches of the op (OpFault). Gross: b read transposed. Subtle: `a`
+// read rounded to p significand bits, as a TF32 product reads fp32. For a uniform on [-1, 1) the rounding error of an element in
 // [2^e, 2^(e+1)) is uniform with variance 2^(2(e-p)) / 12, which over the binades
 // gives E[da^2] / E[a^2] = 2^-2p / 28, and the product's NMSE is that ratio (K
 // independent terms). p is the width whose predicted NMSE is nearest 30x the
@@ -226,7 +222,10 @@ std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
     const int64_t n = 64;
     auto a = random_input(dev, {n, n}, dt, seed + 20), b = random_input(dev, {n, n}, dt, seed + 21);
     Tensor c = Tensor::empty(dev, {n, n}, dt, Consumer::workspace);
-    ops::matmul(a.t, false, b.t, true, c);
+    {
+      ops::ScopedOpFault fault({"matmul", 0, 0, 0, true});
+      ops::matmul(a.t, false, b.t, false, c);
+    }
     const double e =
         nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(n * n, 0.0), 1, n, n, n));
     out.push_back(tagged(make_negative_control("OPS-1", "matmul with the wrong transpose is caught", e, bound, check_name("OPS-1", "matmul forward against float64")),
@@ -236,11 +235,11 @@ std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
     const int64_t M = 128, K = 257, N = 127;
     auto a = random_input(dev, {M, K}, dt, seed + 22), b = random_input(dev, {K, N}, dt, seed + 23);
     const int bits = static_cast<int>(std::lround(-0.5 * std::log2(28.0 * 30.0 * bound)));
-    std::vector<float> coarse(a.stored.size());
-    for (size_t i = 0; i < coarse.size(); ++i) coarse[i] = round_significand(static_cast<float>(a.stored[i]), bits);
-    const Tensor a_coarse = Tensor::from_host(dev, coarse, {M, K}, dt, Consumer::workspace);
     Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
-    ops::matmul(a_coarse, false, b.t, false, c);
+    {
+      ops::ScopedOpFault fault({"matmul", 0, 0, bits, false});
+      ops::matmul(a.t, false, b.t, false, c);
+    }
     const double e =
         nmse(c.to_host_f32(), ref::matmul(a.stored, false, b.stored, false, vecd(M * N, 0.0), 1, M, N, K));
     Measurement m = tagged(
@@ -353,11 +352,72 @@ std::vector<Measurement> det1_step(Device& dev, DType dt, Preset preset, uint64_
   return out;
 }
 
+// Every op's controls, both switches of the op (OpFault), through its own checks.
+// OPS-1: the stored output off by a relative eps with alternating signs, whose NMSE
+// is eps^2 on top of the op's own error: gross eps = 1/4, subtle eps = 2^-q with q
+// the whole power of two nearest sqrt(30 x bound), so 15 to 60 bounds. DET-1: on
+// every other call one output element one ulp up (subtle: the one-element
+// difference a reduction in another order makes) or every element (gross).
+std::vector<Measurement> op_controls(const Device& dev, DType dt, const OpCase& c) {
+  std::vector<Measurement> out;
+  const double bound = (*c.bound)(dt);
+  const std::string ops_check = check_name("OPS-1", fmt::format("{} forward against float64", c.name));
+  const int q = static_cast<int>(std::lround(-0.5 * std::log2(30.0 * bound)));
+  for (const bool subtle : {false, true}) {
+    const double eps = subtle ? std::ldexp(1.0, -q) : 0.25;
+    double e = 0;
+    {
+      ops::OpFault f;
+      f.op = c.entry;
+      f.output_rel_error = eps;
+      ops::ScopedOpFault fault(f);
+      e = nmse(c.run().to_host_f32(), c.reference);
+    }
+    const std::string title = fmt::format("{} with its output off by {} is caught", c.name,
+                                          subtle ? fmt::format("2^-{}", q) : std::string("a quarter"));
+    Measurement m = subtle ? make_subtle_control("OPS-1", title, e, bound, ops_check)
+                           : make_negative_control("OPS-1", title, e, bound, ops_check);
+    m.metric = "nmse";
+    m.tolerance_reason = c.bound_reason;
+    m.details = {{"predicted_nmse", eps * eps}};
+    m = tag(std::move(m), dev, dt, c);
+    m.config["broken"] = fmt::format("OpFault output_rel_error {}", eps);
+    out.push_back(std::move(m));
+  }
+  const std::string det_check = check_name("DET-1", fmt::format("{} twice gives the same bytes", c.name));
+  for (const bool subtle : {false, true}) {
+    size_t bad = 0, bytes = 0;
+    {
+      ops::OpFault f;
+      f.op = c.entry;
+      f.unstable_elements = subtle ? 1 : std::numeric_limits<int64_t>::max();
+      ops::ScopedOpFault fault(f);
+      const Tensor first = c.run(), second = c.run();
+      bad = bitwise_mismatches(first.to_host_bytes(), second.to_host_bytes());
+      bytes = first.nbytes();
+    }
+    const std::string title = fmt::format("{} with {} one ulp off every other call is caught", c.name,
+                                          subtle ? "one output element" : "every output element");
+    Measurement m = subtle ? make_subtle_control("DET-1", title, static_cast<double>(bad), tol::kBitwiseMismatches,
+                                                 det_check)
+                           : make_negative_control("DET-1", title, static_cast<double>(bad),
+                                                   tol::kBitwiseMismatches, det_check);
+    m.metric = "bitwise_mismatches";
+    m.tolerance_reason = kDetReason;
+    m.details = {{"bytes", bytes}};
+    m = tag(std::move(m), dev, dt, c);
+    m.config["broken"] = fmt::format("OpFault unstable_elements {}", subtle ? "1" : "all");
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::vector<Measurement> run_ops_conformance(RunContext& ctx) {
   Device& dev = ctx.device;
   std::vector<Measurement> out;
   for (DType dt : kFloatDTypes) {
     if (ctx.progress) ctx.progress(fmt::format("ops in {}", dtype_name(dt)));
+    std::set<std::string> controlled;
     for (const OpCase& c : build_cases(dev, dt, ctx.preset, ctx.seed)) {
       const Tensor first = c.run();
       const std::vector<float> got = first.to_host_f32();
@@ -376,6 +436,9 @@ std::vector<Measurement> run_ops_conformance(RunContext& ctx) {
       d.tolerance_reason = kDetReason;
       d.details = {{"bytes", first.nbytes()}};
       out.push_back(tag(std::move(d), dev, dt, c));
+      // One set of controls per check (the two products share theirs).
+      if (controlled.insert(c.name).second)
+        for (auto& m : op_controls(dev, dt, c)) out.push_back(std::move(m));
     }
     for (auto& m : ops1_controls(dev, dt, ctx.seed)) out.push_back(std::move(m));
     if (ctx.progress) ctx.progress(fmt::format("a training step twice in {}", dtype_name(dt)));

@@ -3,7 +3,8 @@
 // step the fp32 gradients are unscaled once and checked. An inf/NaN anywhere
 // (from any micro-batch) skips the whole step, leaves parameters and optimizer
 // state untouched and multiplies the scale by `backoff`; after `growth_interval`
-// consecutive clean steps the scale is multiplied by `growth`.
+// consecutive clean steps the scale is multiplied by `growth`. Its fault switches are
+// read through hr::faults::armed(), so a disarmed run has none.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct LossScalerConfig {
   // the counter: subtle); never backs off after an overflow (gross).
   bool fault_growth_off_by_one = false;
   bool fault_no_backoff = false;
+  // Wrong on purpose (MP-3's subtle control of the skip): an overflow leaves the
+  // growth counter where it was, so the scale grows early after one.
+  bool fault_tracker_kept = false;
   // Wrong on purpose (MP-1's controls): > 0 makes the scaler hold this scale from the
   // first step on, whatever it was configured with (1: no loss scale at all; 2^2: a
   // scale too small to lift fp16's tail). 0 (off) in a correct scaler.
@@ -30,8 +34,7 @@ struct LossScalerConfig {
 
 class DynamicLossScaler {
  public:
-  explicit DynamicLossScaler(const LossScalerConfig& cfg = {})
-      : cfg_(cfg), scale_(cfg.fault_fixed_scale > 0 ? cfg.fault_fixed_scale : cfg.init_scale) {}
+  explicit DynamicLossScaler(const LossScalerConfig& cfg = {});
   double scale() const { return scale_; }
   int64_t growth_tracker() const { return tracker_; }  // clean steps since the last change
   // Called once per step with whether the unscaled gradients held an inf/NaN.

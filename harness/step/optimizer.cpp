@@ -1,7 +1,12 @@
 // SGD and AdamW over a parameter set (kernels/optim does the per-tensor update).
 #include "harness/step/optimizer.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "harness/check.hpp"
+#include "harness/faults.hpp"
 
 namespace hr {
 
@@ -103,25 +108,49 @@ class AdamW final : public Optimizer {
   std::vector<std::string> names_;
 };
 
+// Q8Fault::requantise_on_save: the saved codes and absmax of one moment replaced by
+// what saving the moment dequantised and quantising it again gives. Codes survive,
+// but a block whose largest value is negative in the signed map gets its lowest
+// code's magnitude (0.99297) times its absmax.
+void requantise(std::vector<uint8_t>& codes, std::vector<uint8_t>& absmax_bytes, int64_t block_size, q8::MapKind map) {
+  const q8::Codebook c = q8::make_codebook(map);
+  std::vector<float> absmax(absmax_bytes.size() / sizeof(float));
+  std::memcpy(absmax.data(), absmax_bytes.data(), absmax_bytes.size());
+  const size_t block = static_cast<size_t>(block_size);
+  std::vector<float> x(block);
+  for (size_t b = 0; b < absmax.size(); ++b) {
+    const size_t begin = b * block, end = std::min(codes.size(), begin + block);
+    float a = 0.f;
+    for (size_t e = begin; e < end; ++e) a = std::max(a, std::fabs(x[e - begin] = q8::decode(c, codes[e], absmax[b])));
+    for (size_t e = begin; e < end; ++e) codes[e] = q8::quantize(c, x[e - begin], a);
+    absmax[b] = a;
+  }
+  std::memcpy(absmax_bytes.data(), absmax.data(), absmax_bytes.size());
+}
+
 // AdamW whose moments are kept block-wise in 8 bits between steps. Tensors under
 // q8::kMin8bitNumel elements (biases, norm weights) keep fp32 moments, as
 // bitsandbytes does by default (min_8bit_size = 4096).
 class AdamW8bit final : public Optimizer {
  public:
-  AdamW8bit(const ops::AdamWConfig& cfg, const ops::AdamW8bitOptions& opt, ParamSet& params) : cfg_(cfg), opt_(opt) {
+  AdamW8bit(const ops::AdamWConfig& cfg, const ops::AdamW8bitOptions& opt, ParamSet& params) : cfg_(cfg) {
     HR_ARG_CHECK(opt.block_size > 0, "optimizer.adamw8bit.block_size: must be positive, got {}", opt.block_size);
     Device& dev = params.device();
+    const ops::Q8Fault* fault = faults::active<ops::Q8Fault>();
     for (Param& p : params.all()) {
       State st;
       if (p.trainable) {
         const int64_t n = p.master.numel();
-        if (n >= q8::kMin8bitNumel) {
-          const Shape blocks{q8::block_count(n, opt.block_size)};
+        if (n >= q8::kMin8bitNumel && !(fault && fault->fp32_state)) {
+          st.opt = ops::applied_options(opt, n);
+          const Shape blocks{q8::block_count(n, st.opt.block_size)};
           // Zero absmax decodes every code to zero: the moments start at zero.
           st.m = Tensor::zeros(dev, p.master.shape(), DType::u8, Consumer::optimizer_state);
           st.v = Tensor::zeros(dev, p.master.shape(), DType::u8, Consumer::optimizer_state);
           st.m_absmax = Tensor::zeros(dev, blocks, DType::f32, Consumer::optimizer_state);
-          st.v_absmax = Tensor::zeros(dev, blocks, DType::f32, Consumer::optimizer_state);
+          st.v_absmax = fault && fault->shared_absmax
+                            ? st.m_absmax
+                            : Tensor::zeros(dev, blocks, DType::f32, Consumer::optimizer_state);
         } else {
           st.m = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::optimizer_state);
           st.v = Tensor::zeros(dev, p.master.shape(), DType::f32, Consumer::optimizer_state);
@@ -140,7 +169,7 @@ class AdamW8bit final : public Optimizer {
       if (!ps[i].weight_decay) c.weight_decay = 0.f;
       State& st = states_[i];
       if (st.m_absmax.defined())
-        ops::adamw8bit_step(ps[i].master, ps[i].grad, st.m, st.m_absmax, st.v, st.v_absmax, step, c, opt_);
+        ops::adamw8bit_step(ps[i].master, ps[i].grad, st.m, st.m_absmax, st.v, st.v_absmax, step, c, st.opt);
       else
         ops::adamw_step(ps[i].master, ps[i].grad, st.m, st.v, step, c);
     }
@@ -151,6 +180,43 @@ class AdamW8bit final : public Optimizer {
       for (const Tensor* t : {&st.m, &st.v, &st.m_absmax, &st.v_absmax})
         if (t->defined()) n += t->nbytes();
     return n;
+  }
+  // The checkpoint faults of ops::Q8Fault act here: the absmax left out, the moments
+  // saved dequantised and quantised again on load, one absmax one ulp up on reload.
+  Saved save() const override {
+    Saved saved = Optimizer::save();
+    const ops::Q8Fault* f = faults::active<ops::Q8Fault>();
+    if (!f || !(f->absmax_not_saved || f->requantise_on_save)) return saved;
+    size_t k = 0;  // index into `saved`, in state()'s order
+    for (const State& st : states_) {
+      if (!st.m.defined()) continue;
+      if (!st.m_absmax.defined()) {
+        k += 2;
+        continue;
+      }
+      // exp_avg codes, absmax, exp_avg_sq codes, absmax
+      for (const bool first : {true, false}) {
+        std::vector<uint8_t>& codes = saved[k].second;
+        std::vector<uint8_t>& absmax = saved[k + 1].second;
+        if (f->requantise_on_save)
+          requantise(codes, absmax, st.opt.block_size, first ? st.opt.m_map : st.opt.v_map);
+        if (f->absmax_not_saved) std::fill(absmax.begin(), absmax.end(), 0);
+        k += 2;
+      }
+    }
+    return saved;
+  }
+  void load(const Saved& saved) override {
+    Optimizer::load(saved);
+    const ops::Q8Fault* f = faults::active<ops::Q8Fault>();
+    if (!f || !f->reload_absmax_ulp) return;
+    for (State& st : states_)
+      if (st.m_absmax.defined()) {
+        std::vector<float> a = st.m_absmax.to_host_f32();
+        a[0] = std::nextafter(a[0], INFINITY);
+        st.m_absmax.from_host_bytes(a.data(), a.size() * sizeof(float));
+        return;
+      }
   }
   std::vector<std::pair<std::string, Tensor>> state() const override {
     std::vector<std::pair<std::string, Tensor>> out;
@@ -174,14 +240,33 @@ class AdamW8bit final : public Optimizer {
   struct State {
     Tensor m, v;                // uint8 codes, or fp32 moments for small tensors
     Tensor m_absmax, v_absmax;  // fp32, one per block; undefined for fp32 state
+    ops::AdamW8bitOptions opt;  // the maps and block this tensor's state is stored with
   };
   ops::AdamWConfig cfg_;
-  ops::AdamW8bitOptions opt_;
   std::vector<State> states_;
   std::vector<std::string> names_;
 };
 
 }  // namespace
+
+Optimizer::Saved Optimizer::save() const {
+  Saved s;
+  for (const auto& [name, t] : state()) s.emplace_back(name, t.to_host_bytes());
+  return s;
+}
+
+void Optimizer::load(const Saved& saved) {
+  const auto st = state();
+  HR_ARG_CHECK(st.size() == saved.size(), "optimizer state: {} saved tensors, {} to fill", saved.size(), st.size());
+  for (size_t i = 0; i < st.size(); ++i) {
+    HR_ARG_CHECK(st[i].first == saved[i].first, "optimizer state: saved '{}' where '{}' is expected", saved[i].first,
+                 st[i].first);
+    HR_ARG_CHECK(saved[i].second.size() == st[i].second.nbytes(), "optimizer state '{}': {} saved bytes, {} expected",
+                 st[i].first, saved[i].second.size(), st[i].second.nbytes());
+    Tensor t = st[i].second;
+    t.from_host_bytes(saved[i].second.data(), saved[i].second.size());
+  }
+}
 
 size_t adamw8bit_state_bytes(int64_t numel, int64_t block_size) {
   if (numel < q8::kMin8bitNumel) return static_cast<size_t>(numel) * 8;

@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/models/params.hpp"
 #include "kernels/optim/optim.hpp"
@@ -26,6 +28,12 @@ class Optimizer {
   virtual size_t state_bytes() const = 0;
   // Named state tensors (for dumps and bitwise "untouched" checks).
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+  // A checkpoint of the state, as a file holds it: each state tensor's name and raw
+  // bytes in state()'s order; load() fills an optimizer built for the same
+  // parameters from one (InvalidArgument when the names or sizes differ).
+  using Saved = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+  virtual Saved save() const;
+  virtual void load(const Saved& saved);
 };
 
 // adamw8bit: AdamW with block-wise 8-bit moments (kernels/optim/optim8.hpp);

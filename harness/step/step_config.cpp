@@ -286,6 +286,7 @@ StepConfig without_faults(StepConfig c) {
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;
+  c.precision.scaler.fault_tracker_kept = false;
   c.precision.scaler.fault_fixed_scale = 0;
   c.kept_label_fault = KeptLabelFault::none;
   c.dropout_keying = DropoutKeying::per_sample;

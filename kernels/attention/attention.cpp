@@ -17,6 +17,7 @@
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/matmul/matmul.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 
@@ -283,7 +284,7 @@ void naive_backward(const Dims& d, const Tensor& q, const Tensor& k, const Tenso
 
 }  // namespace
 
-void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
+static void attention_forward_computed(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                        float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
                        const AttnProbDropout& drop) {
   const char* op = "attention_forward";
@@ -300,6 +301,13 @@ void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, con
   dispatch_float(q.dtype(), op, [&](auto tag) {
     mem_efficient_forward_cpu<decltype(tag)>(d, q, k, v, mask, scale, out, saved.lse);
   });
+}
+
+void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
+                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
+                       const AttnProbDropout& drop) {
+  attention_forward_computed(impl, q, k, v, mask, scale, out, saved, saved_consumer, drop);
+  apply_output_fault("attention_forward", out);
 }
 
 void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -11,6 +11,7 @@
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/host_ints.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/crossentropy/crossentropy_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/crossentropy/crossentropy_cuda.hpp"
@@ -113,6 +114,7 @@ LossValue cross_entropy_forward(const Tensor& logits, const Tensor& targets, con
 #if HEADROOM_HAVE_CUDA
     Tensor buf = losses.defined() ? losses : Tensor::empty(logits.device(), {N}, DType::f32, Consumer::workspace);
     cuda::cross_entropy_losses(logits, targets, cfg.ignore_index, buf);
+    apply_output_fault(op, buf);
     // Stream-ordered: buf may be freed at once, the copy is ahead of its reuse.
     return LossValue::pending_sum_of_floats(buf.device().read_back(buf.data(), buf.nbytes()), N,
                                             reduction_weight(cfg, real));
@@ -124,7 +126,13 @@ LossValue cross_entropy_forward(const Tensor& logits, const Tensor& targets, con
   const HostInts t(targets, cfg.host_targets, op);
   dispatch_float(logits.dtype(), op,
                  [&](auto tag) { losses_cpu<decltype(tag)>(logits, t, cfg.ignore_index, host.data()); });
-  if (losses.defined()) losses.from_host_bytes(host.data(), host.size() * sizeof(float));
+  if (losses.defined()) {
+    losses.from_host_bytes(host.data(), host.size() * sizeof(float));
+    if (op_fault(op)) {  // the per-token losses broken, and so their sum
+      apply_output_fault(op, losses);
+      host = losses.to_host_f32();
+    }
+  }
   double total = 0;
   for (float l : host) total += l;  // token order: deterministic, as LossValue sums the GPU's
   return LossValue(total * reduction_weight(cfg, real));

@@ -4,6 +4,7 @@
 
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/gelu/gelu_math.hpp"
 
 #if HEADROOM_HAVE_CUDA
@@ -12,7 +13,7 @@
 
 namespace hr::ops {
 
-void gelu_forward(const Tensor& x, Tensor& y) {
+static void gelu_forward_computed(const Tensor& x, Tensor& y) {
   HR_CHECK(x.defined() && y.defined(), "gelu_forward: undefined tensor");
   check_same_shape(x, y, "gelu_forward");
   check_same_device(x, y, "gelu_forward");
@@ -25,6 +26,11 @@ void gelu_forward(const Tensor& x, Tensor& y) {
     const int64_t n = y.numel();
     for (int64_t i = 0; i < n; ++i) py[i] = from_float<T>(gelu::forward(to_float(px[i])));
   });
+}
+
+void gelu_forward(const Tensor& x, Tensor& y) {
+  gelu_forward_computed(x, y);
+  apply_output_fault("gelu_forward", y);
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {

@@ -8,6 +8,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/layernorm/layernorm_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/layernorm/layernorm_cuda.hpp"
@@ -93,7 +94,7 @@ void backward_cpu(const Tensor& dy, const Tensor& x, const std::vector<float>& g
 
 }  // namespace
 
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
+static void layernorm_forward_computed(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm_forward";
   HR_CHECK(x.defined() && x.ndim() >= 1 && x.numel() > 0 && is_float(x.dtype()), "{}: bad x {}", op, x.str());
@@ -111,6 +112,11 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   HR_IF_CUDA(x, cuda::layernorm_forward(x, gamma, beta, eps, y, mean, rstd));
   const std::vector<float> g = gamma.cpu_values_f32(), b = beta.cpu_values_f32();
   dispatch_float(x.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(x, g, b, eps, y, mean, rstd); });
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  layernorm_forward_computed(x, gamma, beta, eps, y, mean, rstd);
+  apply_output_fault("layernorm_forward", y);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,

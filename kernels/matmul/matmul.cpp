@@ -9,6 +9,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 
 #if HEADROOM_HAVE_CUDA
@@ -117,7 +118,19 @@ void gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool t
 }  // namespace
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
-  gemm("matmul", a, trans_a, b, trans_b, c, alpha, beta, false);
+  if (const OpFault* f = op_fault("matmul"); f && (f->transpose_b || f->input_bits > 0)) {
+    // The broken reads of OPS-1's controls: b the other way round, or a narrowed.
+    Tensor a_read = a;
+    if (f->input_bits > 0) {
+      std::vector<float> v = a.to_host_f32();
+      for (float& x : v) x = round_significand(x, f->input_bits);
+      a_read = Tensor::from_host(a.device(), v, a.shape(), a.dtype(), Consumer::workspace);
+    }
+    gemm("matmul", a_read, trans_a, b, f->transpose_b ? !trans_b : trans_b, c, alpha, beta, false);
+  } else {
+    gemm("matmul", a, trans_a, b, trans_b, c, alpha, beta, false);
+  }
+  apply_output_fault("matmul", c);
 }
 
 void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,

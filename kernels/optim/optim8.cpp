@@ -13,11 +13,18 @@
 #include "kernels/optim/optim8_cuda.hpp"
 #endif
 
+HR_DEFINE_FAULT_SLOT(hr::ops::Q8Fault)
+
 namespace hr::ops {
 namespace {
 
 // Each map is built once (its values do not change) and shared by both backends.
+// Q8Fault::linear_maps reads a dynamic map as the linear one of its sign.
 const q8::Codebook& codebook(q8::MapKind kind) {
+  if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->linear_maps) {
+    if (kind == q8::MapKind::dynamic_signed) kind = q8::MapKind::linear_signed;
+    if (kind == q8::MapKind::dynamic_unsigned) kind = q8::MapKind::linear_unsigned;
+  }
   static const q8::Codebook maps[] = {q8::make_codebook(q8::MapKind::dynamic_signed),
                                       q8::make_codebook(q8::MapKind::dynamic_unsigned),
                                       q8::make_codebook(q8::MapKind::linear_signed),
@@ -37,12 +44,21 @@ void check_quantised(const Tensor& like, const Tensor& codes, const Tensor& absm
   check_same_device(like, absmax, op);
 }
 
-}  // namespace
+// Q8Fault::truncate, after either backend quantised: each code replaced by the
+// largest code at or below the value.
+void truncate_codes(const Tensor& x, Tensor& codes, const Tensor& absmax, int64_t block_size, const q8::Codebook& c) {
+  const std::vector<float> v = x.to_host_f32(), a = absmax.to_host_f32();
+  std::vector<uint8_t> q(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float s = a[i / static_cast<size_t>(block_size)];
+    const float u = s > 0.f ? v[i] / s : 0.f;
+    const float* above = std::upper_bound(c.value + 1, c.value + q8::kCodes, u);
+    q[i] = static_cast<uint8_t>(above - c.value - 1);
+  }
+  codes.from_host_bytes(q.data(), q.size());
+}
 
-void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, q8::MapKind map) {
-  HR_CHECK(x.defined() && x.dtype() == DType::f32, "quantize_blockwise: fp32 input expected, got {}", x.str());
-  check_quantised(x, codes, absmax, block_size, "quantize_blockwise");
-  const q8::Codebook& c = codebook(map);
+void quantize_computed(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, const q8::Codebook& c) {
   HR_IF_CUDA(x, cuda::quantize_blockwise(x, codes, absmax, block_size, c));
   const float* px = x.data_as<float>();
   uint8_t* pq = codes.data_as<uint8_t>();
@@ -55,6 +71,26 @@ void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t 
     pa[b] = a;
     for (int64_t i = begin; i < end; ++i) pq[i] = q8::quantize(c, px[i], a);
   }
+}
+
+}  // namespace
+
+AdamW8bitOptions applied_options(const AdamW8bitOptions& opt, int64_t numel) {
+  AdamW8bitOptions o = opt;
+  if (const Q8Fault* f = faults::active<Q8Fault>()) {
+    if (f->first_moment_unsigned) o.m_map = q8::MapKind::dynamic_unsigned;
+    if (f->one_absmax_per_tensor) o.block_size = std::max<int64_t>(numel, 1);
+    if (f->block_factor > 1) o.block_size *= f->block_factor;
+  }
+  return o;
+}
+
+void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, q8::MapKind map) {
+  HR_CHECK(x.defined() && x.dtype() == DType::f32, "quantize_blockwise: fp32 input expected, got {}", x.str());
+  check_quantised(x, codes, absmax, block_size, "quantize_blockwise");
+  const q8::Codebook& c = codebook(map);
+  quantize_computed(x, codes, absmax, block_size, c);
+  if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->truncate) truncate_codes(x, codes, absmax, block_size, c);
 }
 
 void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out, int64_t block_size,

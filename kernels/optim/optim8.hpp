@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "harness/faults.hpp"
 #include "harness/tensor.hpp"
 #include "kernels/optim/optim.hpp"
 #include "kernels/optim/quant8_math.hpp"
@@ -24,6 +25,27 @@ struct AdamW8bitOptions {
   q8::MapKind v_map = q8::MapKind::dynamic_unsigned;
 };
 
+// Fault switches of 8-bit optimizer state (harness/faults.hpp): each a bug of the
+// quantiser, the optimizer or its checkpoint, for Q8-1..Q8-5's negative controls.
+struct Q8Fault {
+  bool linear_maps = false;            // every dynamic map read as the linear map of its sign
+  bool truncate = false;               // quantisation keeps the code at or below the value, not the nearest
+  bool first_moment_unsigned = false;  // the first moment stored in the unsigned map: its sign lost
+  bool one_absmax_per_tensor = false;  // one block the size of the tensor
+  int64_t block_factor = 0;            // > 1: blocks this many times the configured size
+  bool fp32_state = false;             // the optimizer keeps fp32 moments (8 bytes per parameter)
+  bool shared_absmax = false;          // one absmax per block for both moments (the second's overwrites the first's)
+  bool absmax_not_saved = false;       // a checkpoint leaves the absmax out: zeros on reload
+  bool requantise_on_save = false;     // a checkpoint holds the moments dequantised; quantised again on load
+  bool reload_absmax_ulp = false;      // a reload leaves the first absmax one ulp up
+};
+using ScopedQ8Fault = faults::Scoped<Q8Fault>;
+
+// The options a tensor of `numel` elements is stored with: `opt` with the switched-on
+// faults that change the map or the block applied (callers that allocate or resync
+// 8-bit state use it, so the state has the shape the step will read).
+AdamW8bitOptions applied_options(const AdamW8bitOptions& opt, int64_t numel);
+
 // One AdamW step with 8-bit moments: param fp32 (or 16-bit), grad any float,
 // m_codes / v_codes uint8 of param's numel, m_absmax / v_absmax fp32 of
 // ceil(numel / block_size). step is 1-based.
@@ -31,3 +53,5 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
                     Tensor& v_absmax, int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt = {});
 
 }  // namespace hr::ops
+
+HR_DECLARE_FAULT_SLOT(hr::ops::Q8Fault);

@@ -10,6 +10,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/softmax/softmax_cuda.hpp"
@@ -80,7 +81,7 @@ void backward_cpu(const Tensor& probs, const Tensor& dprobs, float scale, Tensor
 
 }  // namespace
 
-void softmax_forward(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
+static void softmax_forward_computed(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
   const char* op = "softmax_forward";
   HR_CHECK(scores.defined() && scores.ndim() == 4 && is_float(scores.dtype()),
            "{}: scores must be [B, H, T, S] float, got {}", op, scores.str());
@@ -92,6 +93,11 @@ void softmax_forward(const Tensor& scores, const AttnMask& mask, float scale, Te
   if (scores.numel() == 0) return;
   HR_IF_CUDA(scores, cuda::softmax_forward(scores, mask, scale, probs));
   dispatch_float(scores.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(scores, mask, scale, probs); });
+}
+
+void softmax_forward(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
+  softmax_forward_computed(scores, mask, scale, probs);
+  apply_output_fault("softmax_forward", probs);
 }
 
 void softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale, Tensor& dscores) {

@@ -56,7 +56,13 @@ TEST_P(MixedPrecision, Bf16KeepsTheSameGradients) {
 TEST_P(MixedPrecision, LossScalerStateMachine) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::mp3_loss_scaler(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 8, 4);
+  // Four checks; defaults 2 controls, injections 2, trajectory 2, equivalence 2.
+  hr::test::expect_all_passed(ms, 12, 8);
+  // The defaults are read from a scaler's behaviour, not from its fields.
+  const auto& seen = ms.front().details;
+  EXPECT_EQ(seen["first_scale"].get<double>(), 65536.0);
+  EXPECT_EQ(seen["after_overflow"].get<double>(), 32768.0);
+  EXPECT_EQ(seen["after_2000_clean"].get<double>(), 65536.0);
   for (const Measurement& m : ms) {
     if (!m.details.contains("trajectory") || m.negative_control) continue;
     const auto& t = m.details["trajectory"];
@@ -70,7 +76,7 @@ TEST_P(MixedPrecision, LossScalerStateMachine) {
 TEST_P(MixedPrecision, OverflowingMicroBatchSkipsTheWindow) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::ga5_overflow_in_window(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 6, 2);
+  hr::test::expect_all_passed(ms, 7, 3);
   EXPECT_TRUE(ms.front().details["fp32_gradients_finite_at_that_multiplier"].get<bool>());
   EXPECT_EQ(ms.front().details["window2_micro_batch_scales"].size(), 4u);
   EXPECT_EQ(ms.front().details["unscale_passes"].get<int64_t>(), 3);

@@ -18,11 +18,13 @@ class OpsConformanceProperty : public testing::TestWithParam<hr::BackendKind> {}
 TEST_P(OpsConformanceProperty, EveryOpWithinItsBoundAndRepeatable) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::test::run_property("OPS-1", dev);
-  // Per float dtype: 8 op cases x (OPS-1 + DET-1), OPS-1's gross and subtle
-  // controls, and per model a DET-1 step check with its gross and subtle controls.
-  hr::test::expect_all_passed(ms, 3u * (8u * 2u + 2u + 2u * 3u), 3u * (2u + 2u * 2u));
+  // Per float dtype: 8 op cases (7 ops) x (OPS-1 + DET-1); per op a gross and a
+  // subtle control of each of its two checks (OpFault); the matrix product's two
+  // input faults; per model a DET-1 step check with its gross and subtle controls.
+  hr::test::expect_all_passed(ms, 3u * (8u * 2u + 7u * 4u + 2u + 2u * 3u), 3u * (7u * 4u + 2u + 2u * 2u));
   std::set<std::string> dtypes, ops;
   std::map<std::string, int> subtle, step_checks;  // "id dtype" -> count
+  std::map<std::string, int> subtle_of;             // "check dtype" -> subtle controls aimed at it
   for (const auto& m : ms) {
     EXPECT_EQ(m.backend, hr::backend_name(dev.kind()));
     dtypes.insert(m.dtype);
@@ -30,6 +32,7 @@ TEST_P(OpsConformanceProperty, EveryOpWithinItsBoundAndRepeatable) {
     if (m.id == "OPS-1" && !m.negative_control) EXPECT_GT(m.error, 0.0) << hr::test::describe(m);
     if (m.control == "subtle") {
       ++subtle[m.id + " " + m.dtype];
+      ++subtle_of[m.control_of + " " + m.dtype];
       ASSERT_TRUE(m.power.has_value()) << hr::test::describe(m);
       EXPECT_LE(*m.power, hr::tol::kSubtleControlMaxPower) << hr::test::describe(m);
     }
@@ -41,8 +44,11 @@ TEST_P(OpsConformanceProperty, EveryOpWithinItsBoundAndRepeatable) {
   EXPECT_EQ(dtypes.size(), 3u);
   EXPECT_GE(ops.size(), 9u);  // 7 ops, the two models
   for (const char* dt : {"fp32", "fp16", "bf16"}) {
-    EXPECT_EQ(subtle[std::string("OPS-1 ") + dt], 1) << dt;
-    EXPECT_EQ(subtle[std::string("DET-1 ") + dt], 2) << dt;
+    EXPECT_EQ(subtle[std::string("OPS-1 ") + dt], 8) << dt;
+    EXPECT_EQ(subtle[std::string("DET-1 ") + dt], 9) << dt;
+    for (const auto& m : ms)
+      if (!m.negative_control && m.dtype == dt)
+        EXPECT_GE(subtle_of[hr::check_name(m.id, m.title) + " " + dt], 1) << hr::test::describe(m);
     EXPECT_EQ(step_checks[std::string("mlp ") + dt], 1) << dt;
     EXPECT_EQ(step_checks[std::string("transformer ") + dt], 1) << dt;
   }

@@ -1,0 +1,42 @@
+// Fault switches of the ops (one family of harness/faults.hpp): a broken op for the
+// controls of OPS-1 (an op against float64) and DET-1 (an op twice, bitwise). The
+// fault acts inside the op's public entry point, after the backend computed, so the
+// same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
+// matmul, layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
+// attention_forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "harness/faults.hpp"
+
+namespace hr {
+class Tensor;
+}
+
+namespace hr::ops {
+
+struct OpFault {
+  std::string op;                 // the entry point it breaks; empty: no fault
+  double output_rel_error = 0;    // every stored output element off by this relative amount, signs alternating
+  int64_t unstable_elements = 0;  // on every other call, this many output elements one ulp up
+  int input_bits = 0;             // matmul: a read rounded to this many significand bits (TF32 keeps 10)
+  bool transpose_b = false;       // matmul: b read transposed (b square)
+};
+
+// Sets the op fault for its lifetime.
+using ScopedOpFault = faults::Scoped<OpFault>;
+
+// The fault set for `op` while the switches are armed, or nullptr.
+const OpFault* op_fault(const char* op);
+
+// Applies the output faults set for `op` to its stored output `out`.
+void apply_output_fault(const char* op, Tensor& out);
+
+// `v` rounded to nearest with `bits` significand bits after the leading one.
+float round_significand(float v, int bits);
+
+}  // namespace hr::ops
+
+HR_DECLARE_FAULT_SLOT(hr::ops::OpFault);

@@ -532,13 +532,19 @@ inline constexpr const char* kQ8RoundTripReason =
     "of the division and the product (harness/tolerances.hpp kQ8RoundTripRatio)";
 // Q8-2: bitsandbytes' test_optimizer8bit (blockwise Adam8bit against torch.optim.Adam,
 // states resynced every step): mean absolute parameter error below 6e-5 after each
-// step, p = 0.1 randn, g = 0.01 randn, lr 1e-3. Its state check (atol 3e-3, rtol 1e-3,
-// fewer than 20 elements outside) is reported beside it.
+// step, p = 0.1 randn, g = 0.01 randn, lr 1e-3; and its state check (atol 3e-3, rtol
+// 1e-3, fewer than 20 elements outside), with states resynced and no outlier block.
 // Measured (CPU, 39 seeds): at most 5.0e-6 (0.083 of the bar), quick and full shapes;
 // controls: one absmax per tensor with a 1e5x outlier block 88-403x, the first moment
 // in the unsigned map 2.9x.
 inline constexpr double kQ8TrackParamMeanAbs = 6e-5;
 inline constexpr double kQ8TrackStateAtol = 3e-3, kQ8TrackStateRtol = 1e-3;
+// Its state check as a check: fewer than 20 of the moments' elements outside
+// atol + rtol |m| (a count: the bound 19.5 is "at most 19").
+inline constexpr double kQ8TrackStateMaxOutside = 19.5;
+inline constexpr const char* kQ8TrackStateReason =
+    "bitsandbytes test_optimizer8bit: fewer than 20 state elements outside atol 3e-3 + rtol 1e-3 (harness/tolerances.hpp "
+    "kQ8TrackStateMaxOutside)";
 inline constexpr const char* kQ8TrackReason =
     "bitsandbytes test_optimizer8bit (blockwise): mean |p_8bit - p_fp32| < 6e-5 per step with states resynced "
     "(harness/tolerances.hpp kQ8TrackParamMeanAbs)";

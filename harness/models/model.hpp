@@ -38,6 +38,9 @@ struct PassOptions {
   // tracker's live bytes there). Empty: not called.
   std::function<void()> on_forward_end;
   KeptLabelFault kept_label_fault = KeptLabelFault::none;  // MEM-1's negative controls
+  // Called by the transformer's passes with the micro-batch's logits [B*T, V] once
+  // computed (LR-2 compares them). Empty: not called.
+  std::function<void(const Tensor& logits)> on_logits;
 };
 
 class Model {

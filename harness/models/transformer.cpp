@@ -335,6 +335,7 @@ LossValue TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptio
   ops::layernorm_forward(xL, P(lnf_w_).compute, P(lnf_b_).compute, cfg_.ln_eps, lnf, meanf, rstdf);
   Tensor logits = Tensor::empty(dev, {N, V}, dtype_, a);
   ops::linear_forward(lnf, P(head_w_).compute, Tensor(), logits);
+  if (opt.on_logits) opt.on_logits(logits);
 
   ops::CrossEntropyConfig ce;
   ce.ignore_index = cfg_.ignore_index;

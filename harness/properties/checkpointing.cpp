@@ -364,6 +364,18 @@ std::vector<Measurement> ck4_forward_counts(Device& dev, DType dtype, Preset pre
       fill(m, s.cfg, 0, r);
       m.details["expected_per_block"] = K;
       out.push_back(std::move(m));
+      // Subtle: the plain forward pass runs the first block's forward once more.
+      StepConfig extra = s.cfg;
+      extra.checkpoint.fault_extra_block_forwards = 1;
+      const CkRun e = run_step(dev, extra, s.batch);
+      Measurement c = make_subtle_control("CK-4", "a plain pass that runs one block's forward once more is flagged",
+                                          wrong_blocks(e, K), tol,
+                                          check_name("CK-4", "without checkpointing each block runs its forward once "
+                                                             "per micro-batch"));
+      fill(c, extra, 0, e);
+      c.details["expected_per_block"] = K;
+      c.config["fault_extra_block_forwards"] = 1;
+      out.push_back(std::move(c));
     }
     {  // Gross: a driver told to checkpoint every block that keeps the activations and
        // never recomputes: every block ran once, not twice.
@@ -474,10 +486,20 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
   {
     StepConfig flip = with_k(s.cfg, 1);
     flip.checkpoint.fault_flip_mask_elements = 1;
+    const CkRun r = run_step(dev, flip, s.batch, true);
     Measurement m = mask_measurement("subtle", "a recompute that decides one mask element the other way is flagged",
-                                     flip, 1, run_step(dev, flip, s.batch, true));
+                                     flip, 1, r);
     m.config["fault_flip_mask_elements"] = 1;
     out.push_back(std::move(m));
+    // The same fault through the gradient check: gross there, since in the transformer
+    // the one flipped element reaches ~10^4 gradient elements.
+    Measurement g = bitwise_measurement("CK-5", "a recompute that decides one mask element the other way changes "
+                                                "its gradients",
+                                        "gross", dev, dtype, flip, 1, r, plain,
+                                        check_name("CK-5", "with every dropout site on, checkpointed gradients equal "
+                                                           "the plain run's bit for bit"));
+    g.config["fault_flip_mask_elements"] = 1;
+    out.push_back(std::move(g));
   }
   return out;
 }

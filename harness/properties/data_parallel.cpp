@@ -265,6 +265,16 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
     fill(m, dev, comm, c, mb, DpSync::once_per_window);
     m.details["worst_tensor"] = cmp.worst;
     out.measurements.push_back(std::move(m));
+    // Subtle, a switch of the data-parallel step: the once-per-window all-reduce in fp16.
+    const DpGrads h = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window,
+                                   DpFault::fp16_communication);
+    const double eh = max_over_ranks(comm, dev, compare_tensors(h.grads, every.grads, ref.zero).max_rel_l2);
+    Measurement s = make_subtle_control(
+        "DP-2", "a once-per-window all-reduce in fp16 is flagged", eh, tol,
+        check_name("DP-2", "all-reduce once per window (no_sync) equals all-reduce after every micro-batch"));
+    fill(s, dev, comm, c, mb, DpSync::once_per_window);
+    s.config["fault"] = dist::dp_fault_name(DpFault::fp16_communication);
+    out.measurements.push_back(std::move(s));
   }
   {
     // Bytes, as the communicator counted them: K all-reduces of the whole gradient
@@ -444,44 +454,58 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
                                         unsharded_grads, unsharded_comm, params));
       }
 
-      // Optimizer-state bytes per rank, from the tracker: 1 / N of the unsharded
-      // state, up to the padding of the last shard.
+      // Optimizer-state bytes per rank, from the tracker: the rank holding the longest
+      // shard holds ceil(P / N) elements' two fp32 moments, P read from the unsharded
+      // state's bytes (8 per element), not from the partition. The error is in elements.
+      const double unsharded_elements = static_cast<double>(unsharded_state_bytes) / 8.0;
+      const double shard = std::ceil(unsharded_elements / comm.size());
+      auto elements_off = [&](size_t rank_bytes) {
+        return std::fabs(max_over_ranks(comm, dev, static_cast<double>(rank_bytes)) / 8.0 - shard);
+      };
+      // A ZeRO-1 with one of its faults, built only for its state's bytes.
+      auto state_bytes_with = [&](dist::ZeroFault f) {
+        const size_t before_fault = dev.memory().snapshot().current(Consumer::optimizer_state);
+        dist::Zero1AdamW faulty(dev, comm, dp.local().params(), adam.optimizer.adamw, f);
+        return dev.memory().snapshot().current(Consumer::optimizer_state) - before_fault;
+      };
       const double worst_bytes = max_over_ranks(comm, dev, static_cast<double>(zero_state_bytes));
-      const double share = worst_bytes / (static_cast<double>(unsharded_state_bytes) / comm.size());
-      const double padding = static_cast<double>(zero.shard_elements() * comm.size()) /
-                                 static_cast<double>(zero.total_elements()) - 1.0;
-      Measurement b = make_check("DP-3", "ZeRO-1 optimizer-state bytes per rank are 1/N of the unsharded state",
-                                 share - 1.0, padding);
+      const std::string bytes_title = "ZeRO-1 optimizer-state bytes per rank are 1/N of the unsharded state";
+      Measurement b = make_check("DP-3", bytes_title, elements_off(zero_state_bytes), tol::kBitwiseMismatches);
       describe(b, dev, DType::f32, c.model);
       b.config = dp_config(comm, c, mb, DpSync::once_per_window);
       b.config["optimizer"] = "adamw";
-      b.metric = "max over ranks of state bytes / (unsharded bytes / N) - 1";
-      b.tolerance_reason = "the partition's rounding: ceil(P / N) x N / P - 1";
+      b.metric = "elements of state beyond or short of ceil(P / N) on the fullest rank";
+      b.tolerance_reason = "exact: ceil(P / N) elements x two fp32 moments, P from the unsharded state's bytes";
       b.details = {{"optimizer_state_bytes_per_rank_zero1", worst_bytes},
                    {"optimizer_state_bytes_unsharded", unsharded_state_bytes},
+                   {"share_of_unsharded_over_1_over_n", worst_bytes / (static_cast<double>(unsharded_state_bytes) / comm.size())},
                    {"optimizer_state_bytes_per_rank_all", gather_doubles(comm, dev, {static_cast<double>(zero_state_bytes)})}};
-      // The same check on a ZeRO-1 whose every rank holds the whole state (the
-      // sharding lost), from the tracker as the check reads it.
-      size_t whole_state_bytes = 0;
-      {
-        const size_t before_whole = dev.memory().snapshot().current(Consumer::optimizer_state);
-        dist::Zero1AdamW whole(dev, comm, dp.local().params(), adam.optimizer.adamw, dist::ZeroFault::whole_state);
-        whole_state_bytes = dev.memory().snapshot().current(Consumer::optimizer_state) - before_whole;
-      }
-      const double worst_whole = max_over_ranks(comm, dev, static_cast<double>(whole_state_bytes));
+      // Its controls, from the tracker as the check reads it: every rank holding the
+      // whole state (the sharding lost: gross), every shard one element short (subtle).
+      const std::string bytes_check = check_name("DP-3", bytes_title);
+      const size_t whole_state_bytes = state_bytes_with(dist::ZeroFault::whole_state);
       Measurement g = make_negative_control(
           "DP-3", "ZeRO-1 whose every rank holds the whole optimizer state is flagged by the 1/N check",
-          worst_whole / (static_cast<double>(unsharded_state_bytes) / comm.size()) - 1.0, padding,
-          check_name("DP-3", b.title));
+          elements_off(whole_state_bytes), tol::kBitwiseMismatches, bytes_check);
       describe(g, dev, DType::f32, c.model);
       g.config = b.config;
       g.config["zero_fault"] = dist::zero_fault_name(dist::ZeroFault::whole_state);
       g.metric = b.metric;
       g.tolerance_reason = b.tolerance_reason;
-      g.details = {{"optimizer_state_bytes_per_rank", worst_whole},
+      g.details = {{"optimizer_state_bytes_per_rank", max_over_ranks(comm, dev, static_cast<double>(whole_state_bytes))},
                    {"optimizer_state_bytes_unsharded", unsharded_state_bytes}};
+      const size_t short_state_bytes = state_bytes_with(dist::ZeroFault::shard_one_short);
+      Measurement sc = make_subtle_control("DP-3", "ZeRO-1 with every shard one element short is flagged by the 1/N check",
+                                           elements_off(short_state_bytes), tol::kBitwiseMismatches, bytes_check);
+      describe(sc, dev, DType::f32, c.model);
+      sc.config = b.config;
+      sc.config["zero_fault"] = dist::zero_fault_name(dist::ZeroFault::shard_one_short);
+      sc.metric = b.metric;
+      sc.tolerance_reason = b.tolerance_reason;
+      sc.details = {{"optimizer_state_bytes_per_rank", max_over_ranks(comm, dev, static_cast<double>(short_state_bytes))}};
       out.measurements.push_back(std::move(b));
       out.measurements.push_back(std::move(g));
+      out.measurements.push_back(std::move(sc));
     }
   }
 }

@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "harness/check.hpp"
+#include "harness/compare.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/models/params.hpp"
 #include "harness/registry.hpp"
+#include "harness/step/lora_merge.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
 
@@ -61,8 +64,6 @@ void set_b(TrainStep& step, uint64_t seed, float std) {
   step.params().sync_compute();
 }
 
-double rel(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
-
 // LR-1: B = 0 at initialisation, so the adapted model's loss is the base model's,
 // bitwise, on each of kLr1Batches batches. Error: the number of losses that differ.
 constexpr int kLr1Batches = 4;
@@ -108,8 +109,11 @@ std::vector<Measurement> lr1_identity(RunContext& ctx) {
   return out;
 }
 
-// LR-2: the base model with W_q, W_v replaced by W + scale B A (computed in double,
-// rounded once to fp32) against the adapter path with the same A and B.
+// LR-2: the base model with its adapted weights merged (merge_lora: W + (alpha/r) B A,
+// computed in double, rounded once to fp32) against the adapter path with the same A
+// and B: every logit of the batch, as one tensor. The controls are the merge's own
+// switches: B A scaled by alpha instead of alpha / r (gross), and by (alpha / r)(1 +
+// kLoraMergeSubtleOffset) (subtle; a fixed offset, the measured shift in tolerances.hpp).
 std::vector<Measurement> lr2_merged(RunContext& ctx) {
   std::vector<Measurement> out;
   Device& dev = ctx.device;
@@ -117,60 +121,32 @@ std::vector<Measurement> lr2_merged(RunContext& ctx) {
   const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, ctx.seed);
   TrainStep adapted(dev, cfg);
   set_b(adapted, ctx.seed, tol::kLoraMergeBStd);
-  const double l_unmerged = adapted.loss(batch);
-  const int64_t C = cfg.transformer.d_model, r = kLoraRank;
-  const double scale = static_cast<double>(kLoraAlpha) / static_cast<double>(r);
-  // Loss of the base model with merged weights at a given adapter scale.
-  auto merged_loss = [&](double s) {
+  const std::vector<float> path = adapted.logits(batch);
+  auto merged_error = [&](const AdapterConfig& a) {
     TrainStep base(dev, base_cfg);
-    for (int64_t l = 0; l < cfg.transformer.layers; ++l)
-      for (const char* proj : {"q", "v"}) {
-        const std::string h = fmt::format("h.{}.attn.{}.", l, proj);
-        const std::vector<float> A = adapted.params().at(h + "lora_A").master.to_host_f32();
-        const std::vector<float> B = adapted.params().at(h + "lora_B").master.to_host_f32();
-        Param& w = base.params().at(h + "weight");
-        std::vector<float> W = w.master.to_host_f32();
-        for (int64_t o = 0; o < C; ++o)
-          for (int64_t i = 0; i < C; ++i) {
-            double ba = 0;
-            for (int64_t k = 0; k < r; ++k)
-              ba += static_cast<double>(B[static_cast<size_t>(o * r + k)]) * A[static_cast<size_t>(k * C + i)];
-            const size_t at = static_cast<size_t>(o * C + i);
-            W[at] = static_cast<float>(static_cast<double>(W[at]) + s * ba);
-          }
-        set_host(w, W);
-      }
-    base.params().sync_compute();
-    return base.loss(batch);
+    HR_CHECK(merge_lora(adapted.params(), a, base.params()) == 2 * cfg.transformer.layers,
+             "LR-2: merged other than the q and v projections of every layer");
+    return rel_l2(base.logits(batch), path);
   };
-  auto emit = [&](Measurement m) {
-    describe(m, dev, cfg, "relative_loss_difference");
+  const std::string title = "merged W + (alpha/r) B A gives the adapter path's logits (fp32)";
+  auto emit = [&](Measurement m, const char* fault) {
+    describe(m, dev, cfg, "logits_rel_l2");
+    m.tolerance_reason = tol::kLoraMergedReason;
+    m.details["logits"] = path.size();
+    if (*fault) m.config["fault"] = fault;
     out.push_back(std::move(m));
   };
-  emit(make_check("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)",
-                  rel(merged_loss(scale), l_unmerged), tol::kLoraMergedRel));
-  emit(make_negative_control("LR-2", "merged with scale alpha instead of alpha/r",
-                             rel(merged_loss(static_cast<double>(kLoraAlpha)), l_unmerged), tol::kLoraMergedRel, check_name("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)")));
-  // A scale error sized to move the loss by about kLoraSubtleBounds bounds: first
-  // from the loss's measured sensitivity to the scale (merged at scale (1 + eps)),
-  // then halved or doubled while the shift leaves [kLoraSubtleBounds / 2, 2 x] (the
-  // loss is not linear in the scale where its first derivative nearly vanishes).
-  const double eps = 0.1;
-  const double slope = std::fabs(merged_loss(scale * (1 + eps)) - l_unmerged) / (eps * std::fabs(l_unmerged));
-  double delta = tol::kLoraSubtleBounds * tol::kLoraMergedRel / std::max(slope, 1e-30);
-  double shift = rel(merged_loss(scale * (1 + delta)), l_unmerged);
-  for (int it = 0; it < 8; ++it) {
-    const double bounds = shift / tol::kLoraMergedRel;
-    if (bounds > 2 * tol::kLoraSubtleBounds) delta *= 0.5;
-    else if (bounds < 0.5 * tol::kLoraSubtleBounds) delta *= 2;
-    else break;
-    shift = rel(merged_loss(scale * (1 + delta)), l_unmerged);
-  }
-  // The offset is sized from the seed's loss sensitivity: the details, not the title.
-  emit(make_subtle_control("LR-2", "merged with the scale off by a small factor (sized to ~30 bounds)", shift,
-                           tol::kLoraMergedRel, check_name("LR-2", "merged W + (alpha/r) B A gives the adapter path's loss (fp32)")));
-  out.back().details["loss_sensitivity_to_scale"] = slope;
-  out.back().details["scale_offset"] = delta;
+  emit(make_check("LR-2", title, merged_error(cfg.adapters), tol::kLoraMergedRel), "");
+  AdapterConfig alpha = cfg.adapters, offset = cfg.adapters;
+  alpha.fault_merge_scale_alpha = true;
+  offset.fault_merge_scale_offset = tol::kLoraMergeSubtleOffset;
+  emit(make_negative_control("LR-2", "merged with scale alpha instead of alpha/r", merged_error(alpha),
+                             tol::kLoraMergedRel, check_name("LR-2", title)),
+       "merge_scale_alpha");
+  emit(make_subtle_control("LR-2",
+                           fmt::format("merged with the scale {:g} too large", tol::kLoraMergeSubtleOffset),
+                           merged_error(offset), tol::kLoraMergedRel, check_name("LR-2", title)),
+       "merge_scale_offset");
   return out;
 }
 

@@ -520,7 +520,8 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
   // (default_behaviour); its controls are the scaler's own switches: a scale held
   // at 1 (gross), growth one clean step late (subtle: one behaviour of five).
   {
-    const std::string defaults_check = check_name("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)");
+    const std::string defaults_check =
+        check_name("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)");
     for (int kind : {0, 1, 2}) {
       LossScalerConfig d;
       if (kind == 1) d.fault_fixed_scale = 1;
@@ -578,7 +579,8 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     nlohmann::json klog;
     Measurement s = make_subtle_control("MP-3", "an overflow that leaves the growth counter is flagged",
                                         injection_sweep(dev, kept, batch, &klog), tol::kBitwiseMismatches,
-                                        check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched"));
+                                        check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips "
+                                                           "the step untouched"));
     describe_mp(s, dev, DType::f16);
     s.config = nlohmann::json{{"fault", "tracker_kept"}};
     s.metric = "violations";
@@ -666,7 +668,7 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     const TensorsCompare cd = compare_tensors(updates_over(dev, dropped, batches, hit, false), u32);
     Measurement s = make_subtle_control("MP-3", "a step applying all but the overflowing micro-batch is seen",
                                         cd.max_rel_l2, tol::kMpGradRelL2(DType::f16),
-                                        check_name("MP-3", "a run with one overflowing step equals fp32 skipping that step"));
+                                        check_name("MP-3", m.title));
     describe_mp(s, dev, DType::f16);
     s.config = m.config;
     s.config["overflow_fault"] = "skip_micro_batch";

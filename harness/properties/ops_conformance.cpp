@@ -88,7 +88,8 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
   {  // Matrix product, edge sizes: c [M, N] = a [M, K] b [K, N].
     const int64_t M = full ? 513 : 129, K = full ? 1025 : 257, N = full ? 511 : 127;
     auto a = random_input(dev, {M, K}, dt, seed + 1), b = random_input(dev, {K, N}, dt, seed + 2);
-    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", false}}, &tol::kMatmulNmse, kMatmulReason,
+    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", false}}, &tol::kMatmulNmse,
+                     kMatmulReason,
                      [&dev, a, b, M, N, dt] {
                        Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
                        ops::matmul(a.t, false, b.t, false, c);
@@ -99,7 +100,8 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
   {  // Linear layout (b transposed), a long inner dimension.
     const int64_t M = 128, K = 4097, N = 17;
     auto a = random_input(dev, {M, K}, dt, seed + 3), b = random_input(dev, {N, K}, dt, seed + 4);
-    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", true}}, &tol::kMatmulNmse, kMatmulReason,
+    cases.push_back({"matmul", "matmul", {{"M", M}, {"K", K}, {"N", N}, {"trans_b", true}}, &tol::kMatmulNmse,
+                     kMatmulReason,
                      [&dev, a, b, M, N, dt] {
                        Tensor c = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
                        ops::matmul(a.t, false, b.t, true, c);
@@ -129,7 +131,8 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
     const float scale = 0.125f;
     vecd p;
     ref::softmax_forward(s.stored, ref::SoftmaxShape{B, H, T, T}, true, {}, {}, scale, p);
-    cases.push_back({"softmax_causal", "softmax_forward", {{"B", B}, {"H", H}, {"T", T}}, &tol::kRowwiseNmse, kRowwiseReason,
+    cases.push_back({"softmax_causal", "softmax_forward", {{"B", B}, {"H", H}, {"T", T}}, &tol::kRowwiseNmse,
+                     kRowwiseReason,
                      [&dev, s, B, H, T, dt, scale] {
                        Tensor out = Tensor::empty(dev, {B, H, T, T}, dt, Consumer::workspace);
                        ops::softmax_forward(s.t, ops::AttnMask{}, scale, out);
@@ -158,7 +161,8 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
     ops::CrossEntropyConfig cfg;
     vecd losses;
     ref::cross_entropy_forward(logits.stored, targets, V, cfg, losses);
-    cases.push_back({"cross_entropy_forward", "cross_entropy_forward", {{"N", N}, {"V", V}}, &tol::kRowwiseNmse, kRowwiseReason,
+    cases.push_back({"cross_entropy_forward", "cross_entropy_forward", {{"N", N}, {"V", V}}, &tol::kRowwiseNmse,
+                     kRowwiseReason,
                      [&dev, logits, tg, cfg, N] {
                        Tensor l = Tensor::empty(dev, {N}, DType::f32, Consumer::workspace);
                        ops::cross_entropy_forward(logits.t, tg, cfg, l);
@@ -200,12 +204,13 @@ constexpr const char* kDetReason =
 
 // OPS-1's matrix-product controls, one product per dtype through the same NMSE
 // check, both switches of the op (OpFault). Gross: b read transposed. Subtle: `a`
-// read rounded to p significand bits, as a TF32 product reads fp32. For a uniform on [-1, 1) the rounding error of an element in
-// [2^e, 2^(e+1)) is uniform with variance 2^(2(e-p)) / 12, which over the binades
-// gives E[da^2] / E[a^2] = 2^-2p / 28, and the product's NMSE is that ratio (K
-// independent terms). p is the width whose predicted NMSE is nearest 30x the
-// bound (fp32: 10 bits as fp16 keeps, 34x; fp16: 5 bits, 35x; bf16: 2 bits as
-// fp8 e5m2 keeps, 45x), an error the check must see although it is near its bound.
+// read rounded to p significand bits, as a TF32 product reads fp32. For a uniform
+// on [-1, 1) the rounding error of an element in [2^e, 2^(e+1)) is uniform with
+// variance 2^(2(e-p)) / 12, which over the binades gives E[da^2] / E[a^2] =
+// 2^-2p / 28, and the product's NMSE is that ratio (K independent terms). p is the
+// width whose predicted NMSE is nearest 30x the bound (fp32: 10 bits as fp16 keeps,
+// 34x; fp16: 5 bits, 35x; bf16: 2 bits as fp8 e5m2 keeps, 45x), an error the check
+// must see although it is near its bound.
 std::vector<Measurement> ops1_controls(Device& dev, DType dt, uint64_t seed) {
   std::vector<Measurement> out;
   auto tagged = [&](Measurement m, nlohmann::json config) {

@@ -116,7 +116,8 @@ std::vector<Measurement> q8_round_trip(RunContext& ctx) {
       // dynamic map's gaps as the check is. Gross: the linear map (uniform codes on
       // [-1, 1] or [0, 1]) loses the small values. Subtle: the code at or below the
       // value instead of the nearest (truncation).
-      const std::string q8_1 = check_name("Q8-1", "block-wise dynamic quantisation: round trip within half the map's gap");
+      const std::string q8_1 =
+          check_name("Q8-1", "block-wise dynamic quantisation: round trip within half the map's gap");
       for (const bool subtle : {false, true}) {
         ops::Q8Fault f;
         (subtle ? f.truncate : f.linear_maps) = true;
@@ -127,8 +128,9 @@ std::vector<Measurement> q8_round_trip(RunContext& ctx) {
           ops::dequantize_blockwise(codes, absmax, back, block, map);
           r = round_trip_ratio(data, back.to_host_f32(), absmax.to_host_f32(), block, map);
         }
-        emit(subtle ? make_subtle_control("Q8-1", "negative control (subtle): the code below the value, not the nearest",
-                                          r, tol::kQ8RoundTripRatio, q8_1)
+        emit(subtle ? make_subtle_control("Q8-1",
+                                          "negative control (subtle): the code below the value, not the nearest", r,
+                                          tol::kQ8RoundTripRatio, q8_1)
                     : make_negative_control("Q8-1", "negative control (gross): a linear map instead of the dynamic one",
                                             r, tol::kQ8RoundTripRatio, q8_1));
       }
@@ -229,7 +231,7 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
   // against fp32 AdamW's, elements outside atol + rtol |m| counted.
   const std::string state_title =
       "8-bit AdamW's moments within bitsandbytes' atol/rtol, fewer than 20 elements outside (states resynced)";
-  auto state_measurement = [&](Measurement m, int64_t cols, int64_t block, const TrackResult& r) {
+  auto state_measurement = [&](Measurement m, int64_t cols, int64_t block) {
     describe(m, dev, "op:adamw8bit_step", {{"shape", {rows, cols}}, {"block_size", block}, {"steps", steps}},
              "state_elements_outside_atol_rtol", tol::kQ8TrackStateReason);
     m.details["state_atol"] = tol::kQ8TrackStateAtol;
@@ -241,15 +243,17 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
     emit(make_check("Q8-2", "8-bit AdamW tracks fp32 AdamW one step at a time (states resynced)", r.param_mean_abs,
                     tol::kQ8TrackParamMeanAbs),
          cols, block, 1.f, r);
-    state_measurement(make_check("Q8-2", state_title, static_cast<double>(r.state_not_close), tol::kQ8TrackStateMaxOutside),
-                      cols, block, r);
+    state_measurement(
+        make_check("Q8-2", state_title, static_cast<double>(r.state_not_close), tol::kQ8TrackStateMaxOutside), cols,
+        block);
   };
   uint64_t k = 0;
   for (const int64_t cols : {int64_t{32}, int64_t{1024}, int64_t{4097}})
     resynced_check(cols, q8::kDefaultBlock,
                    track(dev, rows, cols, q8::kDefaultBlock, 1.f, warmup, steps, ctx.seed * 31 + ++k));
   const int64_t cols = 1024;
-  resynced_check(cols, q8::kLargeBlock, track(dev, rows, cols, q8::kLargeBlock, 1.f, warmup, steps, ctx.seed * 31 + ++k));
+  resynced_check(cols, q8::kLargeBlock,
+                 track(dev, rows, cols, q8::kLargeBlock, 1.f, warmup, steps, ctx.seed * 31 + ++k));
   // One block of gradients much larger than the rest: per-block absmax keeps the
   // other blocks' resolution; one absmax for the whole tensor does not, and blocks
   // 32 times the size leave the outlier's 31 neighbour blocks (of 256) at its scale.
@@ -283,10 +287,10 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
        cols, q8::kDefaultBlock, 1.f, subtle);
   // The state check's gross control: the unsigned first moment, its negative half lost.
   const std::string state_check = check_name("Q8-2", state_title);
-  state_measurement(make_negative_control("Q8-2", "negative control (gross): the first moment in the unsigned map, state check",
-                                          static_cast<double>(subtle.state_not_close), tol::kQ8TrackStateMaxOutside,
-                                          state_check),
-                    cols, q8::kDefaultBlock, subtle);
+  state_measurement(
+      make_negative_control("Q8-2", "negative control (gross): the first moment in the unsigned map, state check",
+                            static_cast<double>(subtle.state_not_close), tol::kQ8TrackStateMaxOutside, state_check),
+      cols, q8::kDefaultBlock);
   return out;
 }
 
@@ -369,8 +373,8 @@ std::vector<Measurement> q8_long_horizon(RunContext& ctx) {
     Measurement m = kind == 0   ? make_check("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss)
                     : kind == 1 ? make_negative_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss, kQ8_3Check)
                                 : make_subtle_control("Q8-3", title, rel, tol::kQ8LongHorizonRelLoss, kQ8_3Check);
-    describe(m, dev, "least_squares", {{"steps", steps}, {"block_size", opt.block_size}, {"variant", label}}, "rel_final_loss",
-             tol::kQ8LongHorizonReason);
+    describe(m, dev, "least_squares", {{"steps", steps}, {"block_size", opt.block_size}, {"variant", label}},
+             "rel_final_loss", tol::kQ8LongHorizonReason);
     m.details["final_loss_fp32"] = ref.back();
     m.details["final_loss_8bit"] = got.back();
     m.details["initial_loss"] = ref.front();

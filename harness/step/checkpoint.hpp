@@ -30,8 +30,9 @@ struct CheckpointPolicy {
   // CK-1's subtle control: the first segment's recompute flips this many elements
   // of its first mask (of the first sample); 0: off.
   int64_t fault_flip_mask_elements = 0;
-  // CK-4's subtle control: the first segment's recompute runs its first block's
-  // forward this many extra times (results discarded); 0: off.
+  // CK-4's subtle controls: the first segment's recompute runs its first block's
+  // forward this many extra times (results discarded), or, without checkpointing,
+  // the forward pass does; 0: off.
   int64_t fault_extra_block_forwards = 0;
   // A driver that is told to checkpoint but keeps every block's activations and
   // never recomputes (CK-4's gross control; BN-3 and CK-1 must call it an error).

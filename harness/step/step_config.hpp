@@ -77,6 +77,10 @@ struct AdapterConfig {
   std::string fault_not_frozen;
   // Wrong on purpose (LR-1's controls): B drawn from normal(0, this) instead of zero.
   float fault_b_init_std = 0.f;
+  // Wrong on purpose (LR-2's controls, read by merge_lora): the merge scales B A by
+  // alpha instead of alpha / r (gross), or by (alpha / r)(1 + this) (subtle); off: false, 0.
+  bool fault_merge_scale_alpha = false;
+  double fault_merge_scale_offset = 0;
 };
 
 struct StepConfig {

@@ -261,7 +261,19 @@ StepResult TrainStep::step(const Batch& batch) {
   return apply();
 }
 
-double TrainStep::loss(const Batch& batch) {
+double TrainStep::loss(const Batch& batch) { return forward_only(batch, {}); }
+
+std::vector<float> TrainStep::logits(const Batch& batch) {
+  std::vector<float> all;
+  forward_only(batch, [&all](const Tensor& l) {
+    const std::vector<float> v = l.to_host_f32();
+    all.insert(all.end(), v.begin(), v.end());
+  });
+  HR_ARG_CHECK(!all.empty(), "logits: the {} model has no logits to show", model_->name());
+  return all;
+}
+
+double TrainStep::forward_only(const Batch& batch, const std::function<void(const Tensor&)>& on_logits) {
   check_batch(batch);
   const std::vector<double> counts = micro_counts(batch);
   const int64_t mb = cfg_.micro_batch;
@@ -275,6 +287,7 @@ double TrainStep::loss(const Batch& batch) {
     PassOptions opt;
     opt.rng = &rng_;
     opt.update_running_stats = false;
+    opt.on_logits = on_logits;
     losses.push_back(
         model_->forward_loss(batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb), ls, opt));
   }

@@ -98,6 +98,9 @@ class TrainStep {
 
   // Forward only over every micro-batch, with the step's normalisation.
   double loss(const Batch& batch);
+  // The same forward pass; returns every micro-batch's logits (transformer), in order,
+  // as host floats.
+  std::vector<float> logits(const Batch& batch);
 
   const Tensor& grad(const std::string& param_name) const;
   std::vector<std::pair<std::string, Tensor>> gradients() const;  // trainable parameters, in order
@@ -132,6 +135,8 @@ class TrainStep {
   void check_batch(const Batch& batch) const;
   std::vector<double> micro_counts(const Batch& batch) const;
   void unscale();
+  // Forward only over every micro-batch (loss() and logits()); returns the loss.
+  double forward_only(const Batch& batch, const std::function<void(const Tensor&)>& on_logits);
   void round_gradients_to(DType buffer);  // precision.grad_accum's broken variant
 
   Device* dev_;

@@ -284,9 +284,9 @@ void naive_backward(const Dims& d, const Tensor& q, const Tensor& k, const Tenso
 
 }  // namespace
 
-static void attention_forward_computed(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
-                       float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
-                       const AttnProbDropout& drop) {
+static void attention_forward_computed(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttnMask& mask, float scale, Tensor& out, AttentionSaved& saved,
+                                       Consumer saved_consumer, const AttnProbDropout& drop) {
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v, mask);
   check_like_q(op, out, q);

@@ -94,8 +94,8 @@ void backward_cpu(const Tensor& dy, const Tensor& x, const std::vector<float>& g
 
 }  // namespace
 
-static void layernorm_forward_computed(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
-                       Tensor& mean, Tensor& rstd) {
+static void layernorm_forward_computed(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                       Tensor& y, Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm_forward";
   HR_CHECK(x.defined() && x.ndim() >= 1 && x.numel() > 0 && is_float(x.dtype()), "{}: bad x {}", op, x.str());
   const int64_t C = x.dim(-1), N = x.numel() / C;
@@ -114,7 +114,8 @@ static void layernorm_forward_computed(const Tensor& x, const Tensor& gamma, con
   dispatch_float(x.dtype(), op, [&](auto tag) { forward_cpu<decltype(tag)>(x, g, b, eps, y, mean, rstd); });
 }
 
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
+                       Tensor& mean, Tensor& rstd) {
   layernorm_forward_computed(x, gamma, beta, eps, y, mean, rstd);
   apply_output_fault("layernorm_forward", y);
 }

@@ -60,8 +60,8 @@ TEST_P(Checkpointing, FreshRngChangesGradientsAndIsCaught) {
 TEST_P(Checkpointing, EachSegmentRunsItsForwardExactlyTwice) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ck4_forward_counts(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 12, 4);
-  EXPECT_EQ(count_control(ms, "subtle"), 2u);
+  hr::test::expect_all_passed(ms, 14, 6);
+  EXPECT_EQ(count_control(ms, "subtle"), 4u);  // one per check per model
   expect_ids(ms, "CK-4");
   for (const Measurement& m : ms)
     if (m.details.contains("extra_flops_over_step")) {
@@ -74,7 +74,7 @@ TEST_P(Checkpointing, EachSegmentRunsItsForwardExactlyTwice) {
 TEST_P(Checkpointing, EverySiteReplaysItsMask) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ck5_every_site(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 8, 2);
+  hr::test::expect_all_passed(ms, 9, 3);
   EXPECT_EQ(count_control(ms, "subtle"), 1u);
   expect_ids(ms, "CK-5");
   for (const Measurement& m : ms)

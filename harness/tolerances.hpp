@@ -426,6 +426,12 @@ inline constexpr const char* kMpScalerReason =
 inline constexpr int64_t kMpGrowthInterval = 3;
 inline constexpr int64_t kMpTrajectorySteps = 12;
 inline constexpr int64_t kMpTrajectoryOverflowSteps[] = {1, 6};
+// GA-5: a micro-batch ran at its window's loss scale when the least-squares factor
+// between its fp16 contribution to the gradient buffer and an fp32 step's at the same
+// parameters is within 1% of that scale. fp16 rounding moves the factor by 3e-5..1e-4
+// (measured, 2 seeds; the factors are in the details); a wrong scale is a power of two
+// away (0.5, 2).
+inline constexpr double kGa5ScaleRelTol = 0.01;
 // The loss multiplier that makes one micro-batch overflow fp16 at scale 2^16.
 inline constexpr double kMpOverflowMultiplier = 0x1p24;
 // MP-3's run with one overflowing step against fp32 leaving it out: SGD steps,

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "harness/check.hpp"
+#include "harness/compare.hpp"
 #include "harness/properties/accum_support.hpp"
 #include "harness/tolerances.hpp"
 #include "kernels/common/float16.hpp"
@@ -680,6 +681,63 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
 }
 
 // ---- GA-5 ----
+namespace {
+
+constexpr const char* kGa5UnscaleTitle = "gradients are unscaled once per step, not per micro-batch";
+constexpr const char* kGa5ScaleTitle = "every micro-batch of the window backpropagates at the window's loss scale";
+
+// One window's gradients as the buffers show them: read at every micro-batch's
+// forward end (the sum of those before it) and after the window, flat, in parameter
+// order. `per_micro_batch[j]` is what micro-batch j added; `total` the buffer after
+// the window. The step is left accumulated, not applied.
+struct Contributions {
+  std::vector<std::vector<float>> per_micro_batch;
+  std::vector<float> total;
+};
+Contributions contributions(TrainStep& step, const Batch& b) {
+  auto flat = [&step] {
+    std::vector<float> v;
+    for (const auto& [n, g] : gradient_values(step)) v.insert(v.end(), g.begin(), g.end());
+    return v;
+  };
+  std::vector<std::vector<float>> snaps;
+  step.set_forward_end_hook([&](int64_t) { snaps.push_back(flat()); });
+  step.zero_grad();
+  step.accumulate(b);
+  step.set_forward_end_hook({});
+  Contributions c;
+  c.total = flat();
+  snaps.push_back(c.total);
+  for (size_t j = 0; j + 1 < snaps.size(); ++j) {
+    std::vector<float> d(snaps[j + 1].size());
+    for (size_t i = 0; i < d.size(); ++i) d[i] = snaps[j + 1][i] - snaps[j][i];
+    c.per_micro_batch.push_back(std::move(d));
+  }
+  return c;
+}
+
+// The least-squares factor between a scaled contribution and the unscaled one
+// (<g, r> / <r, r>); NaN when the scaled one is not finite (an overflow).
+double scale_ratio(const std::vector<float>& scaled, const std::vector<float>& ref) {
+  double gr = 0, rr = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    gr += static_cast<double>(scaled[i]) * ref[i];
+    rr += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::isfinite(gr) && rr > 0 ? gr / rr : NAN;
+}
+
+// `to` takes `from`'s fp32 master weights (the same parameters, another precision).
+void copy_masters(TrainStep& from, TrainStep& to) {
+  auto& a = from.params().all();
+  auto& b = to.params().all();
+  HR_CHECK(a.size() == b.size(), "copy_masters: {} parameters against {}", a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) b[i].master.copy_from(a[i].master);
+  to.params().sync_compute();
+}
+
+}  // namespace
+
 std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
   StepConfig cfg = scaler_config(preset);
@@ -703,42 +761,70 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   struct Window {
     double skip_violations = 0;  // window 2: state changed, not skipped, scale not halved
     double leaked = 0;           // window 3's gradients against a fresh step's at the same state
-    double unscale_error = 0;    // |unscale passes - steps|
-    double scale_violations = 0; // micro-batches of the window not run at its scale
+    double unscale_error = 0;    // window 3's unscaled gradients against fp32's at the same parameters
+    double scale_violations = 0; // micro-batches of windows 1 and 3 whose gradients are not at the window's scale
     nlohmann::json details;
+  };
+  // The scales the windows must run at, by GradScaler's rule from the configuration:
+  // window 1 at the initial scale, window 3 at it times the backoff (window 2 overflowed).
+  const double s1 = cfg.precision.scaler.init_scale, s3 = s1 * cfg.precision.scaler.backoff;
+  // A window's micro-batches measured from their gradients: each one's scaled
+  // contribution against an fp32 step's at the same parameters (no scale), their
+  // least-squares ratio against the window's scale. Leaves `step` accumulated.
+  auto scales_seen = [&](TrainStep& step, const Batch& b, double expected, int64_t* off, nlohmann::json* ratios) {
+    TrainStep r32(dev, c32);
+    copy_masters(step, r32);
+    const Contributions got = contributions(step, b), ref = contributions(r32, b);
+    HR_CHECK(got.per_micro_batch.size() == ref.per_micro_batch.size(), "GA-5: {} micro-batches against {}",
+             got.per_micro_batch.size(), ref.per_micro_batch.size());
+    for (size_t j = 0; j < got.per_micro_batch.size(); ++j) {
+      const double ratio = scale_ratio(got.per_micro_batch[j], ref.per_micro_batch[j]);
+      ratios->push_back(ratio);
+      *off += std::fabs(ratio / expected - 1.0) <= tol::kGa5ScaleRelTol ? 0 : 1;
+    }
+    return ref.total;
   };
   auto run = [&](const StepConfig& c) {
     Window w;
     TrainStep step(dev, c);
     TrainStep ref(dev, c);  // the same steps without the overflowing window
-    step.step(b1);
+    int64_t off = 0;
+    nlohmann::json ratios1 = nlohmann::json::array(), ratios3 = nlohmann::json::array();
+    scales_seen(step, b1, s1, &off, &ratios1);
+    step.apply();
     ref.step(b1);
     const NamedValues before = state_values(step);
     const double scale0 = step.scaler().scale();
     step.set_micro_batch_multipliers(overflow_at(K, 2));
     const StepResult r2 = step.step(b2);
     step.set_micro_batch_multipliers({});
-    // Every micro-batch of the overflowing window ran at the window's scale.
-    double off_scale = static_cast<double>(K) - static_cast<double>(step.micro_batch_scales().size());
-    for (double sc : step.micro_batch_scales()) off_scale += sc == scale0 ? 0 : 1;
-    w.scale_violations = std::fabs(off_scale);
-    nlohmann::json scales = step.micro_batch_scales();
+    nlohmann::json scales = step.micro_batch_scales();  // the step's own record, for the details
     const double changed = mismatching_elements(before, state_values(step));
     w.skip_violations = changed + (r2.skipped ? 0 : 1) + (step.scaler().scale() == scale0 * c.precision.scaler.backoff ? 0 : 1);
     // The reference backs off as the skipped window did, without running it.
     ref.scaler().update(true);
-    const StepResult r3 = step.step(b3);
+    const std::vector<float> fp32_grads = scales_seen(step, b3, s3, &off, &ratios3);
+    const StepResult r3 = step.apply();
+    w.scale_violations = static_cast<double>(off);
+    // Unscaled once: the step's gradients after the window, in real units, against
+    // the fp32 gradients of the same parameters and batch.
+    std::vector<float> unscaled;
+    for (const auto& [n, v] : gradient_values(step)) unscaled.insert(unscaled.end(), v.begin(), v.end());
+    w.unscale_error = rel_l2(unscaled, fp32_grads);
     ref.forward_backward(b3);
     w.leaked = mismatching_elements(gradient_values(step), gradient_values(ref));
-    w.unscale_error = std::fabs(static_cast<double>(step.unscale_passes()) - 3.0);
     w.details = nlohmann::json{{"window2_skipped", r2.skipped},
                                {"window2_state_elements_changed", changed},
                                {"scale_before", scale0},
                                {"scale_after", step.scaler().scale()},
                                {"window3_skipped", r3.skipped},
                                {"window3_gradient_elements_differing", w.leaked},
+                               {"window1_scale_seen_per_micro_batch", ratios1},
+                               {"window3_scale_seen_per_micro_batch", ratios3},
+                               {"window_scales_expected", {s1, s3}},
+                               {"window3_unscaled_rel_l2_vs_fp32", w.unscale_error},
                                {"unscale_passes", step.unscale_passes()},
-                               {"window2_micro_batch_scales", scales},
+                               {"window2_micro_batch_scales_recorded", scales},
                                {"steps", 3},
                                {"micro_batches_per_step", K},
                                {"overflow_micro_batch", 2},
@@ -767,11 +853,10 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
       "none", "violations", ok);
   add(make_check("GA-5", "nothing of the skipped window leaks into the next one", ok.leaked, bound), "none",
       "gradient_elements_differing", ok);
-  add(make_check("GA-5", "gradients are unscaled once per step, not per micro-batch", ok.unscale_error, bound),
-      "none", "abs(unscale_passes - steps)", ok);
-  add(make_check("GA-5", "every micro-batch of the window backpropagates at the window's loss scale",
-                 ok.scale_violations, bound),
-      "none", "micro_batches_off_scale", ok);
+  add(make_check("GA-5", kGa5UnscaleTitle, ok.unscale_error, tol::kMpGradRelL2(DType::f16)), "none",
+      "rel_l2 of the unscaled gradients against fp32", ok);
+  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+  add(make_check("GA-5", kGa5ScaleTitle, ok.scale_violations, bound), "none", "micro_batches_off_scale", ok);
 
   StepConfig drop = cfg;
   drop.precision.overflow_fault = OverflowFault::skip_micro_batch;
@@ -786,6 +871,24 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   add(make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged", kw.leaked,
                           bound, check_name("GA-5", "nothing of the skipped window leaks into the next one")),
       "keep_last_grad", "gradient_elements_differing", kw);
+
+  // Gross, aimed at the unscale: the gradients also unscaled after every micro-batch.
+  StepConfig twice = cfg;
+  twice.fault_unscale_every_micro_batch = true;
+  const Window tw = run(twice);
+  add(make_negative_control("GA-5", "gradients unscaled after every micro-batch as well are flagged", tw.unscale_error,
+                            tol::kMpGradRelL2(DType::f16), check_name("GA-5", kGa5UnscaleTitle)),
+      "unscale_every_micro_batch", "rel_l2 of the unscaled gradients against fp32", tw);
+  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+
+  // Subtle, aimed at the window's scale: the scaler updated at the overflowing
+  // micro-batch, so window 3 runs at a quarter of the scale, not half (4 micro-batches).
+  StepConfig mid = cfg;
+  mid.precision.overflow_fault = OverflowFault::backoff_mid_window;
+  const Window mw = run(mid);
+  add(make_subtle_control("GA-5", "a scaler updated at the overflowing micro-batch is flagged", mw.scale_violations,
+                          bound, check_name("GA-5", kGa5ScaleTitle)),
+      "backoff_mid_window", "micro_batches_off_scale", mw);
 
   // Subtle, aimed at the skip: the window is skipped and its state untouched, but the
   // scale stays where it was (one violation).

@@ -285,6 +285,7 @@ StepConfig without_faults(StepConfig c) {
   c.fault_extra_loss_items = 0;
   c.fault_dropout_key_per_run = false;
   c.fault_nondeterministic_ulp = false;
+  c.fault_unscale_every_micro_batch = false;
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;

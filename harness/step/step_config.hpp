@@ -40,8 +40,11 @@ LossNormalization parse_loss_normalization(const std::string& s);
 //   is dropped while the rest of the window is applied (GA-5, gross);
 // - keep_last_grad: after a skipped step, zero_grad leaves the last trainable
 //   tensor's gradient in place, so the skipped window leaks into the next (GA-5, subtle);
-// - no_skip: the optimizer steps on non-finite gradients (MP-3, gross).
-enum class OverflowFault : uint8_t { none, skip_micro_batch, keep_last_grad, no_skip };
+// - no_skip: the optimizer steps on non-finite gradients (MP-3, gross);
+// - backoff_mid_window: the scaler is updated at the micro-batch that overflowed, so
+//   the rest of the window runs at half the scale and the window's end backs off
+//   again (GA-5's window-scale check, subtle).
+enum class OverflowFault : uint8_t { none, skip_micro_batch, keep_last_grad, no_skip, backoff_mid_window };
 
 struct PrecisionConfig {
   // fp32; fp16 (dynamic loss scaling, fp32 master weights); bf16 (fp32 master
@@ -102,6 +105,9 @@ struct StepConfig {
   // order does.
   bool fault_dropout_key_per_run = false;
   bool fault_nondeterministic_ulp = false;
+  // Wrong on purpose (GA-5's unscale check, gross): the gradients are unscaled after
+  // every micro-batch as well as once at the step.
+  bool fault_unscale_every_micro_batch = false;
   // Controlled gradient magnitude: the loss (and with it every gradient) is
   // multiplied by this, e.g. to push gradients below fp16's 2^-24 (MP-1).
   double loss_multiplier = 1.0;

@@ -123,8 +123,9 @@ void TrainStep::accumulate(const Batch& batch) {
   HR_CHECK(!unscaled_, "accumulate: the gradients were already unscaled for this step; call zero_grad() first");
   const std::vector<double> counts = micro_counts(batch);
   const int64_t mb = cfg_.micro_batch;
-  const double scale = cfg_.loss_scaling() ? scaler_.scale() : 1.0;
-  HR_CHECK(micro_batches_ == 0 || scale == accumulated_scale_,
+  double scale = cfg_.loss_scaling() ? scaler_.scale() : 1.0;
+  HR_CHECK(micro_batches_ == 0 || scale == accumulated_scale_ ||
+               cfg_.precision.overflow_fault == OverflowFault::backoff_mid_window,
            "accumulate: the loss scale changed ({} -> {}) within one step", accumulated_scale_, scale);
   accumulated_scale_ = scale;
   // per_sample dropout keys: this call's pass, and each micro-batch's first sample.
@@ -150,6 +151,21 @@ void TrainStep::accumulate(const Batch& batch) {
     losses.push_back(model_->forward_backward(micro, ls, opt));
     micro_scales_.push_back(static_cast<double>(ls.loss_scale));
     ++micro_batches_;
+    if (cfg_.fault_unscale_every_micro_batch && cfg_.loss_scaling()) {
+      std::vector<Tensor*> grads;
+      for (Param& p : model_->params().all())
+        if (p.grad.defined()) grads.push_back(&p.grad);
+      (void)ops::unscale_and_check_all(grads, static_cast<float>(1.0 / scale));
+    }
+    if (cfg_.precision.overflow_fault == OverflowFault::backoff_mid_window && cfg_.loss_scaling()) {
+      bool bad = false;
+      for (const Param& p : model_->params().all())
+        if (p.grad.defined()) bad = ops::any_nonfinite(p.grad) || bad;
+      if (bad && scale == scaler_.scale()) {  // the scaler updated here, and the window goes on at its new scale
+        scaler_.update(true);
+        scale = scaler_.scale();
+      }
+    }
     if (!before.empty()) {
       bool bad = false;
       for (const Param& p : model_->params().all())

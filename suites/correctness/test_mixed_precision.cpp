@@ -76,10 +76,14 @@ TEST_P(MixedPrecision, LossScalerStateMachine) {
 TEST_P(MixedPrecision, OverflowingMicroBatchSkipsTheWindow) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::props::ga5_overflow_in_window(dev, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 7, 3);
-  EXPECT_TRUE(ms.front().details["fp32_gradients_finite_at_that_multiplier"].get<bool>());
-  EXPECT_EQ(ms.front().details["window2_micro_batch_scales"].size(), 4u);
-  EXPECT_EQ(ms.front().details["unscale_passes"].get<int64_t>(), 3);
+  hr::test::expect_all_passed(ms, 9, 5);
+  const auto& d = ms.front().details;
+  EXPECT_TRUE(d["fp32_gradients_finite_at_that_multiplier"].get<bool>());
+  // The window scale is read from each micro-batch's gradients, not from the step.
+  ASSERT_EQ(d["window1_scale_seen_per_micro_batch"].size(), 4u);
+  ASSERT_EQ(d["window3_scale_seen_per_micro_batch"].size(), 4u);
+  for (const auto& r : d["window3_scale_seen_per_micro_batch"]) EXPECT_NEAR(r.get<double>(), 32768.0, 32768.0 * 0.01);
+  EXPECT_EQ(d["unscale_passes"].get<int64_t>(), 3);
 }
 
 TEST_P(MixedPrecision, MasterWeightsKeepSmallUpdates) {

@@ -4,7 +4,8 @@
 // CUDA); and on a GPU, the device's draws against the host's, bit for bit. A gross
 // negative control (counters without cuRAND's 65536-thread order) must mismatch,
 // and each comparison also sees the smallest fault there is: one bit flipped in
-// one word (a subtle control through the same comparison).
+// one word (a subtle control through the same comparison). The host controls are
+// switches of the host stream (PhiloxFault, kernels/common/philox_host.hpp).
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "harness/registry.hpp"
 #include "harness/tolerances.hpp"
 #include "kernels/common/philox.hpp"
+#include "kernels/common/philox_host.hpp"
 
 #if HEADROOM_HAVE_CUDA
 #include <curand.h>
@@ -76,8 +78,10 @@ Measurement one_bit_control(const std::string& what, const std::string& backend,
 // counter and key): checks the round function itself; and the same comparison
 // with one bit of the output flipped.
 std::vector<Measurement> known_answer(uint64_t seed) {
-  const Philox4 r = philox4x32_10(Philox4{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, 0xa4093822u,
-                                  0x299f31d0u);
+  auto round = [] {
+    return philox4x32_10_host(Philox4{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, 0xa4093822u, 0x299f31d0u);
+  };
+  const Philox4 r = round();
   const uint32_t want[4] = {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u};
   auto mismatches = [&](const uint32_t* got) {
     size_t bad = 0;
@@ -90,8 +94,13 @@ std::vector<Measurement> known_answer(uint64_t seed) {
                           mismatches(got), 4, nlohmann::json{{"source", "Random123 kat_vectors philox4x32_10"}});
   m.config = cfg;
   const BitFlip flip = bit_flip(seed, 4);
-  got[flip.index] ^= flip.mask;
-  return {m, one_bit_control("the round function's output", "cpu", mismatches(got), 4, flip, cfg, m.title)};
+  Philox4 broken{};
+  {
+    ScopedPhiloxFault fault({false, static_cast<int64_t>(flip.index), flip.mask});
+    broken = round();
+  }
+  const uint32_t bad[4] = {broken.x, broken.y, broken.z, broken.w};
+  return {m, one_bit_control("the round function's output", "cpu", mismatches(bad), 4, flip, cfg, m.title)};
 }
 
 #if HEADROOM_HAVE_CUDA
@@ -135,35 +144,44 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   CurandHost gen;
   std::vector<uint32_t> ref_u(n);
   std::vector<float> ref_f(n);
-  size_t bad_u = 0, bad_f = 0, compared = 0, naive_bad = 0, naive_compared = 0, flipped_bad = 0;
+  size_t bad_u = 0, bad_f = 0, compared = 0, naive_bad = 0, naive_compared = 0, flipped_bad = 0, flipped_f = 0;
   nlohmann::json first_bad = nullptr;
   // The subtle control: the run's own seed at offset 0, one draw with one bit flipped.
-  const BitFlip flip = bit_flip(ctx.seed, n);
+  // The uniforms' subtle control flips the top bit, which every float keeps.
+  const BitFlip flip = bit_flip(ctx.seed, n), top{flip.index, 0x80000000u};
+  auto mismatching_floats = [&](const std::vector<uint32_t>& x) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float u = uniform_from_u32(x[i]);
+      bad += std::memcmp(&u, &ref_f[i], sizeof u) != 0;
+    }
+    return bad;
+  };
   for (size_t s = 0; s < seeds.size(); ++s) {
     const uint64_t seed = seeds[s];
     for (uint64_t offset : offsets) {
       gen.draw(seed, offset, ref_u, ref_f);
-      const bool control = s == 2 && offset == 0;  // seeds[2] is the run's seed
-      for (size_t i = 0; i < n; ++i) {
-        const uint32_t x = philox_draw(seed, offset + i);
-        if (x != ref_u[i]) {
-          if (bad_u++ == 0) first_bad = {{"seed", seed}, {"offset", offset}, {"index", i}};
-        }
-        if (control) flipped_bad += (i == flip.index ? x ^ flip.mask : x) != ref_u[i];
-        const float u = uniform_from_u32(x);
-        bad_f += std::memcmp(&u, &ref_f[i], sizeof u) != 0;
-      }
+      const std::vector<uint32_t> x = philox_host_draws(seed, offset, n);
+      for (size_t i = 0; i < n; ++i)
+        if (x[i] != ref_u[i] && bad_u++ == 0) first_bad = {{"seed", seed}, {"offset", offset}, {"index", i}};
+      bad_f += mismatching_floats(x);
       compared += n;
-      // Negative control: counter = draw block, ignoring cuRAND's thread order.
-      if (offset == 0) {
-        for (size_t i = 0; i < n; ++i) {
-          const uint64_t block = i / 4;
-          const Philox4 r = philox4x32_10(Philox4{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u},
-                                          static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-          const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-          naive_bad += w[i % 4] != ref_u[i];
-        }
+      if (offset != 0) continue;
+      {  // Gross: counter = draw block, ignoring cuRAND's thread order.
+        ScopedPhiloxFault fault({true, -1, 0});
+        const std::vector<uint32_t> naive = philox_host_draws(seed, offset, n);
+        for (size_t i = 0; i < n; ++i) naive_bad += naive[i] != ref_u[i];
         naive_compared += n;
+      }
+      if (s != 2) continue;  // seeds[2] is the run's seed: the subtle controls
+      {
+        ScopedPhiloxFault fault({false, static_cast<int64_t>(flip.index), flip.mask});
+        const std::vector<uint32_t> flipped = philox_host_draws(seed, offset, n);
+        for (size_t i = 0; i < n; ++i) flipped_bad += flipped[i] != ref_u[i];
+      }
+      {
+        ScopedPhiloxFault fault({false, static_cast<int64_t>(top.index), top.mask});
+        flipped_f = mismatching_floats(philox_host_draws(seed, offset, n));
       }
     }
   }
@@ -196,6 +214,11 @@ std::vector<Measurement> against_curand(const RunContext& ctx) {
   out.push_back(neg);
   out.push_back(one_bit_control("the host stream", "cpu", flipped_bad, n, flip,
                                 nlohmann::json{{"check", "curand_host_u32"}, {"draws_each", n}, {"offset", 0}}, u.title));
+  Measurement fc = one_bit_control("the stream under the uniforms", "cpu", flipped_f, n, top,
+                                   nlohmann::json{{"check", "curand_host_uniform"}, {"draws_each", n}, {"offset", 0}},
+                                   f.title);
+  fc.dtype = "fp32";
+  out.push_back(std::move(fc));
   return out;
 }
 

@@ -24,8 +24,9 @@ TEST(FoundationProperties, Ops3PhiloxOnTheCpu) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   const auto ms = run_property("OPS-3", dev);
   // The known-answer vector and its one-bit control always; with CUDA also cuRAND
-  // (u32, uniform), the gross counter-order control and the host stream's one-bit control.
-  ASSERT_EQ(ms.size(), HEADROOM_HAVE_CUDA ? 6u : 2u);
+  // (u32, uniform), the gross counter-order control and the host stream's one-bit
+  // controls of both (switches of the host stream, PhiloxFault).
+  ASSERT_EQ(ms.size(), HEADROOM_HAVE_CUDA ? 7u : 2u);
   expect_all_pass(ms);
   int negative = 0, subtle = 0;
   for (const auto& m : ms) {
@@ -34,8 +35,8 @@ TEST(FoundationProperties, Ops3PhiloxOnTheCpu) {
     ++subtle;
     EXPECT_EQ(m.error, 1.0) << hr::test::describe(m);  // one flipped bit: one mismatching word
   }
-  EXPECT_EQ(negative, HEADROOM_HAVE_CUDA ? 3 : 1);
-  EXPECT_EQ(subtle, HEADROOM_HAVE_CUDA ? 2 : 1);
+  EXPECT_EQ(negative, HEADROOM_HAVE_CUDA ? 4 : 1);
+  EXPECT_EQ(subtle, HEADROOM_HAVE_CUDA ? 3 : 1);
 }
 
 TEST(FoundationProperties, cuda_Ops3DeviceDrawsEqualTheHost) {

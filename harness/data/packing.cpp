@@ -9,6 +9,8 @@
 #include "harness/faults.hpp"
 #include "kernels/common/philox.hpp"
 
+HR_DEFINE_FAULT_SLOT(hr::PackerFault)
+
 namespace hr {
 
 int64_t PackPlan::real_tokens() const { return std::accumulate(row_fill.begin(), row_fill.end(), int64_t{0}); }
@@ -20,23 +22,33 @@ double PackPlan::pad_fraction() const {
 
 PackPlan pack_first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t seq_len, int64_t max_rows) {
   HR_ARG_CHECK(seq_len > 0, "packing: seq_len must be positive, got {}", seq_len);
+  const PackerFault fault = faults::active<PackerFault>() ? *faults::active<PackerFault>() : PackerFault::none;
+  const bool arrival = fault == PackerFault::next_fit_arrival;
+  // The broken buffered packer packs each kPackerFaultBuffer sequences into rows of their own.
+  const size_t chunk = fault == PackerFault::buffered ? kPackerFaultBuffer : std::max<size_t>(lengths.size(), 1);
   std::vector<size_t> order(lengths.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
   PackPlan plan;
   plan.seq_len = seq_len;
-  for (size_t s : order) {
-    const int64_t len = lengths[s];
-    HR_ARG_CHECK(len >= 1 && len <= seq_len, "packing: sequence {} has length {} outside [1, {}]", s, len, seq_len);
-    size_t r = 0;
-    while (r < plan.row_fill.size() && plan.row_fill[r] + len > seq_len) ++r;
-    if (r == plan.row_fill.size()) {
-      HR_ARG_CHECK(max_rows <= 0 || static_cast<int64_t>(r) < max_rows,
-                   "packing: the sequences do not fit into {} rows of {} tokens", max_rows, seq_len);
-      plan.row_fill.push_back(0);
+  for (size_t c0 = 0; c0 < order.size(); c0 += chunk) {
+    const auto first = order.begin() + static_cast<std::ptrdiff_t>(c0);
+    const auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), c0 + chunk));
+    if (!arrival) std::stable_sort(first, last, [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
+    const size_t first_row = plan.row_fill.size();
+    for (auto it = first; it != last; ++it) {
+      const size_t s = *it;
+      const int64_t len = lengths[s];
+      HR_ARG_CHECK(len >= 1 && len <= seq_len, "packing: sequence {} has length {} outside [1, {}]", s, len, seq_len);
+      size_t r = arrival && !plan.row_fill.empty() ? plan.row_fill.size() - 1 : first_row;
+      while (r < plan.row_fill.size() && plan.row_fill[r] + len > seq_len) ++r;
+      if (r == plan.row_fill.size()) {
+        HR_ARG_CHECK(max_rows <= 0 || static_cast<int64_t>(r) < max_rows,
+                     "packing: the sequences do not fit into {} rows of {} tokens", max_rows, seq_len);
+        plan.row_fill.push_back(0);
+      }
+      plan.placed.push_back(PackedSequence{static_cast<int64_t>(s), static_cast<int64_t>(r), plan.row_fill[r], len});
+      plan.row_fill[r] += len;
     }
-    plan.placed.push_back(PackedSequence{static_cast<int64_t>(s), static_cast<int64_t>(r), plan.row_fill[r], len});
-    plan.row_fill[r] += len;
   }
   plan.rows = static_cast<int64_t>(plan.row_fill.size());
   return plan;

@@ -8,10 +8,12 @@
 // trains as if it ran alone (PK-1). Pad-token fractions per strategy are PK-3's.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "harness/data/batch.hpp"
+#include "harness/faults.hpp"
 #include "harness/models/presets.hpp"
 
 namespace hr {
@@ -37,6 +39,14 @@ struct PackPlan {
 // order), each into the first row with room, a new row when none has. Every
 // length must lie in [1, seq_len]. max_rows > 0: throws when more are needed.
 PackPlan pack_first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t seq_len, int64_t max_rows = 0);
+
+// Wrong on purpose (PK-3's controls; a switch family of harness/faults.hpp, set for
+// a scope): a buffered packer that packs each kPackerFaultBuffer sequences into rows
+// of their own, so every buffer leaves its last rows partly empty (subtle), or next
+// fit in arrival order, which only ever tries its newest row (gross).
+enum class PackerFault : uint8_t { none, buffered, next_fit_arrival };
+inline constexpr size_t kPackerFaultBuffer = 512;
+using ScopedPackerFault = faults::Scoped<PackerFault>;
 
 // Wrong on purpose (PK-2's controls): packed rows without the boundary mask
 // (sequences attend to the ones before them in the row) or with positions that
@@ -78,3 +88,5 @@ double pad_fraction_bucketed(const std::vector<int64_t>& lengths, int64_t seq_le
 double pad_fraction_packed(const std::vector<int64_t>& lengths, int64_t seq_len);
 
 }  // namespace hr
+
+HR_DECLARE_FAULT_SLOT(hr::PackerFault);

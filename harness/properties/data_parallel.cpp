@@ -478,31 +478,32 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       b.tolerance_reason = "exact: ceil(P / N) elements x two fp32 moments, P from the unsharded state's bytes";
       b.details = {{"optimizer_state_bytes_per_rank_zero1", worst_bytes},
                    {"optimizer_state_bytes_unsharded", unsharded_state_bytes},
-                   {"share_of_unsharded_over_1_over_n", worst_bytes / (static_cast<double>(unsharded_state_bytes) / comm.size())},
-                   {"optimizer_state_bytes_per_rank_all", gather_doubles(comm, dev, {static_cast<double>(zero_state_bytes)})}};
+                   {"share_of_unsharded_over_1_over_n",
+                    worst_bytes / (static_cast<double>(unsharded_state_bytes) / comm.size())},
+                   {"optimizer_state_bytes_per_rank_all",
+                    gather_doubles(comm, dev, {static_cast<double>(zero_state_bytes)})}};
       // Its controls, from the tracker as the check reads it: every rank holding the
       // whole state (the sharding lost: gross), every shard one element short (subtle).
       const std::string bytes_check = check_name("DP-3", bytes_title);
-      const size_t whole_state_bytes = state_bytes_with(dist::ZeroFault::whole_state);
-      Measurement g = make_negative_control(
-          "DP-3", "ZeRO-1 whose every rank holds the whole optimizer state is flagged by the 1/N check",
-          elements_off(whole_state_bytes), tol::kBitwiseMismatches, bytes_check);
-      describe(g, dev, DType::f32, c.model);
-      g.config = b.config;
-      g.config["zero_fault"] = dist::zero_fault_name(dist::ZeroFault::whole_state);
-      g.metric = b.metric;
-      g.tolerance_reason = b.tolerance_reason;
-      g.details = {{"optimizer_state_bytes_per_rank", max_over_ranks(comm, dev, static_cast<double>(whole_state_bytes))},
-                   {"optimizer_state_bytes_unsharded", unsharded_state_bytes}};
-      const size_t short_state_bytes = state_bytes_with(dist::ZeroFault::shard_one_short);
-      Measurement sc = make_subtle_control("DP-3", "ZeRO-1 with every shard one element short is flagged by the 1/N check",
-                                           elements_off(short_state_bytes), tol::kBitwiseMismatches, bytes_check);
-      describe(sc, dev, DType::f32, c.model);
-      sc.config = b.config;
-      sc.config["zero_fault"] = dist::zero_fault_name(dist::ZeroFault::shard_one_short);
-      sc.metric = b.metric;
-      sc.tolerance_reason = b.tolerance_reason;
-      sc.details = {{"optimizer_state_bytes_per_rank", max_over_ranks(comm, dev, static_cast<double>(short_state_bytes))}};
+      auto bytes_control = [&](dist::ZeroFault f, bool subtle, const char* title) {
+        const size_t bytes = state_bytes_with(f);
+        const double off = elements_off(bytes);
+        Measurement m = subtle ? make_subtle_control("DP-3", title, off, tol::kBitwiseMismatches, bytes_check)
+                               : make_negative_control("DP-3", title, off, tol::kBitwiseMismatches, bytes_check);
+        describe(m, dev, DType::f32, c.model);
+        m.config = b.config;
+        m.config["zero_fault"] = dist::zero_fault_name(f);
+        m.metric = b.metric;
+        m.tolerance_reason = b.tolerance_reason;
+        m.details = {{"optimizer_state_bytes_per_rank", max_over_ranks(comm, dev, static_cast<double>(bytes))},
+                     {"optimizer_state_bytes_unsharded", unsharded_state_bytes}};
+        return m;
+      };
+      Measurement g = bytes_control(
+          dist::ZeroFault::whole_state, false,
+          "ZeRO-1 whose every rank holds the whole optimizer state is flagged by the 1/N check");
+      Measurement sc = bytes_control(dist::ZeroFault::shard_one_short, true,
+                                     "ZeRO-1 with every shard one element short is flagged by the 1/N check");
       out.measurements.push_back(std::move(b));
       out.measurements.push_back(std::move(g));
       out.measurements.push_back(std::move(sc));

@@ -108,7 +108,8 @@ std::vector<Measurement> pk3_padding(Device& dev, Preset preset, uint64_t seed) 
                                         static_cast<double>(control_violations), tol::kBitwiseMismatches, of);
   fill(c);
   out.push_back(std::move(c));
-  Measurement d = make_subtle_control("PK-3", "a packer that packs each 512 sequences on their own leaves rows half empty",
+  Measurement d = make_subtle_control("PK-3",
+                                      "a packer that packs each 512 sequences on their own leaves rows half empty",
                                       static_cast<double>(subtle_violations), tol::kBitwiseMismatches, of);
   fill(d);
   out.push_back(std::move(d));

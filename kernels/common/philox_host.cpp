@@ -19,7 +19,8 @@ std::vector<uint32_t> philox_host_draws(uint64_t seed, uint64_t offset, size_t n
       out[i] = philox_draw(seed, d);
     }
   }
-  if (f && f->flip_draw >= 0 && static_cast<size_t>(f->flip_draw) < n) out[static_cast<size_t>(f->flip_draw)] ^= f->flip_mask;
+  if (f && f->flip_draw >= 0 && static_cast<size_t>(f->flip_draw) < n)
+    out[static_cast<size_t>(f->flip_draw)] ^= f->flip_mask;
   return out;
 }
 

@@ -117,7 +117,8 @@ Param& ParamSet::add(std::string name, Shape shape, const std::vector<float>& va
   // the tracker's gradient peak would show it.
   const bool frozen = add_frozen_ && storage_.fault_not_frozen != "*" && p.name != storage_.fault_not_frozen;
   if (frozen) p.trainable = false;
-  else p.grad = Tensor::zeros(*dev_, shape, DType::f32, Consumer::gradients);
+  if (!frozen || p.name == storage_.fault_grad_kept)
+    p.grad = Tensor::zeros(*dev_, shape, DType::f32, Consumer::gradients);
   p.weight_decay = weight_decay;
   p.init = std::move(init_desc);
   params_.push_back(std::move(p));

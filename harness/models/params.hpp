@@ -39,6 +39,9 @@ struct ParamStorage {
   // Wrong on purpose (LR-1's controls): LoRA's B drawn from normal(0, this) instead of
   // zero, so the adapted model starts away from the base. 0 (off) in a correct init.
   float fault_lora_b_std = 0.f;
+  // Wrong on purpose (LR-4's subtle control): this parameter is frozen but still owns
+  // a gradient buffer.
+  std::string fault_grad_kept;
 };
 
 class ParamSet {

@@ -282,6 +282,7 @@ StepConfig without_faults(StepConfig c) {
   c.adapters.fault_b_init_std = 0.f;
   c.adapters.fault_merge_scale_alpha = false;
   c.adapters.fault_merge_scale_offset = 0;
+  c.adapters.fault_grad_kept.clear();
   c.fault_extra_loss_items = 0;
   c.fault_dropout_key_per_run = false;
   c.fault_nondeterministic_ulp = false;

@@ -84,6 +84,9 @@ struct AdapterConfig {
   // alpha instead of alpha / r (gross), or by (alpha / r)(1 + this) (subtle); off: false, 0.
   bool fault_merge_scale_alpha = false;
   double fault_merge_scale_offset = 0;
+  // Wrong on purpose (LR-4's subtle control): this frozen base parameter still owns a
+  // gradient buffer (no optimizer state).
+  std::string fault_grad_kept;
 };
 
 struct StepConfig {

@@ -164,33 +164,36 @@ StepConfig at_dtype(StepConfig c, DType d) {
 
 // ---- MP-1 ----
 namespace {
+// What every MP-1/MP-2 measurement of the real 16-bit step carries: device, dtype,
+// the scale it ran at, its metric and reason, `details`, and the fault if any.
+Measurement step_measurement(Measurement m, const Device& dev, DType dtype, double at_scale, const char* metric,
+                             const char* reason, nlohmann::json details, const char* fault) {
+  describe_mp(m, dev, dtype);
+  m.config = mp_config(at_scale);
+  m.metric = metric;
+  m.tolerance_reason = reason;
+  m.details = std::move(details);
+  if (*fault) m.details["fault"] = fault;
+  return m;
+}
+
 // A check or control on the real 16-bit step's lost gradient values (lost_in_run).
 Measurement lost_fraction_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
                                       const Underflow& u, nlohmann::json details, const char* fault) {
-  describe_mp(m, dev, dtype);
-  m.config = mp_config(at_scale);
-  m.metric = "lost_fraction";
-  m.tolerance_reason = tol::kMpUnderflowFractionReason;
-  m.details = std::move(details);
-  m.details["lost"] = u.flushed;
-  m.details["counted_values"] = u.nonzero;
-  if (*fault) m.details["fault"] = fault;
-  return m;
+  details["lost"] = u.flushed;
+  details["counted_values"] = u.nonzero;
+  return step_measurement(std::move(m), dev, dtype, at_scale, "lost_fraction", tol::kMpUnderflowFractionReason,
+                          std::move(details), fault);
 }
 
 // A check or control on the real 16-bit step's gradients against fp32 (compare_tensors);
 // `details` adds to the worst tensor and the per-tensor errors.
 Measurement grad_error_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
                                    const TensorsCompare& t, nlohmann::json details, const char* fault) {
-  describe_mp(m, dev, dtype);
-  m.config = mp_config(at_scale);
-  m.metric = "max_tensor_rel_l2";
-  m.tolerance_reason = tol::kMpGradRelL2Reason;
-  m.details = std::move(details);
-  m.details["worst_tensor"] = t.worst;
-  m.details["per_tensor_rel_l2"] = t.per_tensor;
-  if (*fault) m.details["fault"] = fault;
-  return m;
+  details["worst_tensor"] = t.worst;
+  details["per_tensor_rel_l2"] = t.per_tensor;
+  return step_measurement(std::move(m), dev, dtype, at_scale, "max_tensor_rel_l2", tol::kMpGradRelL2Reason,
+                          std::move(details), fault);
 }
 
 constexpr const char* kMp1ErrorTitle = "unscaled gradients of the fp16 step at loss scale 2^16 match fp32";

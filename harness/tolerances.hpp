@@ -245,6 +245,11 @@ inline constexpr const char* kBitwiseMismatchesReason =
 // gradients, norm-wise relative L2. Anchor: PROPERTIES.md PK-4 (<= 1e-5): the two
 // differ only in summation order and in when the softmax normalises.
 inline constexpr double kAttentionImplsRelL2 = 1e-5;
+// PK-4's subtle control: the memory-efficient form's saved log-sum-exp off by this
+// (ops::OpFault::lse_offset). Every probability the backward pass recomputes is
+// then e^-offset of its value, so the gradients through attention are off by about
+// the offset: 2^-12 = 2.4e-4, 24x the bound above.
+inline constexpr double kAttentionSubtleLseOffset = 0x1p-12;
 
 // PK-4 scaling exponents of peak activation bytes against T (log-log least
 // squares): naive keeps the T x T probabilities (exponent -> 2; > 1.8 once T is
@@ -432,6 +437,11 @@ inline constexpr int64_t kMpTrajectoryOverflowSteps[] = {1, 6};
 // (measured, 2 seeds; the factors are in the details); a wrong scale is a power of two
 // away (0.5, 2).
 inline constexpr double kGa5ScaleRelTol = 0.01;
+// GA-5's unscale check also runs with every gradient 2^-12 as large (a loss
+// multiplier), where an unscale into fp16 (its subtle control) leaves the small
+// gradients subnormal: 0.0004 -> 0.2 between multipliers 1 and 1e-4, 0.09 (23x the
+// bound) at 2^-12; a right step errs 3.8e-4 at both (seed 1234).
+inline constexpr double kGa5SmallGradientMultiplier = 0x1p-12;
 // The loss multiplier that makes one micro-batch overflow fp16 at scale 2^16.
 inline constexpr double kMpOverflowMultiplier = 0x1p24;
 // MP-3's run with one overflowing step against fp32 leaving it out: SGD steps,

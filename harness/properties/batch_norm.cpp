@@ -402,10 +402,11 @@ std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, 
     // each BatchNorm (subtle: 2 of 384 values).
     StepConfig ck = plain;
     ck.checkpoint.every_k_blocks = 1;
-    StepConfig twice = ck, one_channel = ck;
+    StepConfig twice = ck, one_channel = ck, ulp = ck;
     twice.checkpoint.update_bn_stats_on_recompute = true;
     one_channel.mlp.fault_bn_recompute_channels = 1;
-    const BnRuns r = run_all(dev, {plain, ck, twice, one_channel}, batch);
+    ulp.checkpoint.fault_grad_ulp_elements = 1;  // the gradient check's subtle control
+    const BnRuns r = run_all(dev, {plain, ck, twice, one_channel, ulp}, batch);
     const BnRun& ref = r.runs[0];
     const double tol = tol::kBitwiseMismatches;
 
@@ -476,6 +477,21 @@ std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, 
       mg.details = nlohmann::json{{"compared", g.compared}, {"per_tensor_mismatches", g.per_tensor},
                                   {"recomputed", recomputed}, {"precision", scale_details(r)}};
       out.push_back(std::move(mg));
+      // Subtle, aimed at the gradient check: a checkpointed step that leaves one
+      // gradient element one ulp off.
+      const Bitwise gu = bitwise(r.runs[4].grads, ref.grads);
+      Measurement mu = make_subtle_control(
+          "BN-3", "a checkpointed step that leaves one gradient element one ulp off is caught",
+          static_cast<double>(gu.mismatches), tol,
+          check_name("BN-3", "checkpointed BatchNorm gives the plain run's gradients (bitwise)"));
+      describe(mu, dev, dtype, "mlp");
+      mu.config = bn_config(ulp);
+      mu.config["checkpoint_every_k_blocks"] = ulp.checkpoint.every_k_blocks;
+      mu.config["fault_grad_ulp_elements"] = 1;
+      mu.metric = "bitwise_mismatches";
+      mu.tolerance_reason = tol::kBitwiseMismatchesReason;
+      mu.details = nlohmann::json{{"compared", gu.compared}, {"per_tensor_mismatches", gu.per_tensor}};
+      out.push_back(std::move(mu));
     }
     return out;
   });

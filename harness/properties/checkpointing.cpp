@@ -501,6 +501,16 @@ std::vector<Measurement> ck5_every_site(Device& dev, DType dtype, Preset preset,
     g.config["fault_flip_mask_elements"] = 1;
     out.push_back(std::move(g));
   }
+  {  // Subtle: one gradient element of the checkpointed step one ulp off.
+    StepConfig ulp = with_k(s.cfg, 1);
+    ulp.checkpoint.fault_grad_ulp_elements = 1;
+    Measurement m = bitwise_measurement(
+        "CK-5", "a checkpointed step that leaves one gradient element one ulp off is flagged", "subtle", dev, dtype,
+        ulp, 1, run_step(dev, ulp, s.batch, true), plain,
+        check_name("CK-5", "with every dropout site on, checkpointed gradients equal the plain run's bit for bit"));
+    m.config["fault_grad_ulp_elements"] = 1;
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -775,7 +775,9 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   // contribution against an fp32 step's at the same parameters (no scale), their
   // least-squares ratio against the window's scale. Leaves `step` accumulated.
   auto scales_seen = [&](TrainStep& step, const Batch& b, double expected, int64_t* off, nlohmann::json* ratios) {
-    TrainStep r32(dev, c32);
+    StepConfig ref_cfg = c32;
+    ref_cfg.loss_multiplier = step.config().loss_multiplier;
+    TrainStep r32(dev, ref_cfg);
     copy_masters(step, r32);
     const Contributions got = contributions(step, b), ref = contributions(r32, b);
     HR_CHECK(got.per_micro_batch.size() == ref.per_micro_batch.size(), "GA-5: {} micro-batches against {}",
@@ -882,6 +884,26 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   add(make_negative_control("GA-5", "gradients unscaled after every micro-batch as well are flagged", tw.unscale_error,
                             tol::kMpGradRelL2(DType::f16), check_name("GA-5", kGa5UnscaleTitle)),
       "unscale_every_micro_batch", "rel_l2 of the unscaled gradients against fp32", tw);
+  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+
+  // Subtle, aimed at the unscale: the unscaled gradients kept in fp16, so the
+  // small ones lose their low bits (the reason the unscale is done in fp32). At
+  // the model's own gradient sizes fp16 holds them nearly as well as fp32 does, so
+  // the check also runs with every gradient 2^-12 as large, and the fault there.
+  StepConfig small = cfg;
+  small.loss_multiplier = tol::kGa5SmallGradientMultiplier;
+  const Window smw = run(small);
+  add(make_check("GA-5", kGa5UnscaleTitle, smw.unscale_error, tol::kMpGradRelL2(DType::f16)), "none",
+      "rel_l2 of the unscaled gradients against fp32", smw);
+  out.back().config["loss_multiplier"] = small.loss_multiplier;
+  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+  StepConfig into16 = small;
+  into16.fault_unscale_into_fp16 = true;
+  const Window hw = run(into16);
+  add(make_subtle_control("GA-5", "gradients unscaled into fp16 are flagged", hw.unscale_error,
+                          tol::kMpGradRelL2(DType::f16), check_name("GA-5", kGa5UnscaleTitle)),
+      "unscale_into_fp16", "rel_l2 of the unscaled gradients against fp32", hw);
+  out.back().config["loss_multiplier"] = into16.loss_multiplier;
   out.back().tolerance_reason = tol::kMpGradRelL2Reason;
 
   // Subtle, aimed at the window's scale: the scaler updated at the overflowing

@@ -21,6 +21,7 @@
 #include "harness/properties/sweep_support.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
+#include "kernels/common/op_fault.hpp"
 
 namespace hr::props {
 
@@ -140,6 +141,24 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     fill(g);
     g.details = {{"packed", d_bad}};
     out.push_back(std::move(g));
+    // Subtle: the memory-efficient form's saved log-sum-exp off by 2^-12, so its
+    // backward pass recomputes every probability 2^-12 too small: the gradients
+    // through attention are off by about that (24 bounds), the loss not at all.
+    nlohmann::json d_lse;
+    double e_lse = NAN;
+    {
+      ops::OpFault f;
+      f.op = "attention_forward";
+      f.lse_offset = tol::kAttentionSubtleLseOffset;
+      ops::ScopedOpFault fault(f);
+      e_lse = pass_error(run_fresh_pass(dev, eff, packed), naive_packed, zero, &d_lse);
+    }
+    Measurement sl = make_subtle_control(
+        "PK-4", "memory-efficient attention whose saved log-sum-exp is 2^-12 off is flagged", e_lse, tol,
+        check_name("PK-4", "memory-efficient attention equals naive in the model: loss and gradients"));
+    fill(sl);
+    sl.details = {{"packed", d_lse}, {"lse_offset", tol::kAttentionSubtleLseOffset}};
+    out.push_back(std::move(sl));
   }
 
   // Exponents of the peaks against T.

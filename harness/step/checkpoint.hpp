@@ -37,6 +37,10 @@ struct CheckpointPolicy {
   // A driver that is told to checkpoint but keeps every block's activations and
   // never recomputes (CK-4's gross control; BN-3 and CK-1 must call it an error).
   bool fault_never_recompute = false;
+  // CK-5's and BN-3's subtle gradient control: a checkpointed step leaves this many
+  // elements of its first trainable gradient one ulp up, as a recompute whose
+  // reductions sum in another order than the first forward's does; 0: off.
+  int64_t fault_grad_ulp_elements = 0;
   bool enabled() const { return every_k_blocks > 0; }
 };
 

@@ -69,9 +69,10 @@ void validate(const StepConfig& c) {
                "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
   HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
                c.checkpoint.every_k_blocks);
-  HR_ARG_CHECK(c.checkpoint.fault_flip_mask_elements >= 0 && c.checkpoint.fault_extra_block_forwards >= 0,
-               "checkpoint.fault_*: counts must be >= 0, got {} and {}", c.checkpoint.fault_flip_mask_elements,
-               c.checkpoint.fault_extra_block_forwards);
+  HR_ARG_CHECK(c.checkpoint.fault_flip_mask_elements >= 0 && c.checkpoint.fault_extra_block_forwards >= 0 &&
+                   c.checkpoint.fault_grad_ulp_elements >= 0,
+               "checkpoint.fault_*: counts must be >= 0, got {}, {} and {}", c.checkpoint.fault_flip_mask_elements,
+               c.checkpoint.fault_extra_block_forwards, c.checkpoint.fault_grad_ulp_elements);
   const LossScalerConfig& s = c.precision.scaler;
   if (c.loss_scaling()) {
     HR_ARG_CHECK(s.init_scale > 0 && std::isfinite(s.init_scale), "precision.scaler.init_scale: must be positive, got {}",
@@ -227,7 +228,8 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                      {"update_bn_stats_on_recompute", c.checkpoint.update_bn_stats_on_recompute},
                      {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements},
                      {"fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards},
-                     {"fault_never_recompute", c.checkpoint.fault_never_recompute}};
+                     {"fault_never_recompute", c.checkpoint.fault_never_recompute},
+                     {"fault_grad_ulp_elements", c.checkpoint.fault_grad_ulp_elements}};
   nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
   if (c.optimizer.kind == OptimizerKind::sgd)
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
@@ -287,6 +289,8 @@ StepConfig without_faults(StepConfig c) {
   c.fault_dropout_key_per_run = false;
   c.fault_nondeterministic_ulp = false;
   c.fault_unscale_every_micro_batch = false;
+  c.fault_unscale_into_fp16 = false;
+  c.fault_step_count_frozen = false;
   c.precision.overflow_fault = OverflowFault::none;
   c.precision.scaler.fault_growth_off_by_one = false;
   c.precision.scaler.fault_no_backoff = false;
@@ -299,6 +303,7 @@ StepConfig without_faults(StepConfig c) {
   c.checkpoint.fault_flip_mask_elements = 0;
   c.checkpoint.fault_extra_block_forwards = 0;
   c.checkpoint.fault_never_recompute = false;
+  c.checkpoint.fault_grad_ulp_elements = 0;
   c.mlp.fault_ln_batch_leak = 0.f;
   c.mlp.fault_ghost_bn_neighbour_leak = 0.f;
   c.mlp.fault_bn_recompute_channels = 0;
@@ -509,6 +514,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(k, "fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements, "checkpoint.");
     get(k, "fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards, "checkpoint.");
     get(k, "fault_never_recompute", c.checkpoint.fault_never_recompute, "checkpoint.");
+    get(k, "fault_grad_ulp_elements", c.checkpoint.fault_grad_ulp_elements, "checkpoint.");
   }
   if (const nlohmann::json* op = section(j, "optimizer", "")) {
     const auto& o = *op;

@@ -111,6 +111,15 @@ struct StepConfig {
   // Wrong on purpose (GA-5's unscale check, gross): the gradients are unscaled after
   // every micro-batch as well as once at the step.
   bool fault_unscale_every_micro_batch = false;
+  // Wrong on purpose (GA-5's unscale check, subtle): the unscaled gradients are
+  // stored in fp16, as a step that unscales the 16-bit gradients in place does:
+  // every value rounded at 2^-11 and those under fp16's normal range (2^-14)
+  // keeping only a few bits.
+  bool fault_unscale_into_fp16 = false;
+  // Wrong on purpose (GA-3's two-step AdamW check, subtle): the optimizer is told
+  // step 1 at every step, as after a restore that forgot the step count, so from
+  // the second step on AdamW's bias corrections are the first step's.
+  bool fault_step_count_frozen = false;
   // Controlled gradient magnitude: the loss (and with it every gradient) is
   // multiplied by this, e.g. to push gradients below fp16's 2^-24 (MP-1).
   double loss_multiplier = 1.0;

@@ -10,6 +10,7 @@
 #include "harness/models/mlp.hpp"
 #include "harness/models/transformer.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/elementwise/elementwise.hpp"
 #include "kernels/reduce/reduce.hpp"
 
 namespace hr {
@@ -227,6 +228,17 @@ void TrainStep::unscale() {
       break;
     }
   }
+  if (cfg_.checkpoint.enabled() && cfg_.checkpoint.fault_grad_ulp_elements > 0) {
+    // The fault: the first trainable gradient's first elements one ulp up.
+    for (Param& p : model_->params().all()) {
+      if (!p.grad.defined() || p.grad.numel() == 0) continue;
+      std::vector<float> g = p.grad.to_host_f32();
+      const size_t n = std::min(g.size(), static_cast<size_t>(cfg_.checkpoint.fault_grad_ulp_elements));
+      for (size_t i = 0; i < n; ++i) g[i] = std::nextafter(g[i], INFINITY);
+      p.grad.copy_from(Tensor::from_host(*dev_, g, p.grad.shape(), DType::f32, Consumer::workspace));
+      break;
+    }
+  }
   // Once per step, after every micro-batch: one pass over each gradient both
   // divides by the scale and looks for inf / NaN.
   if (!cfg_.loss_scaling()) {
@@ -239,6 +251,12 @@ void TrainStep::unscale() {
     if (p.grad.defined()) grads.push_back(&p.grad);
   nonfinite_ = ops::unscale_and_check_all(grads, inv);
   ++unscale_passes_;
+  if (cfg_.fault_unscale_into_fp16)
+    for (Tensor* g : grads) {
+      Tensor h = Tensor::empty(*dev_, g->shape(), DType::f16, Consumer::workspace);
+      ops::cast(*g, h);
+      ops::cast(h, *g);
+    }
 }
 
 double TrainStep::forward_backward(const Batch& batch) {
@@ -260,7 +278,7 @@ StepResult TrainStep::apply() {
     r.skipped = true;
     ++skipped_;
   } else {
-    optimizer_->step(model_->params(), applied_ + 1);
+    optimizer_->step(model_->params(), cfg_.fault_step_count_frozen ? 1 : applied_ + 1);
     model_->params().sync_compute();
     ++applied_;
   }

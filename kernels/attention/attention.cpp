@@ -308,6 +308,12 @@ void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, con
                        const AttnProbDropout& drop) {
   attention_forward_computed(impl, q, k, v, mask, scale, out, saved, saved_consumer, drop);
   apply_output_fault("attention_forward", out);
+  const OpFault* f = op_fault("attention_forward");
+  if (f && f->lse_offset != 0 && saved.lse.defined()) {
+    std::vector<float> lse = saved.lse.to_host_f32();
+    for (float& x : lse) x = static_cast<float>(x + f->lse_offset);
+    saved.lse.copy_from(Tensor::from_host(saved.lse.device(), lse, saved.lse.shape(), DType::f32, Consumer::workspace));
+  }
 }
 
 void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -3,7 +3,7 @@
 // fault acts inside the op's public entry point, after the backend computed, so the
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
 // matmul, layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
-// attention_forward.
+// attention_forward (its output, and the memory-efficient form's saved log-sum-exp).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,10 @@ struct OpFault {
   int64_t unstable_elements = 0;  // on every other call, this many output elements one ulp up
   int input_bits = 0;             // matmul: a read rounded to this many significand bits (TF32 keeps 10)
   bool transpose_b = false;       // matmul: b read transposed (b square)
+  // attention_forward, memory-efficient form: every row's saved log-sum-exp off by
+  // this, so the backward pass recomputes each probability e^-lse_offset times its
+  // value (the forward output is untouched; PK-4's subtle control).
+  double lse_offset = 0;
 };
 
 // Sets the op fault for its lifetime.

@@ -43,6 +43,9 @@ TEST(FaultSwitches, AStepBuiltDisarmedRunsWithoutItsFaults) {
   cfg.precision.scaler.fault_fixed_scale = 4.0;
   cfg.loss_norm = hr::LossNormalization::mean_div_k_plus_one;
   cfg.checkpoint.fault_never_recompute = true;
+  cfg.checkpoint.fault_grad_ulp_elements = 1;
+  cfg.fault_step_count_frozen = true;
+  cfg.fault_unscale_into_fp16 = true;
   {
     hr::TrainStep armed(dev, cfg);
     EXPECT_EQ(armed.config().precision.compute, hr::DType::f16);
@@ -55,6 +58,9 @@ TEST(FaultSwitches, AStepBuiltDisarmedRunsWithoutItsFaults) {
   EXPECT_EQ(step.config().precision.scaler.fault_fixed_scale, 0.0);
   EXPECT_EQ(step.config().loss_norm, hr::LossNormalization::mean_div_k);
   EXPECT_FALSE(step.config().checkpoint.fault_never_recompute);
+  EXPECT_EQ(step.config().checkpoint.fault_grad_ulp_elements, 0);
+  EXPECT_FALSE(step.config().fault_step_count_frozen);
+  EXPECT_FALSE(step.config().fault_unscale_into_fp16);
 }
 
 TEST(SparseMicroBatches, ALanguageModelMicroBatchWithFewTargetsIsCounted) {

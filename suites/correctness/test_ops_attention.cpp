@@ -18,6 +18,7 @@
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_ref.hpp"
+#include "kernels/common/op_fault.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/attention/attention_cuda.hpp"
 #endif
@@ -218,6 +219,49 @@ TEST_P(AttentionOps, ForwardAndBackwardAreBitwiseRepeatable) {
         for (size_t i = 0; i < now.size(); ++i)
           EXPECT_EQ(bitwise_mismatches(first[i], now[i]), 0u) << ops::attention_impl_name(impl) << " tensor " << i;
     }
+  }
+}
+
+// PK-4's subtle control (ops::OpFault::lse_offset): the memory-efficient form's
+// saved log-sum-exp off by d leaves the output as it was and makes the backward
+// pass's dV e^-d of the right one; naive attention saves none and is untouched.
+TEST_P(AttentionOps, ALogSumExpOffsetScalesTheMemoryEfficientBackward) {
+  HR_TEST_DEVICE(dev, GetParam().backend);
+  const DType dt = GetParam().dtype;
+  if (dt != DType::f32) GTEST_SKIP() << "the ratio is judged in fp32 (16-bit storage rounds it)";
+  const int64_t B = 2, H = 2, T = 97, D = 32;
+  Qkv x = random_qkv(dev, {B, H, T, D}, dt, 3100);
+  Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 3101), {B, H, T, D}, dt,
+                               Consumer::activations);
+  const double offset = 0x1p-6;
+  for (AttentionImpl impl : kImpls) {
+    std::vector<float> out_of[2], dv_of[2];
+    for (int faulty = 0; faulty < 2; ++faulty) {
+      ops::OpFault f;
+      if (faulty) {
+        f.op = "attention_forward";
+        f.lse_offset = offset;
+      }
+      ops::ScopedOpFault fault(f);
+      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dk = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      Tensor dv = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+      ops::AttentionSaved saved;
+      ops::attention_forward(impl, x.q, x.k, x.v, m.dev, 0.2f, out, saved, Consumer::activations);
+      ops::attention_backward(impl, x.q, x.k, x.v, out, g, m.dev, 0.2f, saved, dq, dk, dv);
+      out_of[faulty] = out.to_host_f32();
+      dv_of[faulty] = dv.to_host_f32();
+    }
+    const char* name = ops::attention_impl_name(impl);
+    EXPECT_EQ(out_of[0], out_of[1]) << name;
+    const double want = impl == AttentionImpl::naive ? 1.0 : std::exp(-offset);
+    double worst = 0;
+    for (size_t i = 0; i < dv_of[0].size(); ++i)
+      if (std::fabs(dv_of[0][i]) > 1e-3f)
+        worst = std::max(worst, std::fabs(dv_of[1][i] / dv_of[0][i] - want));
+    EXPECT_LT(worst, 1e-4) << name << ": dV against e^-offset x dV (1 - e^-offset = 0.0155)";
   }
 }
 

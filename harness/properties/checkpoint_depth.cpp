@@ -74,7 +74,7 @@ StepConfig ck3_config(DType dtype, Preset preset, int64_t depth) {
 }
 
 SweepPoint measure_depth_point(Device& dev, DType dtype, Preset preset, int64_t depth, DepthSchedule s,
-                               uint64_t seed) {
+                               uint64_t seed, const CheckpointPolicy& faults) {
   SweepPoint p;
   p.sweep = "CK-3";
   p.backend = backend_name(dev.kind());
@@ -83,6 +83,7 @@ SweepPoint measure_depth_point(Device& dev, DType dtype, Preset preset, int64_t 
   // depth and the schedule only: the report draws one series per schedule.
   p.config = nlohmann::json{{"depth", depth}, {"checkpoint", depth_schedule_name(s)}};
   StepConfig cfg = ck3_config(dtype, preset, depth);
+  cfg.checkpoint = faults;
   cfg.checkpoint.every_k_blocks = depth_schedule_k(s, depth);
   cfg.init_seed = seed;
   try {
@@ -129,6 +130,11 @@ std::vector<SweepPoint> depth_points(Device& dev, DType dtype, Preset preset, ui
   return cached_points("CK-3", dev, dtype, preset, seed, [&] { return ck3_depth_sweep(dev, dtype, preset, seed); });
 }
 
+}  // namespace
+
+namespace {
+constexpr const char* kCk3EveryBlockTitle =
+    "checkpointing every block keeps the activation peak below the plain run's growth";
 }  // namespace
 
 std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset preset, uint64_t seed) {
@@ -189,12 +195,68 @@ std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset pr
   }
   {  // Every block: the kept inputs grow like L, the one recomputed block does not.
     const double e = series(DepthSchedule::every_block, "activation_exponent", "activation_peak_bytes", &pts_json);
-    Measurement m = make_check("CK-3", "checkpointing every block keeps the activation peak below the plain run's "
-                                       "growth",
-                               e, 1.0);
-    fill(m, DepthSchedule::every_block, "activation_exponent", pts_json,
-         "informative: L block inputs plus one block's activations grow slower than L blocks' activations");
+    Measurement m = make_check("CK-3", kCk3EveryBlockTitle, e, tol::kCkDepthEveryBlockExponentMax);
+    fill(m, DepthSchedule::every_block, "activation_exponent", pts_json, tol::kCkDepthEveryBlockReason);
     out.push_back(std::move(m));
+  }
+
+  // Subtle controls, switches of the checkpoint driver (CheckpointPolicy), each run
+  // over the same depths: activations recomputed and then kept until the pass
+  // ends (under sqrt(L) segments and under every block), and a driver that
+  // checkpoints every block when told not to.
+  auto faulted = [&](DepthSchedule s, const CheckpointPolicy& f, const char* key, const char* value_key,
+                     nlohmann::json* points) {
+    std::vector<SweepPoint> fp;
+    for (int64_t depth : ck3_depths(preset)) fp.push_back(measure_depth_point(dev, dtype, preset, depth, s, seed, f));
+    fit_series(fp, 0, "depth", value_key, key);
+    *points = nlohmann::json::array();
+    double e = NAN;
+    for (const SweepPoint& p : fp) {
+      if (p.status != "ok") {
+        points->push_back({{"depth", p.config["depth"]}, {"status", p.status}});
+        continue;
+      }
+      e = p.metrics.value(key, NAN);
+      points->push_back({{"depth", p.config["depth"]}, {value_key, p.metrics[value_key]}});
+    }
+    return e;
+  };
+  CheckpointPolicy keep;
+  keep.fault_keep_recomputed = true;
+  CheckpointPolicy off_every;
+  off_every.fault_off_checkpoints_every_block = true;
+  auto subtle = [&](const char* title, double error, double b, const std::string& of, DepthSchedule s,
+                    const char* metric, const nlohmann::json& points, const char* fault, const char* reason) {
+    Measurement m = make_subtle_control("CK-3", title, error, b, of);
+    fill(m, s, metric, points, reason);
+    m.config["fault"] = fault;
+    out.push_back(std::move(m));
+  };
+  {
+    const double e = faulted(DepthSchedule::none, off_every, "activation_exponent", "activation_peak_bytes", &pts_json);
+    subtle("a driver that checkpoints every block when told not to fails the linear growth", std::fabs(e - 1.0),
+           tol::kCkDepthLinearExponentSlack,
+           check_name("CK-3", "without checkpointing the activation peak grows linearly with depth"),
+           DepthSchedule::none, "abs(activation_exponent - 1)", pts_json, "off_checkpoints_every_block",
+           tol::kCkDepthExponentReason);
+  }
+  {
+    const double e = faulted(DepthSchedule::sqrt_l, keep, "activation_exponent", "activation_peak_bytes", &pts_json);
+    subtle("sqrt(L) segments whose recomputed activations are kept fail the sqrt(L) bound", e, bound,
+           check_name("CK-3", "with sqrt(L) segments the activation peak grows like sqrt(L)"), DepthSchedule::sqrt_l,
+           "activation_exponent", pts_json, "keep_recomputed", tol::kCkDepthExponentReason);
+    const double ep = faulted(DepthSchedule::sqrt_l, keep, "pass_peak_exponent", "pass_peak_bytes", &pts_json);
+    subtle("sqrt(L) segments whose recomputed activations are kept fail the pass's sqrt(L) bound", ep, bound,
+           check_name("CK-3", "with sqrt(L) segments everything the pass allocates, workspace included, grows like "
+                              "sqrt(L)"),
+           DepthSchedule::sqrt_l, "pass_peak_exponent", pts_json, "keep_recomputed", tol::kCkDepthExponentReason);
+  }
+  {
+    const double e =
+        faulted(DepthSchedule::every_block, keep, "activation_exponent", "activation_peak_bytes", &pts_json);
+    subtle("checkpointing every block with the recomputed activations kept is flagged", e,
+           tol::kCkDepthEveryBlockExponentMax, check_name("CK-3", kCk3EveryBlockTitle), DepthSchedule::every_block,
+           "activation_exponent", pts_json, "keep_recomputed", tol::kCkDepthEveryBlockReason);
   }
   {  // Gross: no checkpointing, judged by the sqrt(L) bound.
     const double e = series(DepthSchedule::none, "activation_exponent", "activation_peak_bytes", &pts_json);

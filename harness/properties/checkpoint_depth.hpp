@@ -25,7 +25,10 @@ StepConfig ck3_config(DType dtype, Preset preset, int64_t depth);
 
 // One forward + backward at (depth, schedule): peaks of the activations and of
 // everything allocated during the pass (workspace included), on the tracker.
-SweepPoint measure_depth_point(Device& dev, DType dtype, Preset preset, int64_t depth, DepthSchedule s, uint64_t seed);
+// `faults` carries CheckpointPolicy's fault switches for the controls (its
+// every_k_blocks is ignored: the schedule sets it).
+SweepPoint measure_depth_point(Device& dev, DType dtype, Preset preset, int64_t depth, DepthSchedule s, uint64_t seed,
+                               const CheckpointPolicy& faults = {});
 std::vector<SweepPoint> ck3_depth_sweep(Device& dev, DType dtype, Preset preset, uint64_t seed);
 std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset preset, uint64_t seed);
 

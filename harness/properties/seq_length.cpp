@@ -208,11 +208,47 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     m.details["activation_exponent"] = json_number(series(true, "activation_exponent", "activation_peak_bytes", &aj));
     out.push_back(std::move(m));
   }
-  {  // Subtle: naive attention (the probabilities kept) judged by the memory-efficient bound.
-    const double e = series(false, "pass_peak_exponent", "pass_peak_bytes", &pj);
-    Measurement m = make_subtle_control("PK-4", "attention that keeps the T x T probabilities fails the linear bound", e,
-                                        tol::kMemEfficientAttentionMaxExponent, check_name("PK-4", "memory-efficient attention: every byte the pass allocates, workspace included, grows like T"));
-    fill(m, false, "exponent", pj, e);
+  // Subtle controls, a switch of the attention op (OpFault::swap_attention_forms):
+  // each form's series run with the other form's kernels, as a dispatch that
+  // ignores the setting does, judged by the form's own bound.
+  auto swapped = [&](bool eff, nlohmann::json* points) {
+    ops::OpFault f;
+    f.op = "attention_forward";
+    f.swap_attention_forms = true;
+    ops::ScopedOpFault fault(f);
+    std::vector<SweepPoint> sp;
+    for (int64_t T : pk4_seq_lens(preset)) sp.push_back(measure_seq_point(dev, dtype, T, eff, seed));
+    fit_series(sp, 0, "seq_len", "pass_peak_bytes", "pass_peak_exponent");
+    *points = nlohmann::json::array();
+    double e = NAN;
+    for (const SweepPoint& p : sp) {
+      if (p.status != "ok") {
+        points->push_back({{"seq_len", p.config["seq_len"]}, {"status", p.status}});
+        continue;
+      }
+      e = p.metrics.value("pass_peak_exponent", NAN);
+      points->push_back({{"seq_len", p.config["seq_len"]}, {"pass_peak_bytes", p.metrics["pass_peak_bytes"]}});
+    }
+    return e;
+  };
+  {
+    const double e = swapped(true, &pj);
+    Measurement m = make_subtle_control(
+        "PK-4", "memory-efficient attention that runs the naive kernels (T x T kept) fails the linear bound", e,
+        tol::kMemEfficientAttentionMaxExponent,
+        check_name("PK-4", "memory-efficient attention: every byte the pass allocates, workspace included, grows like T"));
+    fill(m, true, "pass_peak_exponent", pj, e);
+    m.config["fault"] = "swap_attention_forms";
+    out.push_back(std::move(m));
+  }
+  {
+    const double e = swapped(false, &pj);
+    Measurement m = make_subtle_control(
+        "PK-4", "naive attention that runs the memory-efficient kernels fails the T^2 growth", std::fabs(e - 2.0),
+        2.0 - tol::kNaiveAttentionMinExponent,
+        check_name("PK-4", "naive attention: every byte the pass allocates, workspace included, grows like T^2"));
+    fill(m, false, "abs(pass_peak_exponent - 2)", pj, e);
+    m.config["fault"] = "swap_attention_forms";
     out.push_back(std::move(m));
   }
   return out;

@@ -7,6 +7,11 @@
 
 namespace hr {
 
+CheckpointedStack::CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy)
+    : stack_(&stack), policy_(policy) {
+  if (policy_.fault_off_checkpoints_every_block && !policy_.enabled()) policy_.every_k_blocks = 1;
+}
+
 Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
   const int64_t n = stack_->num_blocks();
   const int64_t k = policy_.enabled() ? std::min(policy_.every_k_blocks, n) : n;
@@ -63,6 +68,15 @@ void CheckpointedStack::recompute(Segment& s) {
     // Outputs inside the segment are the next block's saved input; the last one
     // exists already (the next segment's input) and is dropped.
     const Consumer out_c = i + 1 == s.end ? Consumer::workspace : Consumer::activations;
+    if (policy_.fault_keep_recomputed) {
+      // The fault: a second reference to what this recompute keeps, held until the
+      // pass ends (made by running the block once more on a copy of the stream).
+      DropoutStream scratch = rng;
+      scratch.log = nullptr;
+      std::unique_ptr<BlockState> leak;
+      (void)stack_->block_forward(i, cur, true, true, Consumer::workspace, scratch, &leak);
+      kept_.push_back(std::move(leak));
+    }
     std::unique_ptr<BlockState> st;
     cur = stack_->block_forward(i, cur, true, true, out_c, rng, &st);
     s.states.push_back(std::move(st));
@@ -86,6 +100,7 @@ Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
     s.states.clear();
     s.input = Tensor();
   }
+  kept_.clear();
   return d;
 }
 

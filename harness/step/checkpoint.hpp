@@ -41,6 +41,11 @@ struct CheckpointPolicy {
   // elements of its first trainable gradient one ulp up, as a recompute whose
   // reductions sum in another order than the first forward's does; 0: off.
   int64_t fault_grad_ulp_elements = 0;
+  // CK-3's subtle controls: a recompute whose activations stay held (a second
+  // reference) after their segment's backward, until the pass ends, so the peak
+  // grows like L again; and a driver that checkpoints every block when told not to.
+  bool fault_keep_recomputed = false;
+  bool fault_off_checkpoints_every_block = false;
   bool enabled() const { return every_k_blocks > 0; }
 };
 
@@ -69,7 +74,7 @@ class BlockStack {
 // One forward + backward of a block stack under a policy.
 class CheckpointedStack {
  public:
-  CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy) : stack_(&stack), policy_(policy) {}
+  CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy);
 
   // x is kept (by reference) as the first segment's input. Returns the last
   // block's output (Consumer::activations).
@@ -96,6 +101,7 @@ class CheckpointedStack {
   CheckpointPolicy policy_;
   uint64_t fresh_offset_ = 0;  // where the broken variant draws from
   std::vector<Segment> segments_;
+  std::vector<std::unique_ptr<BlockState>> kept_;  // fault_keep_recomputed's second references, freed at the pass's end
   std::vector<int64_t> forward_counts_;
 };
 

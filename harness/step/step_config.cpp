@@ -229,7 +229,9 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
                      {"fault_flip_mask_elements", c.checkpoint.fault_flip_mask_elements},
                      {"fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards},
                      {"fault_never_recompute", c.checkpoint.fault_never_recompute},
-                     {"fault_grad_ulp_elements", c.checkpoint.fault_grad_ulp_elements}};
+                     {"fault_grad_ulp_elements", c.checkpoint.fault_grad_ulp_elements},
+                     {"fault_keep_recomputed", c.checkpoint.fault_keep_recomputed},
+                     {"fault_off_checkpoints_every_block", c.checkpoint.fault_off_checkpoints_every_block}};
   nlohmann::json o = {{"kind", optimizer_kind_name(c.optimizer.kind)}};
   if (c.optimizer.kind == OptimizerKind::sgd)
     o["sgd"] = {{"lr", c.optimizer.sgd.lr},
@@ -304,6 +306,8 @@ StepConfig without_faults(StepConfig c) {
   c.checkpoint.fault_extra_block_forwards = 0;
   c.checkpoint.fault_never_recompute = false;
   c.checkpoint.fault_grad_ulp_elements = 0;
+  c.checkpoint.fault_keep_recomputed = false;
+  c.checkpoint.fault_off_checkpoints_every_block = false;
   c.mlp.fault_ln_batch_leak = 0.f;
   c.mlp.fault_ghost_bn_neighbour_leak = 0.f;
   c.mlp.fault_bn_recompute_channels = 0;
@@ -515,6 +519,8 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     get(k, "fault_extra_block_forwards", c.checkpoint.fault_extra_block_forwards, "checkpoint.");
     get(k, "fault_never_recompute", c.checkpoint.fault_never_recompute, "checkpoint.");
     get(k, "fault_grad_ulp_elements", c.checkpoint.fault_grad_ulp_elements, "checkpoint.");
+    get(k, "fault_keep_recomputed", c.checkpoint.fault_keep_recomputed, "checkpoint.");
+    get(k, "fault_off_checkpoints_every_block", c.checkpoint.fault_off_checkpoints_every_block, "checkpoint.");
   }
   if (const nlohmann::json* op = section(j, "optimizer", "")) {
     const auto& o = *op;

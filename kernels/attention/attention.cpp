@@ -303,10 +303,19 @@ static void attention_forward_computed(AttentionImpl impl, const Tensor& q, cons
   });
 }
 
+namespace {
+// The form a call runs: the one asked for, or the other under OpFault::swap_attention_forms.
+AttentionImpl form_run(AttentionImpl asked) {
+  const OpFault* f = op_fault("attention_forward");
+  if (!f || !f->swap_attention_forms) return asked;
+  return asked == AttentionImpl::naive ? AttentionImpl::memory_efficient : AttentionImpl::naive;
+}
+}  // namespace
+
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                        float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
                        const AttnProbDropout& drop) {
-  attention_forward_computed(impl, q, k, v, mask, scale, out, saved, saved_consumer, drop);
+  attention_forward_computed(form_run(impl), q, k, v, mask, scale, out, saved, saved_consumer, drop);
   apply_output_fault("attention_forward", out);
   const OpFault* f = op_fault("attention_forward");
   if (f && f->lse_offset != 0 && saved.lse.defined()) {
@@ -320,6 +329,7 @@ void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, co
                         const Tensor& dout, const AttnMask& mask, float scale, const AttentionSaved& saved,
                         Tensor& dq, Tensor& dk, Tensor& dv, const AttnProbDropout& drop) {
   const char* op = "attention_backward";
+  impl = form_run(impl);
   const Dims d = check_qkv(op, q, k, v, mask);
   for (const Tensor* t : {&dout, static_cast<const Tensor*>(&dq), static_cast<const Tensor*>(&dk),
                           static_cast<const Tensor*>(&dv)})

@@ -27,6 +27,10 @@ struct OpFault {
   // this, so the backward pass recomputes each probability e^-lse_offset times its
   // value (the forward output is untouched; PK-4's subtle control).
   double lse_offset = 0;
+  // attention_forward and attention_backward: every call runs the other form than
+  // the one asked for (naive <-> memory-efficient), as a dispatch that ignores the
+  // setting does (PK-4's exponent controls).
+  bool swap_attention_forms = false;
 };
 
 // Sets the op fault for its lifetime.

@@ -291,6 +291,15 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
       make_negative_control("Q8-2", "negative control (gross): the first moment in the unsigned map, state check",
                             static_cast<double>(subtle.state_not_close), tol::kQ8TrackStateMaxOutside, state_check),
       cols, q8::kDefaultBlock);
+  // Its subtle control: the signed map's lowest code stored as zero, so a block whose
+  // largest first moment is negative loses it (about half the blocks, one element each).
+  ops::Q8Fault lowest;
+  lowest.lowest_code_as_zero = true;
+  const TrackResult lz = faulty(lowest, 1.f);
+  state_measurement(
+      make_subtle_control("Q8-2", "negative control (subtle): the signed map's lowest code stored as zero, state check",
+                          static_cast<double>(lz.state_not_close), tol::kQ8TrackStateMaxOutside, state_check),
+      cols, q8::kDefaultBlock);
   return out;
 }
 

@@ -58,6 +58,18 @@ void truncate_codes(const Tensor& x, Tensor& codes, const Tensor& absmax, int64_
   codes.from_host_bytes(q.data(), q.size());
 }
 
+// Q8Fault::lowest_code_as_zero, after either backend quantised: code 0 (the lowest
+// value of a signed map) replaced by the code whose value is 0.
+void lowest_code_as_zero(Tensor& codes, const q8::Codebook& c) {
+  if (!(c.value[0] < 0.f)) return;  // an unsigned map: code 0 is zero already
+  const uint8_t zero = static_cast<uint8_t>(std::find(c.value, c.value + q8::kCodes, 0.f) - c.value);
+  HR_CHECK(zero < q8::kCodes, "lowest_code_as_zero: the map holds no zero");
+  std::vector<uint8_t> q = codes.to_host_bytes();
+  for (uint8_t& b : q)
+    if (b == 0) b = zero;
+  codes.from_host_bytes(q.data(), q.size());
+}
+
 void quantize_computed(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, const q8::Codebook& c) {
   HR_IF_CUDA(x, cuda::quantize_blockwise(x, codes, absmax, block_size, c));
   const float* px = x.data_as<float>();
@@ -91,6 +103,7 @@ void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t 
   const q8::Codebook& c = codebook(map);
   quantize_computed(x, codes, absmax, block_size, c);
   if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->truncate) truncate_codes(x, codes, absmax, block_size, c);
+  if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->lowest_code_as_zero) lowest_code_as_zero(codes, c);
 }
 
 void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out, int64_t block_size,

@@ -38,6 +38,10 @@ struct Q8Fault {
   bool absmax_not_saved = false;       // a checkpoint leaves the absmax out: zeros on reload
   bool requantise_on_save = false;     // a checkpoint holds the moments dequantised; quantised again on load
   bool reload_absmax_ulp = false;      // a reload leaves the first absmax one ulp up
+  // Quantisation stores the signed map's lowest code (-1 x absmax) as the code of
+  // zero, as a sign-and-magnitude encoder that writes -1 as "-0" does: a block whose
+  // largest magnitude is negative loses that element (Q8-2's state check, subtle).
+  bool lowest_code_as_zero = false;
 };
 using ScopedQ8Fault = faults::Scoped<Q8Fault>;
 

@@ -3,7 +3,8 @@
 // fault acts inside the op's public entry point, after the backend computed, so the
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
 // matmul, layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
-// attention_forward (its output, and the memory-efficient form's saved log-sum-exp).
+// attention_forward (its output, and the memory-efficient form's saved log-sum-exp)
+// and batchnorm_backward (its contribution to dgamma).
 #pragma once
 
 #include <cstdint>

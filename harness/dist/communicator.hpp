@@ -54,6 +54,13 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+  // What this rank's receive buffers were given by the collective library, counted
+  // where the library is entered rather than by this class: calls and payload
+  // bytes (all-reduce and broadcast: the buffer; all-gather: N x the input; no bus
+  // bytes). The MPI engine reads MPI's profiling interface (every MPI_Allreduce,
+  // MPI_Allgather and MPI_Bcast of the process, whoever makes it); NCCL's counts at
+  // each NCCL call; the single engine receives nothing.
+  virtual CommStats library_received() const { return {}; }
 
  protected:
   virtual void do_all_reduce_sum(void* buf, size_t count, CommDType t) = 0;

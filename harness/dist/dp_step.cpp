@@ -18,6 +18,7 @@ const char* dp_fault_name(DpFault f) {
     case DpFault::fp16_communication: return "fp16_communication";
     case DpFault::reduce_accumulated: return "reduce_accumulated";
     case DpFault::fp16_one_rank: return "fp16_one_rank";
+    case DpFault::once_one_element_short: return "once_one_element_short";
   }
   return "?";
 }
@@ -112,7 +113,14 @@ void DataParallelStep::all_reduce(std::vector<float>& flat) {
 DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
   HR_ARG_CHECK(global_batch.rows() == global_.batch, "data parallel: a batch of {} rows, the step takes {}",
                global_batch.rows(), global_.batch);
-  const CommStats before = comm_->stats();
+  const CommStats before = comm_->stats(), received_before = comm_->library_received();
+  const auto delta = [](const CommStats& a, const CommStats& b) {
+    CommStats d;
+    d.calls = a.calls - b.calls;
+    d.payload_bytes = a.payload_bytes - b.payload_bytes;
+    d.bus_bytes = a.bus_bytes - b.bus_bytes;
+    return d;
+  };
   DpWindow w;
   const Batch mine = global_batch.slice(comm_->rank() * rows_, (comm_->rank() + 1) * rows_);
   const int64_t mb = global_.micro_batch, K = rows_ / mb;
@@ -125,7 +133,13 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     step_->zero_grad();
     step_->accumulate(mine);
     summed = flat_gradients(*step_);
-    all_reduce(summed);
+    if (fault_ == DpFault::once_one_element_short && !summed.empty()) {
+      std::vector<float> head(summed.begin(), summed.end() - 1);  // the last element stays local
+      all_reduce(head);
+      std::copy(head.begin(), head.end(), summed.begin());
+    } else {
+      all_reduce(summed);
+    }
     ++w.all_reduces;
   } else {
     step_->zero_grad();
@@ -140,14 +154,8 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     }
   }
 
-  const auto delta = [](const CommStats& a, const CommStats& b) {
-    CommStats d;
-    d.calls = a.calls - b.calls;
-    d.payload_bytes = a.payload_bytes - b.payload_bytes;
-    d.bus_bytes = a.bus_bytes - b.bus_bytes;
-    return d;
-  };
   w.gradients = delta(comm_->stats(), before);
+  w.gradients_received = delta(comm_->library_received(), received_before);
   // The window's real-item count, all-reduced (integers below 2^24: exact in fp32).
   std::vector<float> items{static_cast<float>(w.local_items)};
   all_reduce_host(*comm_, *dev_, items);

@@ -33,6 +33,7 @@ enum class DpFault : uint8_t {
   fp16_communication,       // gradients rounded to fp16 for the all-reduce (a compression hook)
   reduce_accumulated,       // every_micro_batch: the accumulated buffer re-reduced each time
   fp16_one_rank,            // the last rank alone rounds to fp16 what it sends and what it receives
+  once_one_element_short,   // once_per_window: the all-reduce leaves the last gradient element out
 };
 const char* dp_fault_name(DpFault f);
 
@@ -43,6 +44,9 @@ struct DpWindow {
   int64_t all_reduces = 0;     // gradient all-reduces this window
   CommStats comm;              // what this window communicated (gradients and the count)
   CommStats gradients;         // of which the gradient all-reduces
+  // The gradient all-reduces as the collective library saw them on this rank
+  // (Communicator::library_received): what its receive buffers were given.
+  CommStats gradients_received;
 };
 
 class DataParallelStep {

@@ -93,16 +93,20 @@ class NcclCommunicator final : public Communicator {
   std::string engine() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
   void synchronize() override { cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  CommStats library_received() const override { return received_; }
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
     nccl_ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
+    receive(count * comm_dtype_size(t));
   }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     nccl_ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
+    receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
     nccl_ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
@@ -114,9 +118,16 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Counted after each NCCL call returned (its receive buffer handed to the library).
+  void receive(size_t bytes) {
+    ++received_.calls;
+    received_.payload_bytes += bytes;
+  }
+
   int rank_, size_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  CommStats received_;
 };
 
 }  // namespace

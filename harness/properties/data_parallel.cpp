@@ -276,22 +276,48 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
     s.config["fault"] = dist::dp_fault_name(DpFault::fp16_communication);
     out.measurements.push_back(std::move(s));
   }
+  // Bytes, as this rank's receive buffers got them from the collective library (MPI's
+  // profiling interface, or each NCCL call), not as the communicator counts its own
+  // calls: K all-reduces of the whole gradient against one, so every-micro-batch
+  // bytes are exactly K times once-per-window bytes. The error is in fp32 elements.
+  const std::string bytes_title = "gradient bytes communicated per step: every micro-batch / once per window = K";
+  auto bytes_error = [&](const DpGrads& once_run) {
+    const double every_b = static_cast<double>(every.window.gradients_received.payload_bytes);
+    const double once_b = static_cast<double>(once_run.window.gradients_received.payload_bytes);
+    return max_over_ranks(comm, dev, std::fabs(every_b - static_cast<double>(K) * once_b) / 4.0);
+  };
+  auto bytes_details = [&](const DpGrads& once_run) {
+    return nlohmann::json{
+        {"K", K},
+        {"gradient_bytes_received_once_per_window", once_run.window.gradients_received.payload_bytes},
+        {"gradient_bytes_received_every_micro_batch", every.window.gradients_received.payload_bytes},
+        {"gradient_all_reduces_received_once_per_window", once_run.window.gradients_received.calls},
+        {"gradient_all_reduces_received_every_micro_batch", every.window.gradients_received.calls},
+        {"communicator_payload_bytes_once_per_window", once_run.window.gradients.payload_bytes},
+        {"communicator_payload_bytes_every_micro_batch", every.window.gradients.payload_bytes},
+        {"gradient_bus_bytes_once_per_window", once_run.window.gradients.bus_bytes},
+        {"gradient_bus_bytes_every_micro_batch", every.window.gradients.bus_bytes},
+        {"counted_by", comm.engine() == "mpi" ? "MPI's profiling interface (PMPI)" : "each NCCL call"}};
+  };
   {
-    // Bytes, as the communicator counted them: K all-reduces of the whole gradient
-    // against one, so exactly K times the payload.
-    const double ratio = static_cast<double>(every.window.gradients.payload_bytes) /
-                         static_cast<double>(once.window.gradients.payload_bytes);
-    Measurement m = make_check("DP-2", "gradient bytes communicated per step: every micro-batch / once per window = K",
-                               std::fabs(ratio - static_cast<double>(K)), 0.0);
+    Measurement m = make_check("DP-2", bytes_title, bytes_error(once), tol::kBitwiseMismatches);
     fill(m, dev, comm, c, mb, DpSync::once_per_window);
-    m.metric = "abs(bytes ratio - K)";
-    m.tolerance_reason = "exact: the same all-reduce of every gradient element, K times or once";
-    m.details = {{"K", K},
-                 {"gradient_payload_bytes_once_per_window", once.window.gradients.payload_bytes},
-                 {"gradient_payload_bytes_every_micro_batch", every.window.gradients.payload_bytes},
-                 {"gradient_bus_bytes_once_per_window", once.window.gradients.bus_bytes},
-                 {"gradient_bus_bytes_every_micro_batch", every.window.gradients.bus_bytes}};
+    m.metric = "fp32 elements received: |every micro-batch - K x once per window|";
+    m.tolerance_reason = "exact: the same all-reduce of every gradient element, K times or once (a count: under one)";
+    m.details = bytes_details(once);
     out.measurements.push_back(std::move(m));
+  }
+  {  // Subtle: the once-per-window all-reduce one element short (K elements off).
+    const DpGrads shortr = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window,
+                                        DpFault::once_one_element_short);
+    Measurement s = make_subtle_control("DP-2", "a once-per-window all-reduce one element short is flagged",
+                                        bytes_error(shortr), tol::kBitwiseMismatches, check_name("DP-2", bytes_title));
+    fill(s, dev, comm, c, mb, DpSync::once_per_window);
+    s.config["fault"] = dist::dp_fault_name(DpFault::once_one_element_short);
+    s.metric = "fp32 elements received: |every micro-batch - K x once per window|";
+    s.tolerance_reason = "exact (a count: under one)";
+    s.details = bytes_details(shortr);
+    out.measurements.push_back(std::move(s));
   }
   int64_t params = 0;
   for (const auto& [name, v] : ref.grads) params += static_cast<int64_t>(v.size());

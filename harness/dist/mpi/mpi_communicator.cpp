@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "harness/check.hpp"
+#include "harness/dist/mpi/pmpi_received.hpp"
 
 namespace hr::dist {
 namespace {
@@ -43,6 +44,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string engine() const override { return "mpi"; }
   bool device_buffers() const override { return false; }
+  CommStats library_received() const override { return pmpi_received(); }
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {

@@ -518,7 +518,14 @@ std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, 
       mu.config["fault_grad_ulp_elements"] = 1;
       mu.metric = "bitwise_mismatches";
       mu.tolerance_reason = tol::kBitwiseMismatchesReason;
-      mu.details = nlohmann::json{{"compared", gu.compared}, {"per_tensor_mismatches", gu.per_tensor}};
+      const std::vector<int64_t>& ucounts = r.runs[4].block_forward_counts;
+      const bool urecomputed =
+          static_cast<int64_t>(ucounts.size()) == ulp.mlp.layers - 1 &&
+          std::all_of(ucounts.begin(), ucounts.end(), [&](int64_t c) { return c == 2 * ulp.accum_steps(); });
+      mu.details = nlohmann::json{{"compared", gu.compared},
+                                  {"per_tensor_mismatches", gu.per_tensor},
+                                  {"block_forward_counts", ucounts},
+                                  {"recomputed", urecomputed}};
       out.push_back(std::move(mu));
     }
     return out;

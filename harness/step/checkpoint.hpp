@@ -38,8 +38,9 @@ struct CheckpointPolicy {
   // never recomputes (CK-4's gross control; BN-3 and CK-1 must call it an error).
   bool fault_never_recompute = false;
   // CK-5's and BN-3's subtle gradient control: a checkpointed step leaves this many
-  // elements of its first trainable gradient one ulp up, as a recompute whose
-  // reductions sum in another order than the first forward's does; 0: off.
+  // non-zero elements of its first trainable gradient one ulp up (after the
+  // unscale), as a recompute whose reductions sum in another order than the first
+  // forward's does; 0: off.
   int64_t fault_grad_ulp_elements = 0;
   // CK-3's subtle controls: a recompute whose activations stay held (a second
   // reference) after their segment's backward, until the pass ends, so the peak

@@ -228,35 +228,40 @@ void TrainStep::unscale() {
       break;
     }
   }
+  // Once per step, after every micro-batch: one pass over each gradient both
+  // divides by the scale and looks for inf / NaN.
+  nonfinite_ = false;
+  if (cfg_.loss_scaling()) {
+    const float inv = static_cast<float>(1.0 / accumulated_scale_);
+    std::vector<Tensor*> grads;
+    for (Param& p : model_->params().all())
+      if (p.grad.defined()) grads.push_back(&p.grad);
+    nonfinite_ = ops::unscale_and_check_all(grads, inv);
+    ++unscale_passes_;
+    if (cfg_.fault_unscale_into_fp16)
+      for (Tensor* g : grads) {
+        Tensor h = Tensor::empty(*dev_, g->shape(), DType::f16, Consumer::workspace);
+        ops::cast(*g, h);
+        ops::cast(h, *g);
+      }
+  }
   if (cfg_.checkpoint.enabled() && cfg_.checkpoint.fault_grad_ulp_elements > 0) {
-    // The fault: the first trainable gradient's first elements one ulp up.
+    // The fault, on the unscaled gradients: the first trainable gradient's first
+    // non-zero elements one ulp up (a zero gradient, e.g. of a token no row holds,
+    // would move to a subnormal that a later scale could flush).
     for (Param& p : model_->params().all()) {
       if (!p.grad.defined() || p.grad.numel() == 0) continue;
       std::vector<float> g = p.grad.to_host_f32();
-      const size_t n = std::min(g.size(), static_cast<size_t>(cfg_.checkpoint.fault_grad_ulp_elements));
-      for (size_t i = 0; i < n; ++i) g[i] = std::nextafter(g[i], INFINITY);
+      int64_t left = cfg_.checkpoint.fault_grad_ulp_elements;
+      for (size_t i = 0; i < g.size() && left > 0; ++i)
+        if (g[i] != 0.f && std::isfinite(g[i])) {
+          g[i] = std::nextafter(g[i], INFINITY);
+          --left;
+        }
       p.grad.copy_from(Tensor::from_host(*dev_, g, p.grad.shape(), DType::f32, Consumer::workspace));
       break;
     }
   }
-  // Once per step, after every micro-batch: one pass over each gradient both
-  // divides by the scale and looks for inf / NaN.
-  if (!cfg_.loss_scaling()) {
-    nonfinite_ = false;
-    return;
-  }
-  const float inv = static_cast<float>(1.0 / accumulated_scale_);
-  std::vector<Tensor*> grads;
-  for (Param& p : model_->params().all())
-    if (p.grad.defined()) grads.push_back(&p.grad);
-  nonfinite_ = ops::unscale_and_check_all(grads, inv);
-  ++unscale_passes_;
-  if (cfg_.fault_unscale_into_fp16)
-    for (Tensor* g : grads) {
-      Tensor h = Tensor::empty(*dev_, g->shape(), DType::f16, Consumer::workspace);
-      ops::cast(*g, h);
-      ops::cast(h, *g);
-    }
 }
 
 double TrainStep::forward_backward(const Batch& batch) {

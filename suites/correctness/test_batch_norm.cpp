@@ -47,12 +47,12 @@ TEST_P(BatchNormAccum, DivergesUnderAccumulationWhileLayerNormAgrees) {
 // Virtual batches of 2, 4 and 8: gradients (bound from the batch's BatchNorm
 // conditioning) and running statistics; a ghost batch leaking a fraction of its
 // neighbour's rows is caught by the statistics at every size and by the
-// gradients at 4 and 8.
+// gradients at 4 and 8; at 2 the gradients catch a backward whose dgamma is off.
 TEST_P(BatchNormAccum, GhostBatchNormReproducesAccumulation) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::bn2_ghost_batch_norm(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 11, 5);
-  EXPECT_EQ(count_subtle(ms), 5u);
+  hr::test::expect_all_passed(ms, 12, 6);
+  EXPECT_EQ(count_subtle(ms), 6u);
   for (const Measurement& m : ms) {
     EXPECT_EQ(m.id, "BN-2");
     const double kappa = hr::json_to_double(m.details.at("batchnorm_conditioning"));
@@ -62,12 +62,12 @@ TEST_P(BatchNormAccum, GhostBatchNormReproducesAccumulation) {
 
 // Recomputed (forward counted twice): running statistics and gradients bitwise
 // as without checkpointing; the double update is caught, in every channel and
-// in one channel of each BatchNorm.
+// in one channel of each BatchNorm, and one gradient element one ulp off.
 TEST_P(BatchNormAccum, CheckpointRecomputeUpdatesRunningStatsOnce) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::bn3_checkpoint_running_stats(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 4, 2);
-  EXPECT_EQ(count_subtle(ms), 1u);
+  hr::test::expect_all_passed(ms, 5, 3);
+  EXPECT_EQ(count_subtle(ms), 2u);
   for (const Measurement& m : ms) {
     EXPECT_EQ(m.id, "BN-3");
     EXPECT_EQ(m.metric, "bitwise_mismatches") << hr::test::describe(m);
@@ -95,7 +95,7 @@ TEST_P(BatchNormSeeds, EveryDTypePassesAtThisSeed) {
         hr::RunContext ctx{dev, hr::Preset::quick, GetParam(), {}};
         ms = spec.run(ctx);
       }
-    const size_t per_dtype = id == "BN-1" ? 5 : id == "BN-2" ? 11 : 4;
+    const size_t per_dtype = id == "BN-1" ? 5 : id == "BN-2" ? 12 : 5;
     ASSERT_EQ(ms.size(), 3 * per_dtype) << id;
     for (const Measurement& m : ms) EXPECT_TRUE(hr::test::passed(m));
     for (const char* dtype : {"fp32", "fp16", "bf16"})

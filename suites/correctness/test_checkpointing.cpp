@@ -74,8 +74,8 @@ TEST_P(Checkpointing, EachSegmentRunsItsForwardExactlyTwice) {
 TEST_P(Checkpointing, EverySiteReplaysItsMask) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ck5_every_site(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 9, 3);
-  EXPECT_EQ(count_control(ms, "subtle"), 1u);
+  hr::test::expect_all_passed(ms, 10, 4);
+  EXPECT_EQ(count_control(ms, "subtle"), 2u);
   expect_ids(ms, "CK-5");
   for (const Measurement& m : ms)
     if (m.metric == "mask_mismatches") EXPECT_GT(m.details.at("compared_mask_elements").get<int64_t>(), 0);
@@ -92,13 +92,15 @@ TEST_P(Checkpointing, KeyedDropoutAccumulatesToTheFullBatch) {
 INSTANTIATE_TEST_SUITE_P(, Checkpointing, testing::ValuesIn(hr::test::all_backend_dtypes()), hr::test::param_name);
 
 // CK-3 on the CPU (byte counts; the fit is the same at any seed): ~1 plain, <= 0.65
-// with sqrt(L) segments for the activations and for the whole pass; no
-// checkpointing and L/4-block segments both fail the sqrt(L) bound.
+// with sqrt(L) segments for the activations and for the whole pass, and with every
+// block; no checkpointing and L/4-block segments fail the sqrt(L) bound, and the
+// driver's switches (recomputed activations kept, every block checkpointed when
+// told not to) fail the bound of each check.
 TEST(CheckpointDepth, ExponentsFromTheSweepMeetTheirBounds) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   const auto ms = hr::props::ck3_depth_exponents(dev, hr::DType::f32, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 6, 2);
-  EXPECT_EQ(count_control(ms, "subtle"), 1u);
+  hr::test::expect_all_passed(ms, 10, 6);
+  EXPECT_EQ(count_control(ms, "subtle"), 5u);
   expect_ids(ms, "CK-3");
   for (const Measurement& m : ms) EXPECT_EQ(m.details.at("points").size(), 4u) << hr::test::describe(m);
 }

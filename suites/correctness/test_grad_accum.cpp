@@ -84,7 +84,7 @@ TEST_P(GradAccum, BufferCheckCatchesAnFp16BufferAtEveryK) {
 TEST_P(GradAccum, WithoutDivisionIsKTimesLargerAndCaught) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ga2_no_division(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 22, 12);
+  hr::test::expect_all_passed(ms, 24, 14);
   for (const Measurement& m : ms) {
     EXPECT_EQ(m.id, "GA-2");
     if (m.control == "subtle") continue;
@@ -93,17 +93,17 @@ TEST_P(GradAccum, WithoutDivisionIsKTimesLargerAndCaught) {
   }
 }
 
-// Per model: SGD (2 micro-batches, the resolution check, no division, 16-bit
-// buffer) and AdamW (moments and two-step updates at 2 micro-batches, 16-bit buffer).
+// Per model: SGD (2 micro-batches, no division, 16-bit buffer; the probe's
+// resolution is a precondition) and AdamW (moments and two-step updates at 2
+// micro-batches, 16-bit buffer, the step count frozen at 1).
 TEST_P(GradAccum, OptimizerStepMatchesLargeBatchStep) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const auto ms = hr::props::ga3_optimizer_step(dev, GetParam().dtype, hr::Preset::quick, kSeed);
-  hr::test::expect_all_passed(ms, 20, 6);
+  hr::test::expect_all_passed(ms, 20, 8);
   for (const Measurement& m : ms) {
     // Updates, not parameters: a parameter-relative error would pass an update that
     // is a few percent wrong (one step moves hidden weights by ~3e-4 of their norm).
-    if (m.config["optimizer"] == "sgd" && !m.negative_control && m.metric != "rounding_floor / bound")
-      EXPECT_EQ(m.metric, "max_tensor_rel_l2_of_update");
+    if (m.config["optimizer"] == "sgd" && !m.negative_control) EXPECT_EQ(m.metric, "max_tensor_rel_l2_of_update");
     if (m.metric == "max_tensor_rel_l2_of_update" && !m.negative_control)
       EXPECT_LE(m.details["rounding_floor"].get<double>(), 0.1 * hr::tol::kGradAccumRelL2(GetParam().dtype));
   }

@@ -37,19 +37,36 @@ class Skipped : public Error {
   using Error::Error;
 };
 
-[[noreturn]] inline void throw_at(const char* file, int line, const std::string& what) {
-  throw Error(fmt::format("{} ({}:{})", what, file, line));
+// An internal check that failed (HR_CHECK): what() is the message for people; the
+// condition and the source location are kept apart, for --debug (error_text).
+class InternalError : public Error {
+ public:
+  InternalError(const std::string& what, std::string where) : Error(what), where_(std::move(where)) {}
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+[[noreturn]] inline void throw_at(const char* file, int line, const char* cond, const std::string& what) {
+  throw InternalError(what, fmt::format("check failed: {} ({}:{})", cond, file, line));
 }
+
+// Whether messages carry the source locations of internal checks: `headroom --debug`
+// or HEADROOM_DEBUG=1 in the environment.
+bool debug_messages();
+void set_debug_messages(bool on);
+
+// e.what(), with an internal check's condition and source location under --debug.
+std::string error_text(const std::exception& e);
 
 }  // namespace hr
 
-// HR_CHECK(cond, "format {}", args...): throws hr::Error naming the condition,
-// the message, the file and the line.
-#define HR_CHECK(cond, ...)                                                              \
-  do {                                                                                   \
-    if (!(cond))                                                                         \
-      ::hr::throw_at(__FILE__, __LINE__,                                                 \
-                     fmt::format("check failed: {}: {}", #cond, fmt::format(__VA_ARGS__))); \
+// HR_CHECK(cond, "format {}", args...): throws hr::InternalError with the message,
+// keeping the condition, the file and the line for --debug.
+#define HR_CHECK(cond, ...)                                                          \
+  do {                                                                               \
+    if (!(cond)) ::hr::throw_at(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // HR_ARG_CHECK: as HR_CHECK for user input; throws hr::InvalidArgument.

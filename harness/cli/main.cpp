@@ -82,6 +82,9 @@ constexpr const char* kTimeFloorHelp =
 int main(int argc, char** argv) {
   CLI::App app{"headroom: benchmark and conformance suite for memory-saving training techniques"};
   app.require_subcommand(1);
+  bool debug = false;
+  app.add_flag("--debug", debug,
+               "error messages carry the failed internal check and its source location (also HEADROOM_DEBUG=1)");
 
   std::string info_backend = "auto";
   auto* info = app.add_subcommand("info", "print the device record as JSON");
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (debug) hr::set_debug_messages(true);
 
   if (run_cmd->parsed()) return hr::command_run(run, std::cout, std::cerr);
   if (val_cmd->parsed()) {

@@ -12,23 +12,12 @@
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/dump/safetensors.hpp"
+#include "harness/output.hpp"
 #include "harness/step/train_step.hpp"
 #include "kernels/dropout/dropout.hpp"
 
 namespace hr {
 namespace {
-
-void write_json_atomic(const std::string& path, const nlohmann::ordered_json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    HR_CHECK(out.good(), "cannot open '{}' for writing", tmp);
-    out << j.dump(2) << "\n";
-    out.flush();
-    HR_CHECK(out.good(), "writing '{}' failed", tmp);
-  }
-  HR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, path);
-}
 
 std::string dropout_site(const StepConfig& cfg, int64_t block, int64_t kind) {
   if (cfg.model == ModelKind::mlp) return fmt::format("layers.{}.dropout", block);
@@ -209,7 +198,14 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   const std::vector<double> counts = step.loss_counts(batch);
 
   std::vector<SafetensorsEntry> grads;
-  for (const auto& [name, g] : step.gradients()) grads.push_back(safetensors_entry(name, g));
+  int64_t values = 0, nonfinite = 0;
+  for (const auto& [name, g] : step.gradients()) {
+    grads.push_back(safetensors_entry(name, g));
+    for (float v : g.to_host_f32()) {
+      ++values;
+      if (!std::isfinite(v)) ++nonfinite;
+    }
+  }
 
   std::vector<SafetensorsEntry> masks;
   std::map<std::string, int64_t> seen;  // draws per site so far: the micro-batch index
@@ -225,6 +221,9 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"producer", "headroom dump"}};
   DumpResult r;
   r.loss = loss;
+  r.gradient_values = values;
+  r.nonfinite_gradients = nonfinite;
+  r.loss_scaled = cfg.loss_scaling();
   auto put = [&](const std::string& file, const std::vector<SafetensorsEntry>& entries) {
     const std::string path = (dir / file).string();
     write_safetensors(path, entries, meta);
@@ -237,7 +236,7 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   put("gradients.safetensors", grads);
   if (!masks.empty()) put("dropout_masks.safetensors", masks);
   const std::string conv = (dir / "conventions.json").string();
-  write_json_atomic(conv, conventions(cfg, step, loss, counts, sparse));
+  write_output(conv, conventions(cfg, step, loss, counts, sparse).dump(2) + "\n");
   r.files.push_back(conv);
   return r;
 }

@@ -26,6 +26,9 @@ struct DumpResult {
   std::vector<std::string> files;  // paths written
   double loss = 0;
   int64_t tensors = 0;             // tensors written over all files
+  int64_t gradient_values = 0;     // over every gradient tensor
+  int64_t nonfinite_gradients = 0; // of which inf or NaN
+  bool loss_scaled = false;        // fp16 with the loss scaler on: non-finite gradients skip the step
 };
 
 // Validates cfg (InvalidArgument naming the field), builds the model from

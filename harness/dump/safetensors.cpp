@@ -10,6 +10,7 @@
 #include <set>
 
 #include "harness/check.hpp"
+#include "harness/output.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
 
@@ -67,18 +68,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(hlen >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    HR_CHECK(out.good(), "cannot open '{}' for writing", tmp);
-    out.write(reinterpret_cast<const char*>(len_bytes), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const SafetensorsEntry& e : entries)
-      out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
-    out.flush();
-    HR_CHECK(out.good(), "writing '{}' failed", tmp);
-  }
-  HR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, path);
+  OutputFile out(path);
+  out.write(len_bytes, 8);
+  out.write(h);
+  for (const SafetensorsEntry& e : entries) out.write(e.bytes.data(), e.bytes.size());
+  out.commit();
 }
 
 }  // namespace hr

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "harness/check.hpp"
+#include "harness/output.hpp"
 #include "harness/results/results.hpp"
 #include "harness/step/memory_model.hpp"
 
@@ -313,6 +314,9 @@ nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput&
 
 int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err) {
   try {
+    // The plan never replaces what it reads (by identity: links and hard links too).
+    refuse_output_over_input(c.json_out, "--json",
+                             {{c.config_file, "--config"}, {c.cards_file, "--cards"}, {c.measured, "--measured"}});
     PlanInput in;
     const nlohmann::json patch = read_json_file(c.config_file, "step configuration", kMaxCardsBytes);
     HR_ARG_CHECK(patch.is_object(), "{}: expected a JSON object of step configuration fields, got {}", c.config_file,
@@ -342,7 +346,7 @@ int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err) {
     const std::vector<CardPlan> plans = make_plan(in);
     print_plan_table(plans, in.cfg, out);
     if (!c.json_out.empty()) {
-      write_file_atomic(c.json_out, plan_to_json(plans, in).dump(2) + "\n");
+      write_output(c.json_out, plan_to_json(plans, in).dump(2) + "\n");
       out << fmt::format("plan: {}\n", c.json_out);
     }
     return 0;
@@ -350,7 +354,7 @@ int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err) {
     fmt::print(err, "headroom: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(err, "headroom: error: {}\n", e.what());
+    fmt::print(err, "headroom: error: {}\n", error_text(e));
     return 2;
   }
 }

@@ -26,6 +26,7 @@
 #include "harness/device_health.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/dump/dump.hpp"
+#include "harness/output.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
 #include "harness/results/junit.hpp"
@@ -69,22 +70,28 @@ class OutputLock {
  public:
   // lock_name: the lock file's name in dir (a dump, which replaces its folder
   // whole, locks a file beside it instead).
-  explicit OutputLock(const std::string& dir, const std::string& lock_name = ".headroom.lock") {
+  // create false: a folder without a lock file is held by no one, and none is made.
+  explicit OutputLock(const std::string& dir, const std::string& lock_name = ".headroom.lock", bool create = true) {
     const std::string path = (fs::path(dir) / lock_name).string();
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    if (fd_ < 0 && !create && errno == ENOENT) return;
     HR_ARG_CHECK(fd_ >= 0, "cannot create the lock file {}: {}", path, std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int why = errno;
-      char holder[32] = {};
+      char holder[96] = {};
       const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
       ::close(fd_);
-      HR_ARG_CHECK(why != EWOULDBLOCK, "another headroom run (pid {}) is writing into {}; wait for it or use another --out",
-                   n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("?"), dir);
+      std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("pid ?");
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      HR_ARG_CHECK(why != EWOULDBLOCK, "another headroom command ({}) is writing into {}; wait for it or use another --out",
+                   who, dir);
       throw InvalidArgument(fmt::format("cannot lock {}: {}", path, std::strerror(why)));
     }
-    const std::string pid = std::to_string(::getpid());
-    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
-      // The pid is only for the message of a refused run; the lock holds without it.
+    // Who holds it, for the message of a refused writer. The lock is the kernel's
+    // (flock): it goes with its process, so a writer that died holds nothing.
+    const std::string who = fmt::format("pid {}, started {}\n", ::getpid(), utc_now_iso8601());
+    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, who.data(), who.size(), 0) < 0) {
+      // Only for the message; the lock holds without it.
     }
   }
   ~OutputLock() {
@@ -201,13 +208,16 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   if (preflight) preflight(*dev);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
-  // Temporaries of a writer killed mid-write (we hold the folder: none is live).
+  // Temporaries of a writer killed mid-write (we hold the folder: none is live),
+  // and a previous run's report, which this run's replaces at its end.
   {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(c.out_dir, ec)) {
       const std::string f = e.path().filename().string();
       if (f.rfind(".results.json.tmp.", 0) == 0 || f.rfind(".index.html.tmp.", 0) == 0) fs::remove(e.path(), ec);
     }
+    const fs::path old_report = fs::path(c.out_dir) / "index.html";
+    if (fs::is_regular_file(fs::symlink_status(old_report, ec))) fs::remove(old_report, ec);
   }
   const std::string json_path = (fs::path(c.out_dir) / "results.json").string();
   opt.checkpoint = [&](const Results& partial) { save_results(partial, json_path); };
@@ -226,7 +236,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
             device_lost};
   save_results(r, w.json);
   if (before_report) before_report(r, *dev);
-  write_file_atomic(w.html, report::render_report(r, ropt));
+  write_output(w.html, report::render_report(r, ropt));
   return w;
 }
 
@@ -317,7 +327,7 @@ int guarded(std::ostream& err, F&& f) {
                     "than this machine has free)\n");
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(err, "headroom: error: {}\n", e.what());
+    fmt::print(err, "headroom: error: {}\n", error_text(e));
     return 2;
   }
 }
@@ -401,11 +411,18 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     // gradients, nor a previous dump's dropout masks beside a dump without dropout.
     fs::path target = fs::absolute(c.out_dir).lexically_normal();
     if (target.filename().empty()) target = target.parent_path();
+    HR_ARG_CHECK(!target.filename().empty() && target != target.root_path(),
+                 "--out {}: a dump replaces its whole folder; give a folder below the root", c.out_dir);
     const fs::path parent = target.parent_path();
     make_dir(parent.string());
     const std::string name = target.filename().string();
-    const OutputLock lock(parent.string(), "." + name + ".headroom.lock");
+    // Two locks, both the one every writer takes: the folder's own (DIR/.headroom.lock,
+    // which a run into DIR holds: the dump is refused while it runs), and one beside
+    // it for the swap, which moves the folder's own lock away with the old folder.
+    const OutputLock beside(parent.string(), "." + name + ".headroom.lock");
     std::error_code ec;
+    std::optional<OutputLock> held;
+    if (fs::is_directory(target, ec)) held.emplace(target.string(), ".headroom.lock", false);
     if (fs::exists(target, ec)) {
       HR_ARG_CHECK(fs::is_directory(target, ec), "--out {}: exists and is not a folder", target.string());
       for (const auto& e : fs::directory_iterator(target, ec)) {
@@ -430,6 +447,8 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     }
     DumpResult r;
     try {
+      // The folder put in place is held from the moment it is DIR.
+      const OutputLock fresh_lock(fresh.string());
       r = dump_model(*dev, cfg, fresh.string(), c.data_seed);
       if (!fs::exists(target, ec)) {
         if (::rename(fresh.c_str(), target.c_str()) != 0)
@@ -445,6 +464,19 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", model_kind_name(cfg.model),
                r.loss, r.tensors, backend_name(dev->kind()), target.string());
     for (const auto& f : r.files) fmt::print(out, "  {}\n", (target / fs::path(f).filename()).string());
+    if (r.nonfinite_gradients > 0) {
+      // Kept for inspection, but not a dump to compare against: exit 1, unless the
+      // configuration asks for an overflow (fp16 with the loss scaler, whose step
+      // skips on exactly this).
+      const std::string what = fmt::format("{} of {} gradient values are not finite (inf or NaN)",
+                                           r.nonfinite_gradients, r.gradient_values);
+      if (r.loss_scaled) {
+        fmt::print(err, "headroom: {}: the loss scaler would skip this step (fp16 with loss scaling)\n", what);
+        return 0;
+      }
+      fmt::print(err, "headroom: dump: {}; the step diverged (a loss multiplier or learning rate too large?)\n", what);
+      return 1;
+    }
     return 0;
   });
 }
@@ -531,7 +563,7 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
       cmp = compare_results(base, cur, c.compare);
       if (!c.html.empty()) {
         report::ReportOptions ro{&base, &cmp, c.baseline};
-        write_file_atomic(c.html, report::render_report(cur, ro));
+        write_output(c.html, report::render_report(cur, ro));
         html_path = c.html;
       }
     } else {
@@ -600,7 +632,7 @@ int command_compare(const std::string& a, const std::string& b, const std::strin
     fmt::print(out, "{}", format_comparison_text(base, cur, cmp));
     if (!html.empty()) {
       report::ReportOptions ro{&base, &cmp, a};
-      write_file_atomic(html, report::render_report(cur, ro));
+      write_output(html, report::render_report(cur, ro));
       fmt::print(out, "headroom: report:  {}\n", fs::absolute(html).string());
     }
     return cmp.fit() ? 0 : 1;
@@ -614,12 +646,12 @@ int command_report(const std::string& results, const std::string& baseline, cons
     refuse_output_over_input(html, "--html", {{results, "RESULTS"}, {baseline, "--baseline"}});
     const Results cur = load_results(results);
     if (baseline.empty()) {
-      write_file_atomic(html, report::render_report(cur));
+      write_output(html, report::render_report(cur));
     } else {
       const Results base = load_baseline(baseline);
       const Comparison cmp = compare_results(base, cur);
       report::ReportOptions ro{&base, &cmp, baseline};
-      write_file_atomic(html, report::render_report(cur, ro));
+      write_output(html, report::render_report(cur, ro));
     }
     fmt::print(out, "headroom: report:  {}\n", fs::absolute(html).string());
     return 0;

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "harness/output.hpp"
 #include "reports/html.hpp"
 
 namespace hr {
@@ -129,7 +130,7 @@ std::string junit_xml(const Results& run, const Comparison* cmp) {
 }
 
 void write_junit(const std::string& path, const Results& run, const Comparison* comparison) {
-  write_file_atomic(path, junit_xml(run, comparison));
+  write_output(path, junit_xml(run, comparison));
 }
 
 }  // namespace hr

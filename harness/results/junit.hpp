@@ -18,7 +18,7 @@ namespace hr {
 // The XML document (UTF-8; characters XML 1.0 cannot hold are replaced by '?').
 std::string junit_xml(const Results& run, const Comparison* comparison = nullptr);
 
-// Writes junit_xml atomically to path (harness/results/results.hpp write_file_atomic).
+// Writes junit_xml to path through write_output (harness/output.hpp).
 void write_junit(const std::string& path, const Results& run, const Comparison* comparison = nullptr);
 
 }  // namespace hr

@@ -24,6 +24,7 @@
 
 #include "harness/build_info.hpp"
 #include "harness/check.hpp"
+#include "harness/output.hpp"
 #include "harness/tolerances.hpp"
 
 namespace hr {
@@ -519,50 +520,8 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
   return r;
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0)
-    throw Error(fmt::format("cannot create a temporary file in {} to write {}: {}", dir.string(), path,
-                            std::strerror(errno)));
-  const std::string tmp(name.data());
-  auto fail = [&](const char* step) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write {} ({} of {} failed: {})", path, step, tmp, why));
-  };
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  // mkstemp creates 0600; a results file is for sharing.
-  if (::fchmod(fd, 0644) != 0) fail("chmod");
-  if (::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write {} (close of {} failed: {})", path, tmp, why));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write {} (rename from {} failed: {})", path, tmp, why));
-  }
-}
-
 void save_results(const Results& r, const std::string& path) {
-  write_file_atomic(path, results_to_json(r).dump(2) + "\n");
+  write_output(path, results_to_json(r).dump(2) + "\n");
 }
 
 nlohmann::json parse_json_strict(const std::string& text, const std::string& where) {
@@ -612,7 +571,11 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what, 
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  HR_ARG_CHECK(!ec && fs::exists(st), "cannot open the {} {}: no such file", what, path);
+  // The system's reason (a link loop, a permission, a component that is a file),
+  // "no such file" only when that is what it is.
+  HR_ARG_CHECK(!ec || ec == std::errc::no_such_file_or_directory, "cannot open the {} {}: {}", what, path,
+               ec.message());
+  HR_ARG_CHECK(fs::exists(st), "cannot open the {} {}: no such file", what, path);
   HR_ARG_CHECK(!fs::is_directory(st), "cannot read the {} {}: it is a directory, not a file", what, path);
   HR_ARG_CHECK(fs::is_regular_file(st), "cannot read the {} {}: not a regular file", what, path);
   const uintmax_t size = fs::file_size(path, ec);

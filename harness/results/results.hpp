@@ -141,11 +141,7 @@ SweepPoint sweep_point_from_json(const nlohmann::json& j);
 // "nan" / "inf" / "-inf" (json_number), so nothing is written as null.
 void make_non_finite_explicit(nlohmann::json& j);
 
-// Writes content to path atomically: a temporary file in the same directory,
-// flushed to disk, then renamed over path. Throws Error on failure and leaves no
-// temporary behind.
-void write_file_atomic(const std::string& path, const std::string& content);
-
+// Written through write_output (harness/output.hpp).
 void save_results(const Results& r, const std::string& path);
 
 // The limits on what headroom reads: a file larger than max_bytes or nested deeper

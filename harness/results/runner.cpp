@@ -2,13 +2,14 @@
 #include "harness/results/runner.hpp"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
 #include <map>
-#include <regex>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -59,28 +60,30 @@ std::string format_duration(double s) {
 
 namespace {
 
-// --only / --skip as a case-insensitive ECMAScript expression; nullopt when empty.
-std::optional<std::regex> selection_regex(const char* option, const std::string& text) {
-  // std::regex compiles and matches by recursion, so a huge expression would
-  // exhaust the stack; no real selection is this long.
+// --only / --skip as a case-insensitive RE2 expression (the common syntax: '|',
+// '^', '$', classes, groups, repetition; no backreferences); nullptr when empty.
+// RE2 parses and matches without recursion, in time linear in the text, so no
+// pattern can exhaust the stack or run away; its length is bounded all the same.
+std::unique_ptr<re2::RE2> selection_regex(const char* option, const std::string& text) {
   constexpr size_t kMaxChars = 1000;
   HR_ARG_CHECK(text.size() <= kMaxChars, "{}: the regular expression is {} characters; at most {} are accepted",
                option, text.size(), kMaxChars);
-  if (text.empty()) return std::nullopt;
-  try {
-    return std::regex(text, std::regex::ECMAScript | std::regex::icase);
-  } catch (const std::regex_error& e) {
-    throw InvalidArgument(fmt::format("{} '{}' is not a valid regular expression: {}", option, text, e.what()));
-  }
+  if (text.empty()) return nullptr;
+  re2::RE2::Options o;
+  o.set_case_sensitive(false);
+  o.set_log_errors(false);
+  auto re = std::make_unique<re2::RE2>(text, o);
+  HR_ARG_CHECK(re->ok(), "{} '{}' is not a valid regular expression: {}", option, text, re->error());
+  return re;
 }
 
 }  // namespace
 
 Selection select_specs(const RunOptions& opt) {
-  const std::optional<std::regex> only = selection_regex("--only", opt.only);
-  const std::optional<std::regex> skip = selection_regex("--skip", opt.skip);
-  auto matches = [](const std::optional<std::regex>& re, const std::string& id, const std::string& title) {
-    return std::regex_search(id, *re) || std::regex_search(title, *re);
+  const std::unique_ptr<re2::RE2> only = selection_regex("--only", opt.only);
+  const std::unique_ptr<re2::RE2> skip = selection_regex("--skip", opt.skip);
+  auto matches = [](const std::unique_ptr<re2::RE2>& re, const std::string& id, const std::string& title) {
+    return re2::RE2::PartialMatch(id, *re) || re2::RE2::PartialMatch(title, *re);
   };
   auto keep = [&](const std::string& id, const std::string& title) {
     return (!only || matches(only, id, title)) && !(skip && matches(skip, id, title));
@@ -177,6 +180,17 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     compute_totals(partial);
     opt.checkpoint(partial);
   };
+  // Before anything runs, the folder says this run is under way: a run killed in
+  // its first property leaves a file that --resume continues, never a previous
+  // run's complete results passed off as this one's.
+  if (opt.checkpoint && opt.resume == nullptr) {
+    Results started = r;
+    started.incomplete = true;
+    for (auto* p : sel.properties) started.not_run.push_back(p->id);
+    for (auto* w : sel.sweeps) started.not_run.push_back(w->id);
+    compute_totals(started);
+    opt.checkpoint(started);
+  }
   auto announce = [&](const char* kind, const std::string& id, const std::string& title) {
     ++index;
     current = id;
@@ -222,9 +236,9 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       got.clear();
       say(fmt::format("headroom:        {} skipped: {}", spec.id, e.what()));
     } catch (const std::exception& e) {
-      timing.error = e.what();
-      got = {error_item(spec, e.what())};
-      say(fmt::format("headroom:        {} threw: {}", spec.id, e.what()));
+      timing.error = error_text(e);
+      got = {error_item(spec, timing.error)};
+      say(fmt::format("headroom:        {} threw: {}", spec.id, timing.error));
     }
     // Language-model micro-batches with fewer than kMinRealTargets real targets that
     // this spec's steps saw: said in every item, so that no check over such batches

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "harness/check.hpp"
+#include "harness/output.hpp"
 #include "harness/plan/plan.hpp"
 #include "harness/properties/trade.hpp"
 #include "harness/results/results.hpp"
@@ -199,7 +200,7 @@ TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
     r.sweep_points.push_back(p);
   }
   compute_totals(r);
-  write_file_atomic((dir / "card.json").string(), results_to_json(r).dump());
+  write_output((dir / "card.json").string(), results_to_json(r).dump());
   const json cards = {{"cards", json::array({{{"name", "here"}, {"memory_gib", 1}, {"price_per_hour", 3.6},
                                               {"results", "card.json"}}})}};
   plan::PlanInput in;
@@ -216,7 +217,7 @@ TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
   }
   Results empty;
   compute_totals(empty);
-  write_file_atomic((dir / "empty.json").string(), results_to_json(empty).dump());
+  write_output((dir / "empty.json").string(), results_to_json(empty).dump());
   EXPECT_THROW(plan::factors_from_results((dir / "empty.json").string()), InvalidArgument);
 }
 

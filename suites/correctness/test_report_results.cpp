@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/output.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
 #include "suites/common/test_support.hpp"
@@ -162,14 +163,14 @@ TEST(ReportResults, AMissingOrMistypedFieldIsNamed) {
 TEST(ReportResults, AtomicWriteReplacesWholeFilesAndLeavesNoTemporaries) {
   TempDir dir;
   const fs::path target = dir.path / "results.json";
-  hr::write_file_atomic(target.string(), "first version\n");
+  hr::write_output(target.string(), "first version\n");
   EXPECT_EQ(slurp(target), "first version\n");
   // A reader holding the old file keeps reading the old contents: the new file
   // replaced it by rename, it was not rewritten in place.
   std::ifstream reader(target, std::ios::binary);
   ASSERT_TRUE(reader.good());
   const std::string big(1 << 20, 'x');
-  hr::write_file_atomic(target.string(), big);
+  hr::write_output(target.string(), big);
   std::stringstream old;
   old << reader.rdbuf();
   EXPECT_EQ(old.str(), "first version\n");
@@ -185,7 +186,7 @@ TEST(ReportResults, AtomicWriteReplacesWholeFilesAndLeavesNoTemporaries) {
 
 TEST(ReportResults, AtomicWriteIntoAMissingDirectoryThrows) {
   TempDir dir;
-  EXPECT_THROW(hr::write_file_atomic((dir.path / "no" / "such" / "dir" / "r.json").string(), "x"), hr::Error);
+  EXPECT_THROW(hr::write_output((dir.path / "no" / "such" / "dir" / "r.json").string(), "x"), hr::Error);
   EXPECT_TRUE(fs::is_empty(dir.path));
 }
 

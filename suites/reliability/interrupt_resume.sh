@@ -32,6 +32,10 @@ signal_run() {
   done
   "$headroom" run --backend cpu --only 'OPS-3' --out "$dir" >"$dir.second" 2>&1
   local second=$?
+  # A dump takes the same lock: it may not swap the folder out from under the run.
+  "$headroom" dump --backend cpu --model mlp --out "$dir" >"$dir.dump" 2>&1
+  local dump=$?
+  [ "$dump" = 2 ] && grep -q 'another headroom command' "$dir.dump" || second="dump:$dump"
   kill "-$sig" "$pid"
   wait "$pid"
   local rc=$?
@@ -40,8 +44,23 @@ signal_run() {
 
 read -r rc second < <(signal_run TERM "$work/term")
 cat "$work/term.err" "$work/term.out"
-[ "$second" = 2 ] && grep -q 'another headroom run' "$work/term.second" ||
-  fail "a second run into a folder in use was not refused (exit $second): $(cat "$work/term.second")"
+[ "$second" = 2 ] && grep -q 'another headroom command' "$work/term.second" ||
+  fail "a second run or a dump into a folder in use was not refused (exit $second): $(cat "$work/term.second" \
+    "$work/term.dump")"
+# Killed in its first property, a rerun into a used folder leaves no older complete
+# result behind: the folder said "incomplete" before the first property began.
+"$headroom" run --backend cpu --only "$only" --out "$work/rerun" >/dev/null 2>&1 || fail "the first run into rerun failed"
+"$headroom" run --backend cpu --only "$only" --out "$work/rerun" >"$work/rerun.out" 2>"$work/rerun.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '\[1/3\]' "$work/rerun.err" 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$pid"
+wait "$pid"
+grep -q '"incomplete": true' "$work/rerun/results.json" ||
+  fail "a rerun killed in its first property left the previous run's complete results"
+[ -e "$work/rerun/index.html" ] && fail "a rerun killed in its first property left the previous run's report"
 [ "$rc" = 143 ] || fail "SIGTERM: expected exit 143, got $rc"
 grep -q '"incomplete": true' "$work/term/results.json" || fail "the interrupted results are not marked incomplete"
 "$headroom" report "$work/term/results.json" --html "$work/term.html" >/dev/null ||

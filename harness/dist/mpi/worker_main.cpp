@@ -20,6 +20,7 @@
 #include "harness/device.hpp"
 #include "harness/dist/mpi/mpi_communicator.hpp"
 #include "harness/dist/nccl_communicator.hpp"
+#include "harness/output.hpp"
 #include "harness/properties/data_parallel.hpp"
 #include "harness/results/results.hpp"
 
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
       out["measurements"] = all;
       out["sweep_points"] = points;
       hr::make_non_finite_explicit(out);
-      if (!a.out.empty()) hr::write_file_atomic(a.out, out.dump(1));
+      if (!a.out.empty()) hr::write_output(a.out, out.dump(1));
       if (a.mode == "properties") rc = summarize(all) ? 0 : 1;
       for (const auto& p : points)
         if (p.sweep == "BM-DP" && p.time)
@@ -173,7 +174,7 @@ int main(int argc, char** argv) {
     nccl.reset();
     return rc;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "headroom-dp (rank {}): {}\n", world.rank(), e.what());
+    fmt::print(stderr, "headroom-dp (rank {}): {}\n", world.rank(), hr::error_text(e));
     mpi.abort(2);
   }
 }

@@ -20,6 +20,7 @@
 #include "harness/dist/launch.hpp"
 #include "harness/results/commands.hpp"
 #include "harness/plan/plan.hpp"
+#include "harness/process_limits.hpp"
 
 namespace {
 
@@ -80,6 +81,7 @@ constexpr const char* kTimeFloorHelp =
 }  // namespace
 
 int main(int argc, char** argv) {
+  hr::rerun_with_one_blas_thread_under_a_memory_limit(argv);
   CLI::App app{"headroom: benchmark and conformance suite for memory-saving training techniques"};
   app.require_subcommand(1);
   bool debug = false;

@@ -21,6 +21,7 @@
 #include "harness/dist/mpi/mpi_communicator.hpp"
 #include "harness/dist/nccl_communicator.hpp"
 #include "harness/output.hpp"
+#include "harness/process_limits.hpp"
 #include "harness/properties/data_parallel.hpp"
 #include "harness/results/results.hpp"
 
@@ -125,6 +126,7 @@ bool summarize(const std::vector<hr::Measurement>& ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hr::rerun_with_one_blas_thread_under_a_memory_limit(argv);
   hr::dist::MpiSession mpi(&argc, &argv);
   hr::dist::Communicator& world = mpi.comm();
   try {

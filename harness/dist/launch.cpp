@@ -3,11 +3,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -75,6 +77,23 @@ std::string dp_unavailable_reason() {
   return "";
 }
 
+namespace {
+
+// The worker's scratch folders are headroom-dp-<pid>-<time> in the temporary
+// folder, removed when the worker returns. One whose process is gone (killed with
+// SIGKILL, which nothing can catch) is removed by the next launch.
+void remove_stale_scratch() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("headroom-dp-", 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + 12, nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
 WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s) {
   WorkerRun r;
   const std::string why = dp_unavailable_reason();
@@ -82,6 +101,7 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
     r.error = why;
     return r;
   }
+  remove_stale_scratch();
   const fs::path dir = fs::temp_directory_path() / fmt::format("headroom-dp-{}-{}", ::getpid(),
                                                                std::chrono::steady_clock::now().time_since_epoch().count());
   fs::create_directories(dir);
@@ -100,9 +120,15 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
   for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
 
   const auto t0 = std::chrono::steady_clock::now();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // Its own process group (the timeout kills the whole group), and it dies with
+    // us: the kernel sends mpirun SIGTERM when this process ends, however it ends
+    // (mpirun passes it on to the ranks). If we are gone already, so is it.
     ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(143);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

@@ -106,11 +106,18 @@ class OutputLock {
 
 // SIGINT / SIGTERM while the suite runs: the handler only records the signal (and
 // says so); the runner stops between two properties or sweeps and what finished
-// is written. SA_RESETHAND: a second signal ends the process at once.
+// is written. The first signal of either kind puts both back to their default, so
+// a second one, of either kind, ends the process at once with its own status
+// (130 for SIGINT, 143 for SIGTERM); a data-parallel worker dies with it.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
   static const char msg[] =
       "\nheadroom: stopping after the current property or sweep; what finished will be written (again to stop now)\n";
   const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -124,7 +131,7 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_flags = 0;
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
   }

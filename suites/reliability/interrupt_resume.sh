@@ -73,6 +73,53 @@ base_rc=$?
 read -r rc second < <(signal_run INT "$work/int")
 [ "$rc" = 130 ] || fail "SIGINT: expected exit 130, got $rc"
 
+# A second signal, of either kind, ends the run at once with its own status.
+"$headroom" run --backend cpu --only "$only" --out "$work/twice" >/dev/null 2>"$work/twice.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '\[1/3\]' "$work/twice.err" 2>/dev/null && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+sleep 0.2
+t0=$(date +%s%N)
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$rc" = 130 ] || fail "SIGTERM then SIGINT: expected exit 130 (the second signal's), got $rc"
+[ "$ms" -lt 1000 ] || fail "SIGTERM then SIGINT: the run took $ms ms to stop after the second signal"
+
+# SIGKILL during a data-parallel property: mpirun dies with the run (the kernel
+# sends it SIGTERM, which it passes to its ranks), and the next launch removes the
+# scratch folder the killed run left. A stand-in mpirun that would wait 30 s makes
+# the outcome independent of how fast the real ranks finish.
+if command -v pgrep >/dev/null; then
+  printf '#!/bin/sh\nsleep 30 &\nwait\n' >"$work/slow_mpirun"
+  chmod +x "$work/slow_mpirun"
+  HEADROOM_MPIRUN="$work/slow_mpirun" "$headroom" run --backend cpu --only '^DP-1$' --ranks 2 --out "$work/dp" \
+    >/dev/null 2>"$work/dp.err" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    pgrep -f "headroom-dp-$pid-" >/dev/null && break
+    sleep 0.05
+  done
+  pgrep -f "headroom-dp-$pid-" >/dev/null || fail "no data-parallel launcher of run $pid was seen: $(cat "$work/dp.err")"
+  kill -KILL "$pid"
+  wait "$pid" 2>/dev/null
+  for _ in $(seq 1 20); do
+    pgrep -f "headroom-dp-$pid-" >/dev/null || break
+    sleep 0.05
+  done
+  pgrep -f "headroom-dp-$pid-" >/dev/null &&
+    fail "mpirun outlived the killed run by a second: $(pgrep -af "headroom-dp-$pid-")"
+  ls -d "${TMPDIR:-/tmp}/headroom-dp-$pid-"* >/dev/null 2>&1 || fail "no scratch folder of the killed run to clean up"
+  if command -v mpirun >/dev/null; then
+    "$headroom" run --backend cpu --only '^DP-1$' --ranks 2 --out "$work/dp2" >/dev/null 2>&1 || fail "the next DP run failed"
+    ls -d "${TMPDIR:-/tmp}/headroom-dp-$pid-"* >/dev/null 2>&1 && fail "the killed run's scratch folder was left behind"
+  fi
+fi
+
 # SIGKILL: nothing can be written at the end, so what finished was written as it
 # finished; the run resumes from there.
 "$headroom" run --backend cpu --only "$only" --out "$work/kill" >"$work/kill.out" 2>"$work/kill.err" &

@@ -26,10 +26,13 @@ namespace {
 
 constexpr size_t kMaxCardsBytes = 1 << 20;
 
-double positive_number(const nlohmann::json& j, const std::string& path) {
+// A positive number in [lo, hi]: the ranges say what a card can be (a throughput of
+// 1e-310 tokens/s, or a price of 1e300 per hour, is a typo, not a card).
+double positive_number(const nlohmann::json& j, const std::string& path, double lo, double hi) {
   HR_ARG_CHECK(j.is_number() && !j.is_boolean(), "{}: expected a positive number, got {}", path, j.dump());
   const double v = j.get<double>();
   HR_ARG_CHECK(std::isfinite(v) && v > 0, "{}: expected a positive number, got {}", path, j.dump());
+  HR_ARG_CHECK(v >= lo && v <= hi, "{}: {} is outside [{:g}, {:g}]", path, j.dump(), lo, hi);
   return v;
 }
 
@@ -58,12 +61,13 @@ std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& ba
     card.name = name->get<std::string>();
     auto mem = c.find("memory_gib");
     HR_ARG_CHECK(mem != c.end(), "{}.memory_gib: missing (expected a positive number)", at);
-    card.memory_gib = positive_number(*mem, at + ".memory_gib");
+    card.memory_gib = positive_number(*mem, at + ".memory_gib", 1.0 / 1024, 1e6);
     HR_ARG_CHECK(card.memory_gib < 1e6, "{}.memory_gib: {} GiB is not a card", at, card.memory_gib);
     auto price = c.find("price_per_hour");
     HR_ARG_CHECK(price != c.end(), "{}.price_per_hour: missing (expected a positive number)", at);
-    card.price_per_hour = positive_number(*price, at + ".price_per_hour");
-    if (auto t = c.find("tokens_per_s"); t != c.end()) card.tokens_per_s = positive_number(*t, at + ".tokens_per_s");
+    card.price_per_hour = positive_number(*price, at + ".price_per_hour", 1e-6, 1e6);
+    if (auto t = c.find("tokens_per_s"); t != c.end())
+      card.tokens_per_s = positive_number(*t, at + ".tokens_per_s", 1e-3, 1e12);
     if (auto r = c.find("results"); r != c.end()) {
       HR_ARG_CHECK(r->is_string() && !r->get<std::string>().empty(), "{}.results: expected a path to a results.json",
                    at);
@@ -100,6 +104,9 @@ TimeFactors factors_from_results(const std::string& path) {
     if (tps == p.metrics.end() || !tps->is_number()) continue;
     const std::string key = p.config["key"].is_string() ? p.config["key"].get<std::string>() : "";
     const double v = tps->get<double>();
+    // A measured throughput is positive and finite, or the file is not a measurement.
+    HR_ARG_CHECK(std::isfinite(v) && v > 0 && v <= 1e12, "{}: TRADE row {}: tokens_per_s {} is not a throughput",
+                 path, key.empty() ? "?" : key, tps->dump());
     if (key == "baseline") {
       base = v;
       if (auto u = p.metrics.find("useful_tokens_per_s"); u != p.metrics.end() && u->is_number())
@@ -116,14 +123,25 @@ namespace {
 
 size_t predicted_peak(const StepConfig& cfg) { return predict_memory(cfg, BackendKind::cuda).total_peak; }
 
-// The largest micro-batch dividing cfg.batch whose predicted peak fits; 1 when none does.
+// The largest micro-batch dividing cfg.batch whose predicted peak fits; 1 when none
+// does. Only divisors are tried (found up to sqrt(batch)), and only those that make
+// at most kMaxAccumSteps micro-batches: bounded work at any batch validate() allows.
 StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable) {
-  for (int64_t m = cfg.batch; m >= 1; --m) {
-    if (cfg.batch % m != 0) continue;
+  std::vector<int64_t> divisors;
+  for (int64_t a = 1; a * a <= cfg.batch; ++a)
+    if (cfg.batch % a == 0) {
+      divisors.push_back(a);
+      if (a != cfg.batch / a) divisors.push_back(cfg.batch / a);
+    }
+  std::sort(divisors.rbegin(), divisors.rend());
+  int64_t smallest = cfg.batch;
+  for (int64_t m : divisors) {
+    if (cfg.batch / m > kMaxAccumSteps) break;
+    smallest = m;
     cfg.micro_batch = m;
     if (predicted_peak(cfg) <= usable) return cfg;
   }
-  cfg.micro_batch = 1;
+  cfg.micro_batch = smallest;
   return cfg;
 }
 

@@ -253,22 +253,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
 // floating point first: sizes far beyond any memory would overflow the model's
 // byte counts.
 void refuse_what_does_not_fit(const StepConfig& cfg, Device& dev) {
-  const double rows = static_cast<double>(cfg.micro_batch);
-  double rough = 0;
-  if (cfg.model == ModelKind::mlp) {
-    const auto& m = cfg.mlp;
-    const double width = static_cast<double>(std::max({m.in_dim, m.width, m.out_dim}));
-    rough = static_cast<double>(m.layers) * width * (width + rows) * 4;
-  } else {
-    const auto& t = cfg.transformer;
-    const double d = static_cast<double>(t.d_model), tokens = rows * static_cast<double>(cfg.seq_len);
-    rough = static_cast<double>(t.layers) * (d * d * static_cast<double>(4 + 2 * t.mlp_ratio) +
-                                             tokens * d * static_cast<double>(4 + t.mlp_ratio) +
-                                             rows * static_cast<double>(t.heads) * static_cast<double>(cfg.seq_len) *
-                                                 static_cast<double>(cfg.seq_len)) * 4 +
-            (static_cast<double>(t.vocab) + static_cast<double>(t.max_positions)) * d * 4 +
-            tokens * static_cast<double>(t.vocab) * 4;
-  }
+  const double rough = rough_step_bytes(cfg).total;
   const size_t have = dev.record().memory_bytes;
   const double limit = have > 0 ? static_cast<double>(have) : 1e18;
   HR_ARG_CHECK(rough <= 4 * limit,

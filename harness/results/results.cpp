@@ -446,7 +446,9 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
   r.preset = str_field(j, "preset", what);
   r.backend = str_field(j, "backend", what);
   const auto& seed = field(j, "seed", what);
-  HR_ARG_CHECK(seed.is_number_unsigned() || seed.is_number_integer(), "{}: field \"seed\" must be an integer", what);
+  // An integer in [0, 2^64 - 1], as --seed takes it: -1 is not the seed 2^64 - 1.
+  HR_ARG_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
+               "{}: field \"seed\" must be an integer in [0, 2^64 - 1], got {}", what, seed.dump());
   r.seed = seed.get<uint64_t>();
   r.only = opt_str(j, "only");
   r.skip = opt_str(j, "skip");

@@ -764,6 +764,39 @@ double batch_bytes(const StepConfig& cfg) {
 
 }  // namespace
 
+RoughStepBytes rough_step_bytes(const StepConfig& cfg) {
+  // Each term in double, so that no size within validate()'s ranges overflows.
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  RoughStepBytes r;
+  auto term = [&r](double bytes, const char* what) {
+    r.total += bytes;
+    if (bytes > r.largest) {
+      r.largest = bytes;
+      r.largest_term = what;
+    }
+  };
+  const double rows = d(cfg.micro_batch);
+  if (cfg.model == ModelKind::mlp) {
+    const auto& m = cfg.mlp;
+    const double width = std::max({d(m.in_dim), d(m.width), d(m.out_dim)});
+    term(d(m.layers) * width * width * 4 * 4, "weights, gradients and optimizer state (mlp.layers x mlp.width^2)");
+    term(d(m.layers) * width * rows * 4, "activations (mlp.layers x mlp.width x micro_batch)");
+  } else {
+    const auto& t = cfg.transformer;
+    const double dm = d(t.d_model), tokens = rows * d(cfg.seq_len);
+    term(d(t.layers) * dm * dm * d(4 + 2 * t.mlp_ratio) * 4 * 4,
+         "weights, gradients and optimizer state (transformer.layers x d_model^2)");
+    term((d(t.vocab) + d(t.max_positions)) * dm * 4 * 4,
+         "embeddings (transformer.vocab + max_positions) x d_model");
+    term(d(t.layers) * tokens * dm * d(4 + t.mlp_ratio) * 4,
+         "activations (transformer.layers x micro_batch x seq_len x d_model)");
+    term(d(t.layers) * rows * d(t.heads) * d(cfg.seq_len) * d(cfg.seq_len) * 4,
+         "attention probabilities (layers x micro_batch x heads x seq_len^2)");
+    term(tokens * d(t.vocab) * 4, "logits (micro_batch x seq_len x transformer.vocab)");
+  }
+  return r;
+}
+
 MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, PredictionFault fault) {
   fault = faults::armed(fault);
   if (fault == PredictionFault::ignore_checkpointing) {
@@ -772,6 +805,15 @@ MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend, Pred
     return predict_memory(plain, backend, PredictionFault::none);
   }
   validate(cfg);
+  {
+    // The byte counts below are size_t: a step whose rough size passes 2^60 bytes
+    // (an exabyte, past any memory) is refused before they could wrap.
+    const RoughStepBytes rough = rough_step_bytes(cfg);
+    HR_ARG_CHECK(rough.total <= kMaxPredictableBytes,
+                 "the configuration needs about {:.3g} bytes for one step, past any memory ({:.3g} of them {}): "
+                 "smaller sizes, please",
+                 rough.total, rough.largest, rough.largest_term);
+  }
   MemoryPrediction p;
   const int64_t P = parameter_count(cfg);
   p.parameters = P;

@@ -51,6 +51,17 @@ struct MemoryPrediction {
   size_t static_bytes() const { return weights + gradients + optimizer_state; }
 };
 
+// A rough size of one step in floating point (weights, optimizer state, the
+// largest activations and logits), and its largest term with the fields it grows
+// with. Never overflows within validate()'s ranges.
+struct RoughStepBytes {
+  double total = 0, largest = 0;
+  const char* largest_term = "";
+};
+RoughStepBytes rough_step_bytes(const StepConfig& cfg);
+// predict_memory refuses (InvalidArgument) a step whose rough size is past this.
+inline constexpr double kMaxPredictableBytes = 0x1p60;
+
 // `backend` selects the kernels' own buffers (they differ between the CPU and CUDA).
 MemoryPrediction predict_memory(const StepConfig& cfg, BackendKind backend = BackendKind::cpu,
                                 PredictionFault fault = PredictionFault::none);

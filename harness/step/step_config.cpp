@@ -46,8 +46,12 @@ LossNormalization parse_loss_normalization(const std::string& s) {
 
 namespace {
 
-void check_positive(int64_t v, const char* field) {
+// Every size has a range: past it a step is not a model headroom can run (a loop
+// of billions of micro-batches, byte counts past 2^64), refused before anything
+// is computed from it.
+void check_size(int64_t v, const char* field, int64_t max) {
   HR_ARG_CHECK(v > 0, "{}: must be positive, got {}", field, v);
+  HR_ARG_CHECK(v <= max, "{}: must be in [1, {}], got {}", field, max, v);
 }
 
 void check_prob(float p, const char* field) {
@@ -57,9 +61,12 @@ void check_prob(float p, const char* field) {
 }  // namespace
 
 void validate(const StepConfig& c) {
-  check_positive(c.batch, "batch");
-  check_positive(c.micro_batch, "micro_batch");
+  check_size(c.batch, "batch", kMaxBatchRows);
+  check_size(c.micro_batch, "micro_batch", kMaxBatchRows);
   HR_ARG_CHECK(c.batch % c.micro_batch == 0, "micro_batch: {} does not divide batch {}", c.micro_batch, c.batch);
+  HR_ARG_CHECK(c.accum_steps() <= kMaxAccumSteps,
+               "micro_batch: {} rows make {} micro-batches of batch {}; at most {} per step", c.micro_batch,
+               c.accum_steps(), c.batch, kMaxAccumSteps);
   HR_ARG_CHECK(is_float(c.precision.compute), "precision.compute: unknown compute dtype '{}' (expected fp32, fp16 or bf16)",
                dtype_name(c.precision.compute));
   HR_ARG_CHECK(is_float(c.precision.grad_accum),
@@ -113,10 +120,11 @@ void validate(const StepConfig& c) {
 
   if (c.model == ModelKind::mlp) {
     const MlpConfig& m = c.mlp;
-    check_positive(m.in_dim, "mlp.in_dim");
-    check_positive(m.width, "mlp.width");
-    check_positive(m.out_dim, "mlp.out_dim");
+    check_size(m.in_dim, "mlp.in_dim", kMaxWidth);
+    check_size(m.width, "mlp.width", kMaxWidth);
+    check_size(m.out_dim, "mlp.out_dim", kMaxWidth);
     HR_ARG_CHECK(m.layers >= 2, "mlp.layers: at least 2 linear layers are needed, got {}", m.layers);
+    check_size(m.layers, "mlp.layers", kMaxLayers);
     check_prob(m.dropout, "mlp.dropout");
     HR_ARG_CHECK(m.norm_eps > 0.f, "mlp.norm_eps: must be positive, got {}", m.norm_eps);
     HR_ARG_CHECK(m.bn_virtual_batch >= 0, "mlp.bn_virtual_batch: must be >= 0 (0 = the micro-batch), got {}",
@@ -135,13 +143,13 @@ void validate(const StepConfig& c) {
                  m.fault_bn_recompute_channels);
   } else {
     const TransformerConfig& t = c.transformer;
-    check_positive(t.vocab, "transformer.vocab");
-    check_positive(t.max_positions, "transformer.max_positions");
-    check_positive(t.d_model, "transformer.d_model");
-    check_positive(t.heads, "transformer.heads");
-    check_positive(t.layers, "transformer.layers");
-    check_positive(t.mlp_ratio, "transformer.mlp_ratio");
-    check_positive(c.seq_len, "seq_len");
+    check_size(t.vocab, "transformer.vocab", kMaxVocab);
+    check_size(t.max_positions, "transformer.max_positions", kMaxSeqLen);
+    check_size(t.d_model, "transformer.d_model", kMaxWidth);
+    check_size(t.heads, "transformer.heads", t.d_model);
+    check_size(t.layers, "transformer.layers", kMaxLayers);
+    check_size(t.mlp_ratio, "transformer.mlp_ratio", kMaxMlpRatio);
+    check_size(c.seq_len, "seq_len", kMaxSeqLen);
     HR_ARG_CHECK(t.d_model % t.heads == 0, "transformer.heads: {} does not divide d_model {}", t.heads, t.d_model);
     HR_ARG_CHECK(c.seq_len <= t.max_positions, "seq_len: {} is longer than transformer.max_positions {}",
                  c.seq_len, t.max_positions);

@@ -142,6 +142,16 @@ struct StepConfig {
 // of 4, fp32, memory-efficient attention, every 2 blocks checkpointed, sgd".
 std::string summary(const StepConfig& cfg);
 
+// The ranges of a step's sizes, which validate() holds every configuration to:
+// beyond them a step is no model headroom runs (and byte counts could pass 2^64).
+inline constexpr int64_t kMaxBatchRows = int64_t{1} << 24;  // rows per step
+inline constexpr int64_t kMaxAccumSteps = int64_t{1} << 16; // micro-batches per step
+inline constexpr int64_t kMaxWidth = int64_t{1} << 16;      // d_model, MLP widths
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;     // seq_len, max_positions
+inline constexpr int64_t kMaxMlpRatio = 64;
+
 // Throws InvalidArgument naming the field and the reason, e.g.
 // "micro_batch: 3 does not divide batch 8".
 void validate(const StepConfig& cfg);

@@ -136,9 +136,11 @@ elseif(CASE STREQUAL "dump_config_nested_too_deep")
   dump_config(2 "nested more than" "{\"transformer\": ${open}${close}}")
 elseif(CASE STREQUAL "dump_config_that_does_not_fit")
   # Refused from the memory model's prediction, before anything is allocated.
-  dump_config(2 "the configuration does not fit" "{\"transformer\": {\"d_model\": 1048576}}")
+  dump_config(2 "the configuration does not fit" "{\"transformer\": {\"d_model\": 65536}}")
   dump_config(2 "the configuration does not fit" "{\"transformer\": {\"d_model\": 4096, \"layers\": 4096}}")
-  dump_config(2 "the configuration does not fit"
+  # Past the sizes' ranges: refused as such, before any byte count is made.
+  dump_config(2 "transformer.d_model: must be in [1, 65536]" "{\"transformer\": {\"d_model\": 1048576}}")
+  dump_config(2 "transformer.d_model: must be in [1, 65536]"
               "{\"transformer\": {\"d_model\": 9007199254740992, \"layers\": 9007199254740992}}")
 elseif(CASE STREQUAL "dump_config_is_a_directory")
   file(MAKE_DIRECTORY "${WORK}/dir.json")
@@ -205,6 +207,28 @@ elseif(CASE STREQUAL "report_html_through_a_link_keeps_the_link")
   if(at EQUAL -1)
     message(FATAL_ERROR "the link's target was not written: ${html}")
   endif()
+elseif(CASE STREQUAL "sizes_have_ranges_and_work_is_bounded")
+  file(WRITE "${WORK}/cards.json" "{\"cards\": [{\"name\": \"c\", \"memory_gib\": 80, \"tokens_per_s\": 1000, \"price_per_hour\": 2}]}")
+  # 2^62 x 65536 wrapped size_t to "fits at 0 GiB"; batch 1e15 ran for minutes.
+  file(WRITE "${WORK}/wrap.json" "{\"transformer\": {\"vocab\": 4611686018427387904, \"d_model\": 65536}}")
+  headroom(2 "transformer.vocab: must be in [1, 16777216]" plan --config "${WORK}/wrap.json" --cards "${WORK}/cards.json")
+  file(WRITE "${WORK}/rows.json" "{\"batch\": 1000000000000000}")
+  headroom(2 "batch: must be in [1, 16777216]" plan --config "${WORK}/rows.json" --cards "${WORK}/cards.json")
+  # Every size in range, the product past any memory: refused, naming the term.
+  file(WRITE "${WORK}/huge.json" "{\"transformer\": {\"vocab\": 16777216, \"d_model\": 65536, \"max_positions\": 1048576}, \"seq_len\": 1048576, \"batch\": 16777216, \"micro_batch\": 16777216}")
+  headroom(2 "past any memory" plan --config "${WORK}/huge.json" --cards "${WORK}/cards.json")
+  # 2^31 rows in micro-batches of 1 still ran after 60 s.
+  headroom(2 "batch: must be in [1, 16777216]" dump --backend cpu --batch 2147483648 --micro-batch 1 --out "${WORK}/d")
+  headroom(2 "micro-batches of batch 16777216; at most 65536" dump --backend cpu --model mlp --batch 16777216 --micro-batch 1
+           --out "${WORK}/d")
+  file(WRITE "${WORK}/slow.json" "{\"cards\": [{\"name\": \"c\", \"memory_gib\": 80, \"tokens_per_s\": 1e-310, \"price_per_hour\": 2}]}")
+  file(WRITE "${WORK}/small.json" "{\"model\": \"mlp\"}")
+  headroom(2 "tokens_per_s: 1e-310 is outside" plan --config "${WORK}/small.json" --cards "${WORK}/slow.json")
+  # A results file whose seed is -1 is not seed 2^64 - 1.
+  file(READ "${results}" text)
+  string(REGEX REPLACE "\"seed\": [0-9]+" "\"seed\": -1" text "${text}")
+  file(WRITE "${WORK}/seed.json" "${text}")
+  headroom(2 "field \"seed\" must be an integer in [0, 2^64 - 1]" report "${WORK}/seed.json" --html "${WORK}/r.html")
 
 # ---- Option values.
 elseif(CASE STREQUAL "seed_out_of_range")

@@ -4,8 +4,9 @@
 // CUDA); and on a GPU, the device's draws against the host's, bit for bit. A gross
 // negative control (counters without cuRAND's 65536-thread order) must mismatch,
 // and each comparison also sees the smallest fault there is: one bit flipped in
-// one word (a subtle control through the same comparison). The host controls are
-// switches of the host stream (PhiloxFault, kernels/common/philox_host.hpp).
+// one word (a subtle control through the same comparison). The controls are
+// switches of the stream (PhiloxFault, kernels/common/philox_host.hpp): the host's,
+// and on a GPU the device kernel's (philox_fill.cu reads the same switch).
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -241,10 +242,14 @@ std::vector<Measurement> device_against_host(Device& dev, const RunContext& ctx)
         const uint32_t x = philox_draw(ctx.seed, offset + i);
         const float u = uniform_from_u32(x);
         bad += (hu[i] != x) + (std::memcmp(&u, &hf[i], sizeof u) != 0);
-        // The subtle control at offset 0: the device's words with one bit flipped.
-        if (offset == 0) flipped_bad += (i == flip.index ? hu[i] ^ flip.mask : hu[i]) != x;
       }
       compared += 2 * n;
+    }
+    {  // The subtle control at offset 0: the device kernel with one bit of one draw flipped.
+      ScopedPhiloxFault fault({false, static_cast<int64_t>(flip.index), flip.mask});
+      philox_fill_cuda(dev, static_cast<uint32_t*>(du), static_cast<float*>(df), ctx.seed, 0, n);
+      dev.copy_to_host(hu.data(), du, n * sizeof(uint32_t));
+      for (size_t i = 0; i < n; ++i) flipped_bad += hu[i] != philox_draw(ctx.seed, i);
     }
   } catch (...) {
     dev.deallocate(du, n * sizeof(uint32_t), Consumer::workspace);

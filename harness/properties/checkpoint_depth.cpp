@@ -208,18 +208,7 @@ std::vector<Measurement> ck3_depth_exponents(Device& dev, DType dtype, Preset pr
                      nlohmann::json* points) {
     std::vector<SweepPoint> fp;
     for (int64_t depth : ck3_depths(preset)) fp.push_back(measure_depth_point(dev, dtype, preset, depth, s, seed, f));
-    fit_series(fp, 0, "depth", value_key, key);
-    *points = nlohmann::json::array();
-    double e = NAN;
-    for (const SweepPoint& p : fp) {
-      if (p.status != "ok") {
-        points->push_back({{"depth", p.config["depth"]}, {"status", p.status}});
-        continue;
-      }
-      e = p.metrics.value(key, NAN);
-      points->push_back({{"depth", p.config["depth"]}, {value_key, p.metrics[value_key]}});
-    }
-    return e;
+    return fitted_exponent(std::move(fp), "depth", value_key, key, points);
   };
   CheckpointPolicy keep;
   keep.fault_keep_recomputed = true;

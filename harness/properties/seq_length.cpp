@@ -218,18 +218,7 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
     ops::ScopedOpFault fault(f);
     std::vector<SweepPoint> sp;
     for (int64_t T : pk4_seq_lens(preset)) sp.push_back(measure_seq_point(dev, dtype, T, eff, seed));
-    fit_series(sp, 0, "seq_len", "pass_peak_bytes", "pass_peak_exponent");
-    *points = nlohmann::json::array();
-    double e = NAN;
-    for (const SweepPoint& p : sp) {
-      if (p.status != "ok") {
-        points->push_back({{"seq_len", p.config["seq_len"]}, {"status", p.status}});
-        continue;
-      }
-      e = p.metrics.value("pass_peak_exponent", NAN);
-      points->push_back({{"seq_len", p.config["seq_len"]}, {"pass_peak_bytes", p.metrics["pass_peak_bytes"]}});
-    }
-    return e;
+    return fitted_exponent(std::move(sp), "seq_len", "pass_peak_bytes", "pass_peak_exponent", points);
   };
   {
     const double e = swapped(true, &pj);

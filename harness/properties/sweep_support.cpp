@@ -1,6 +1,7 @@
 // Exponent fits and the last run's points, shared by CK-3 and PK-4 (see sweep_support.hpp).
 #include "harness/properties/sweep_support.hpp"
 
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -22,6 +23,22 @@ std::optional<PowerFit> fit_series(std::vector<SweepPoint>& points, size_t first
     points[i].metrics[exponent_key + "_r2"] = f.r2;
   }
   return f;
+}
+
+double fitted_exponent(std::vector<SweepPoint> series, const std::string& x_key, const std::string& value_key,
+                       const std::string& exponent_key, nlohmann::json* points) {
+  fit_series(series, 0, x_key, value_key, exponent_key);
+  *points = nlohmann::json::array();
+  double e = NAN;
+  for (const SweepPoint& p : series) {
+    if (p.status != "ok") {
+      points->push_back({{x_key, p.config[x_key]}, {"status", p.status}});
+      continue;
+    }
+    e = p.metrics.value(exponent_key, NAN);
+    points->push_back({{x_key, p.config[x_key]}, {value_key, p.metrics[value_key]}});
+  }
+  return e;
 }
 
 std::vector<SweepPoint> cached_points(const std::string& sweep, const Device& dev, DType dtype, Preset preset,

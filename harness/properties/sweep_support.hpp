@@ -21,6 +21,12 @@ namespace hr::props {
 std::optional<PowerFit> fit_series(std::vector<SweepPoint>& points, size_t first, const std::string& x_key,
                                    const std::string& y_metric, const std::string& exponent_key);
 
+// A series measured apart from the sweep (a control's faulted run): fits it as
+// fit_series does and returns the exponent (NaN when no point is ok), with the
+// points in *points ({x_key, value_key} each, or the status of one that did not run).
+double fitted_exponent(std::vector<SweepPoint> series, const std::string& x_key, const std::string& value_key,
+                       const std::string& exponent_key, nlohmann::json* points);
+
 // The points `measure` returns for (sweep, device, dtype, preset, seed), measured
 // once per process for the last such key: byte counts are exact and do not depend
 // on when they are taken, so the property and the sweep read the same points.

@@ -15,6 +15,17 @@ rm -rf "$work"
 mkdir -p "$work"
 only='OPS-|GA-1'  # GA-1 first (seconds), then two quick ones
 fail() { echo "FAIL: $*"; exit 1; }
+# until <tries> <command...>: runs the command every 50 ms until it succeeds (or the
+# tries are used up), e.g. until 600 grep -q '\[1/3\]' run.err.
+until_() {
+  local tries=$1
+  shift
+  for _ in $(seq 1 "$tries"); do
+    "$@" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
 
 "$headroom" run --backend cpu --only "$only" --out "$work/whole" >"$work/whole.log" 2>&1 ||
   fail "the uninterrupted run failed: $(tail -3 "$work/whole.log")"
@@ -26,10 +37,7 @@ signal_run() {
   local sig=$1 dir=$2
   "$headroom" run --backend cpu --only "$only" --out "$dir" >"$dir.out" 2>"$dir.err" &
   local pid=$!
-  for _ in $(seq 1 600); do
-    grep -q '\[1/3\]' "$dir.err" 2>/dev/null && break
-    sleep 0.05
-  done
+  until_ 600 grep -q '\[1/3\]' "$dir.err"
   "$headroom" run --backend cpu --only 'OPS-3' --out "$dir" >"$dir.second" 2>&1
   local second=$?
   # A dump takes the same lock: it may not swap the folder out from under the run.
@@ -52,10 +60,7 @@ cat "$work/term.err" "$work/term.out"
 "$headroom" run --backend cpu --only "$only" --out "$work/rerun" >/dev/null 2>&1 || fail "the first run into rerun failed"
 "$headroom" run --backend cpu --only "$only" --out "$work/rerun" >"$work/rerun.out" 2>"$work/rerun.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '\[1/3\]' "$work/rerun.err" 2>/dev/null && break
-  sleep 0.05
-done
+until_ 600 grep -q '\[1/3\]' "$work/rerun.err"
 kill -KILL "$pid"
 wait "$pid"
 grep -q '"incomplete": true' "$work/rerun/results.json" ||
@@ -76,10 +81,7 @@ read -r rc second < <(signal_run INT "$work/int")
 # A second signal, of either kind, ends the run at once with its own status.
 "$headroom" run --backend cpu --only "$only" --out "$work/twice" >/dev/null 2>"$work/twice.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '\[1/3\]' "$work/twice.err" 2>/dev/null && break
-  sleep 0.05
-done
+until_ 600 grep -q '\[1/3\]' "$work/twice.err"
 kill -TERM "$pid"
 sleep 0.2
 t0=$(date +%s%N)
@@ -100,17 +102,12 @@ if command -v pgrep >/dev/null; then
   HEADROOM_MPIRUN="$work/slow_mpirun" "$headroom" run --backend cpu --only '^DP-1$' --ranks 2 --out "$work/dp" \
     >/dev/null 2>"$work/dp.err" &
   pid=$!
-  for _ in $(seq 1 600); do
-    pgrep -f "headroom-dp-$pid-" >/dev/null && break
-    sleep 0.05
-  done
+  until_ 600 pgrep -f "headroom-dp-$pid-" >/dev/null
   pgrep -f "headroom-dp-$pid-" >/dev/null || fail "no data-parallel launcher of run $pid was seen: $(cat "$work/dp.err")"
   kill -KILL "$pid"
   wait "$pid" 2>/dev/null
-  for _ in $(seq 1 20); do
-    pgrep -f "headroom-dp-$pid-" >/dev/null || break
-    sleep 0.05
-  done
+  none_of() { ! pgrep -f "headroom-dp-$1-" >/dev/null; }
+  until_ 20 none_of "$pid"
   pgrep -f "headroom-dp-$pid-" >/dev/null &&
     fail "mpirun outlived the killed run by a second: $(pgrep -af "headroom-dp-$pid-")"
   ls -d "${TMPDIR:-/tmp}/headroom-dp-$pid-"* >/dev/null 2>&1 || fail "no scratch folder of the killed run to clean up"
@@ -124,10 +121,7 @@ fi
 # finished; the run resumes from there.
 "$headroom" run --backend cpu --only "$only" --out "$work/kill" >"$work/kill.out" 2>"$work/kill.err" &
 pid=$!
-for _ in $(seq 1 1200); do
-  grep -q '\[2/3\]' "$work/kill.err" 2>/dev/null && break
-  sleep 0.05
-done
+until_ 1200 grep -q '\[2/3\]' "$work/kill.err"
 kill -KILL "$pid"
 wait "$pid"
 grep -q '"incomplete": true' "$work/kill/results.json" ||

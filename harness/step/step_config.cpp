@@ -54,6 +54,12 @@ void check_size(int64_t v, const char* field, int64_t max) {
   HR_ARG_CHECK(v <= max, "{}: must be in [1, {}], got {}", field, max, v);
 }
 
+// A real number in [lo, hi] (and finite): what a learning rate, an epsilon or a
+// scale can be; past it the value is a typo, not a configuration.
+void check_range(double v, const char* field, double lo, double hi) {
+  HR_ARG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "{}: must be in [{:g}, {:g}], got {}", field, lo, hi, v);
+}
+
 void check_prob(float p, const char* field) {
   HR_ARG_CHECK(p >= 0.f && p < 1.f, "{}: dropout probability must be in [0, 1), got {}", field, p);
 }
@@ -74,14 +80,22 @@ void validate(const StepConfig& c) {
                dtype_name(c.precision.grad_accum));
   HR_ARG_CHECK(c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier),
                "loss_multiplier: must be positive and finite, got {}", c.loss_multiplier);
-  HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0, "checkpoint.every_k_blocks: must be >= 0 (0 = off), got {}",
+  HR_ARG_CHECK(c.checkpoint.every_k_blocks >= 0 && c.checkpoint.every_k_blocks <= kMaxLayers,
+               "checkpoint.every_k_blocks: must be >= 0 (0 = off) and at most {}, got {}", kMaxLayers,
                c.checkpoint.every_k_blocks);
   HR_ARG_CHECK(c.checkpoint.fault_flip_mask_elements >= 0 && c.checkpoint.fault_extra_block_forwards >= 0 &&
                    c.checkpoint.fault_grad_ulp_elements >= 0,
                "checkpoint.fault_*: counts must be >= 0, got {}, {} and {}", c.checkpoint.fault_flip_mask_elements,
                c.checkpoint.fault_extra_block_forwards, c.checkpoint.fault_grad_ulp_elements);
+  for (const int64_t n : {c.checkpoint.fault_flip_mask_elements, c.checkpoint.fault_extra_block_forwards,
+                          c.checkpoint.fault_grad_ulp_elements})
+    HR_ARG_CHECK(n <= kMaxBatchRows, "checkpoint.fault_*: counts must be at most {}, got {}", kMaxBatchRows, n);
   const LossScalerConfig& s = c.precision.scaler;
   if (c.loss_scaling()) {
+    check_range(s.init_scale, "precision.scaler.init_scale", 0x1p-64, 0x1p64);
+    check_range(s.growth, "precision.scaler.growth", 1.0, 1024.0);
+    HR_ARG_CHECK(s.growth_interval <= (int64_t{1} << 31), "precision.scaler.growth_interval: must be at most 2^31, got {}",
+                 s.growth_interval);
     HR_ARG_CHECK(s.init_scale > 0 && std::isfinite(s.init_scale), "precision.scaler.init_scale: must be positive, got {}",
                  s.init_scale);
     HR_ARG_CHECK(s.growth >= 1.0, "precision.scaler.growth: must be >= 1, got {}", s.growth);
@@ -92,13 +106,20 @@ void validate(const StepConfig& c) {
   switch (c.optimizer.kind) {
     case OptimizerKind::sgd:
       HR_ARG_CHECK(c.optimizer.sgd.lr >= 0.f, "optimizer.sgd.lr: must be >= 0, got {}", c.optimizer.sgd.lr);
+      check_range(c.optimizer.sgd.lr, "optimizer.sgd.lr", 0, 1e6);
+      check_range(c.optimizer.sgd.momentum, "optimizer.sgd.momentum", 0, 0.999999);
+      check_range(c.optimizer.sgd.weight_decay, "optimizer.sgd.weight_decay", 0, 1e3);
       break;
     case OptimizerKind::adamw8bit:
       HR_ARG_CHECK(c.optimizer.adamw8bit.block_size > 0, "optimizer.adamw8bit.block_size: must be positive, got {}",
                    c.optimizer.adamw8bit.block_size);
+      check_size(c.optimizer.adamw8bit.block_size, "optimizer.adamw8bit.block_size", kMaxBatchRows);
       [[fallthrough]];
     case OptimizerKind::adamw:
       HR_ARG_CHECK(c.optimizer.adamw.lr >= 0.f, "optimizer.adamw.lr: must be >= 0, got {}", c.optimizer.adamw.lr);
+      check_range(c.optimizer.adamw.lr, "optimizer.adamw.lr", 0, 1e6);
+      check_range(c.optimizer.adamw.eps, "optimizer.adamw.eps", 1e-30, 1);
+      check_range(c.optimizer.adamw.weight_decay, "optimizer.adamw.weight_decay", 0, 1e3);
       HR_ARG_CHECK(c.optimizer.adamw.beta1 >= 0.f && c.optimizer.adamw.beta1 < 1.f &&
                        c.optimizer.adamw.beta2 >= 0.f && c.optimizer.adamw.beta2 < 1.f,
                    "optimizer.adamw.beta1/beta2: must be in [0, 1), got {} / {}", c.optimizer.adamw.beta1,
@@ -116,6 +137,7 @@ void validate(const StepConfig& c) {
                  c.adapters.rank, width);
     HR_ARG_CHECK(std::isfinite(c.adapters.alpha) && c.adapters.alpha > 0.f, "adapters.alpha: {} must be > 0",
                  c.adapters.alpha);
+    check_range(c.adapters.alpha, "adapters.alpha", 1e-6, 1e6);
   }
 
   if (c.model == ModelKind::mlp) {
@@ -127,6 +149,8 @@ void validate(const StepConfig& c) {
     check_size(m.layers, "mlp.layers", kMaxLayers);
     check_prob(m.dropout, "mlp.dropout");
     HR_ARG_CHECK(m.norm_eps > 0.f, "mlp.norm_eps: must be positive, got {}", m.norm_eps);
+    check_range(m.norm_eps, "mlp.norm_eps", 1e-30, 1);
+    check_range(m.bn_momentum, "mlp.bn_momentum", 0, 1);
     HR_ARG_CHECK(m.bn_virtual_batch >= 0, "mlp.bn_virtual_batch: must be >= 0 (0 = the micro-batch), got {}",
                  m.bn_virtual_batch);
     if (m.norm == NormKind::batchnorm) {
@@ -160,6 +184,7 @@ void validate(const StepConfig& c) {
                  "transformer.attn_probs_dropout: the memory-efficient attention has no dropout on its probabilities "
                  "(got {})", t.attn_probs_dropout);
     HR_ARG_CHECK(t.ln_eps > 0.f, "transformer.ln_eps: must be positive, got {}", t.ln_eps);
+    check_range(t.ln_eps, "transformer.ln_eps", 1e-30, 1);
     HR_ARG_CHECK(t.ignore_index < 0 || t.ignore_index >= t.vocab,
                  "transformer.ignore_index: {} is a valid token id (vocab {})", t.ignore_index, t.vocab);
   }

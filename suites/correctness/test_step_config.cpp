@@ -65,6 +65,19 @@ TEST(StepConfigValidation, NamesTheFieldAndTheReason) {
        [](StepConfig& c) { c.mlp.norm = NormKind::batchnorm, c.mlp.bn_virtual_batch = 5; }, ModelKind::mlp},
       {"mlp.bn_virtual_batch", "at least 2",
        [](StepConfig& c) { c.mlp.norm = NormKind::batchnorm, c.micro_batch = 1, c.batch = 1; }, ModelKind::mlp},
+      // Every size and number has a range (past it: a typo, a wrapped byte count, hours of loop).
+      {"transformer.vocab", "must be in [1, 16777216]", [](StepConfig& c) { c.transformer.vocab = int64_t{1} << 62; }},
+      {"batch", "must be in [1, 16777216]", [](StepConfig& c) { c.batch = int64_t{1} << 31, c.micro_batch = 1; }},
+      {"micro_batch", "at most 65536 per step", [](StepConfig& c) { c.batch = 1 << 20, c.micro_batch = 1; }},
+      {"transformer.layers", "must be in [1, 4096]", [](StepConfig& c) { c.transformer.layers = 5000; }},
+      {"checkpoint.every_k_blocks", "at most 4096", [](StepConfig& c) { c.checkpoint.every_k_blocks = 1 << 20; }},
+      {"optimizer.adamw.lr", "must be in [0, 1e+06]", [](StepConfig& c) { c.optimizer.adamw.lr = 1e30f; }},
+      {"optimizer.adamw.eps", "must be in [1e-30, 1]", [](StepConfig& c) { c.optimizer.adamw.eps = 0.f; }},
+      {"optimizer.sgd.momentum", "must be in [0, 0.999999]",
+       [](StepConfig& c) { c.optimizer.kind = OptimizerKind::sgd, c.optimizer.sgd.momentum = 1.f; }},
+      {"precision.scaler.growth", "must be in [1, 1024]",
+       [](StepConfig& c) { c.precision.compute = DType::f16, c.precision.scaler.growth = 1e9; }},
+      {"transformer.ln_eps", "must be in [1e-30, 1]", [](StepConfig& c) { c.transformer.ln_eps = 2.f; }},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.field + std::string(" / ") + k.reason);

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,16 +119,32 @@ void OutputFile::fail(const char* step, int err) {
 
 void OutputFile::write(const void* data, size_t bytes) {
   HR_CHECK(fd_ >= 0 && !committed_, "OutputFile::write after commit or failure");
+  // A FIFO whose reader went away answers EPIPE, and raises SIGPIPE, which would
+  // end the process without a word: blocked while writing, and a pending one taken.
+  sigset_t pipe_only, before;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  if (direct_) ::pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
   const char* p = static_cast<const char*>(data);
+  int err = 0;
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail("write", errno);
+      err = errno;
+      break;
     }
     p += n;
     bytes -= static_cast<size_t>(n);
   }
+  if (direct_) {
+    if (err == EPIPE) {
+      const struct timespec now {0, 0};
+      (void)::sigtimedwait(&pipe_only, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  }
+  if (err != 0) fail("write", err);
 }
 
 void OutputFile::commit() {

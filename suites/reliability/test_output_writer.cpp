@@ -127,6 +127,24 @@ TEST(OutputWriter, AFifoIsWrittenIntoAndOneWithoutAReaderRefused) {
   EXPECT_EQ(temporaries(t.path), 0);
 }
 
+// A reader that goes away mid-write: EPIPE, said as such, and no SIGPIPE to end the
+// process without a word.
+TEST(OutputWriter, AFifoWhoseReaderLeavesIsAnErrorNotASignal) {
+  hr::test::TempDir t;
+  const fs::path fifo = t.path / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0) << std::strerror(errno);
+  hr::OutputFile out(fifo.string());
+  ::close(reader);
+  try {
+    out.write(std::string(1 << 16, 'x'));
+    ADD_FAILURE() << "a write into a FIFO without a reader succeeded";
+  } catch (const hr::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::strerror(EPIPE)), std::string::npos) << e.what();
+  }
+}
+
 TEST(OutputWriter, ACharacterDeviceIsWrittenIntoNeverReplaced) {
   hr::test::TempDir t;
   const fs::path dev = t.path / "null";

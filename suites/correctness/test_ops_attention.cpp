@@ -103,6 +103,20 @@ Qkv random_qkv(Device& dev, Shape shape, DType dt, uint64_t seed) {
 
 constexpr AttentionImpl kImpls[] = {AttentionImpl::naive, AttentionImpl::memory_efficient};
 
+// One forward and backward pass at scale 0.2 with output gradient g.
+struct Pass {
+  Tensor out, dq, dk, dv;
+};
+Pass forward_backward(Device& dev, AttentionImpl impl, const Qkv& x, const Mask& m, const Tensor& g, Shape shape,
+                      DType dt) {
+  Pass p;
+  for (Tensor* t : {&p.out, &p.dq, &p.dk, &p.dv}) *t = Tensor::empty(dev, shape, dt, Consumer::activations);
+  ops::AttentionSaved saved;
+  ops::attention_forward(impl, x.q, x.k, x.v, m.dev, 0.2f, p.out, saved, Consumer::activations);
+  ops::attention_backward(impl, x.q, x.k, x.v, p.out, g, m.dev, 0.2f, saved, p.dq, p.dk, p.dv);
+  return p;
+}
+
 class AttentionOps : public testing::TestWithParam<BackendDType> {};
 
 TEST_P(AttentionOps, ForwardMatchesFloat64ReferenceUnderEveryMask) {
@@ -204,15 +218,9 @@ TEST_P(AttentionOps, ForwardAndBackwardAreBitwiseRepeatable) {
   for (AttentionImpl impl : kImpls) {
     std::vector<std::vector<uint8_t>> first;
     for (int run = 0; run < 2; ++run) {
-      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dk = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dv = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      ops::AttentionSaved saved;
-      ops::attention_forward(impl, x.q, x.k, x.v, m.dev, 0.2f, out, saved, Consumer::activations);
-      ops::attention_backward(impl, x.q, x.k, x.v, out, g, m.dev, 0.2f, saved, dq, dk, dv);
-      std::vector<std::vector<uint8_t>> now = {out.to_host_bytes(), dq.to_host_bytes(), dk.to_host_bytes(),
-                                               dv.to_host_bytes()};
+      const Pass p = forward_backward(dev, impl, x, m, g, {B, H, T, D}, dt);
+      std::vector<std::vector<uint8_t>> now = {p.out.to_host_bytes(), p.dq.to_host_bytes(), p.dk.to_host_bytes(),
+                                               p.dv.to_host_bytes()};
       if (run == 0)
         first = now;
       else
@@ -244,15 +252,9 @@ TEST_P(AttentionOps, ALogSumExpOffsetScalesTheMemoryEfficientBackward) {
         f.lse_offset = offset;
       }
       ops::ScopedOpFault fault(f);
-      Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dk = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      Tensor dv = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
-      ops::AttentionSaved saved;
-      ops::attention_forward(impl, x.q, x.k, x.v, m.dev, 0.2f, out, saved, Consumer::activations);
-      ops::attention_backward(impl, x.q, x.k, x.v, out, g, m.dev, 0.2f, saved, dq, dk, dv);
-      out_of[faulty] = out.to_host_f32();
-      dv_of[faulty] = dv.to_host_f32();
+      const Pass p = forward_backward(dev, impl, x, m, g, {B, H, T, D}, dt);
+      out_of[faulty] = p.out.to_host_f32();
+      dv_of[faulty] = p.dv.to_host_f32();
     }
     const char* name = ops::attention_impl_name(impl);
     EXPECT_EQ(out_of[0], out_of[1]) << name;

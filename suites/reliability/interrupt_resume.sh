@@ -30,6 +30,17 @@ until_() {
 "$headroom" run --backend cpu --only "$only" --out "$work/whole" >"$work/whole.log" 2>&1 ||
   fail "the uninterrupted run failed: $(tail -3 "$work/whole.log")"
 
+# killed_at <dir> <pattern> <tries>: a run into dir, killed with SIGKILL once its
+# progress (dir.err) shows the pattern.
+killed_at() {
+  local dir=$1 pattern=$2 tries=$3
+  "$headroom" run --backend cpu --only "$only" --out "$dir" >"$dir.out" 2>"$dir.err" &
+  local pid=$!
+  until_ "$tries" grep -q "$pattern" "$dir.err"
+  kill -KILL "$pid"
+  wait "$pid"
+}
+
 # signal_run <signal> <dir>: starts a run into dir, sends the signal once the first
 # property is under way, and echoes the exit code. While the run holds the
 # folder, a second run into it must be refused.
@@ -55,17 +66,6 @@ cat "$work/term.err" "$work/term.out"
 [ "$second" = 2 ] && grep -q 'another headroom command' "$work/term.second" ||
   fail "a second run or a dump into a folder in use was not refused (exit $second): $(cat "$work/term.second" \
     "$work/term.dump")"
-# Killed in its first property, a rerun into a used folder leaves no older complete
-# result behind: the folder said "incomplete" before the first property began.
-"$headroom" run --backend cpu --only "$only" --out "$work/rerun" >/dev/null 2>&1 || fail "the first run into rerun failed"
-"$headroom" run --backend cpu --only "$only" --out "$work/rerun" >"$work/rerun.out" 2>"$work/rerun.err" &
-pid=$!
-until_ 600 grep -q '\[1/3\]' "$work/rerun.err"
-kill -KILL "$pid"
-wait "$pid"
-grep -q '"incomplete": true' "$work/rerun/results.json" ||
-  fail "a rerun killed in its first property left the previous run's complete results"
-[ -e "$work/rerun/index.html" ] && fail "a rerun killed in its first property left the previous run's report"
 [ "$rc" = 143 ] || fail "SIGTERM: expected exit 143, got $rc"
 grep -q '"incomplete": true' "$work/term/results.json" || fail "the interrupted results are not marked incomplete"
 "$headroom" report "$work/term/results.json" --html "$work/term.html" >/dev/null ||
@@ -74,6 +74,14 @@ grep -q '"incomplete": true' "$work/term/results.json" || fail "the interrupted 
 base_rc=$?
 [ "$base_rc" = 2 ] && grep -q 'interrupted run' "$work/base.log" ||
   fail "an incomplete baseline was not refused (exit $base_rc): $(cat "$work/base.log")"
+
+# Killed in its first property, a rerun into a used folder leaves no older complete
+# result behind: the folder said "incomplete" before the first property began.
+"$headroom" run --backend cpu --only "$only" --out "$work/rerun" >/dev/null 2>&1 || fail "the first run into rerun failed"
+killed_at "$work/rerun" '\[1/3\]' 600
+grep -q '"incomplete": true' "$work/rerun/results.json" ||
+  fail "a rerun killed in its first property left the previous run's complete results"
+[ -e "$work/rerun/index.html" ] && fail "a rerun killed in its first property left the previous run's report"
 
 read -r rc second < <(signal_run INT "$work/int")
 [ "$rc" = 130 ] || fail "SIGINT: expected exit 130, got $rc"
@@ -119,11 +127,7 @@ fi
 
 # SIGKILL: nothing can be written at the end, so what finished was written as it
 # finished; the run resumes from there.
-"$headroom" run --backend cpu --only "$only" --out "$work/kill" >"$work/kill.out" 2>"$work/kill.err" &
-pid=$!
-until_ 1200 grep -q '\[2/3\]' "$work/kill.err"
-kill -KILL "$pid"
-wait "$pid"
+killed_at "$work/kill" '\[2/3\]' 1200
 grep -q '"incomplete": true' "$work/kill/results.json" ||
   fail "after SIGKILL no results file marked incomplete holds what had finished"
 "$headroom" run --resume "$work/kill" >"$work/kill_resume.log" 2>&1 || fail "resume after SIGKILL failed"

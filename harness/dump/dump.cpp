@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -201,7 +202,12 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   int64_t values = 0, nonfinite = 0;
   for (const auto& [name, g] : step.gradients()) {
     grads.push_back(safetensors_entry(name, g));
-    for (float v : g.to_host_f32()) {
+    // Counted from the bytes just read back (fp32 gradients), not read again.
+    const SafetensorsEntry& e = grads.back();
+    HR_CHECK(e.dtype == "F32", "dump: gradient {} is {}, fp32 expected", name, e.dtype);
+    for (size_t at = 0; at + sizeof(float) <= e.bytes.size(); at += sizeof(float)) {
+      float v;
+      std::memcpy(&v, e.bytes.data() + at, sizeof v);
       ++values;
       if (!std::isfinite(v)) ++nonfinite;
     }

@@ -5,7 +5,9 @@
 # libre2-dev: the regular expressions of --only / --skip (linear time, no recursion).
 # libgfortran-12-dev: the static Fortran runtime that OpenBLAS's static library
 # needs (HEADROOM_PORTABLE, see CMakeLists.txt). clang and libclang-rt-14-dev: the
-# libFuzzer target over the JSON readers (suites/reliability/fuzz/).
+# libFuzzer target over the JSON readers (suites/reliability/fuzz/). python3-numpy and
+# python3-jsonschema: the dump tests (suites/dump/: the README's numpy rebuild, the
+# conventions.json schema).
 # libopenmpi-dev and openmpi-bin: the data-parallel worker (headroom-dp) that
 # `headroom run` and the ctest cases (label mpi) launch under mpirun; the build
 # succeeds without them (the DP entries then skip with the reason), so both
@@ -13,7 +15,7 @@
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev libre2-dev)
 HEADROOM_DEBS_RUN=(libopenmpi-dev openmpi-bin)
-HEADROOM_DEBS_TEST=(chromium python3 clang libclang-rt-14-dev)
+HEADROOM_DEBS_TEST=(chromium python3 python3-numpy python3-jsonschema clang libclang-rt-14-dev)
 
 headroom_install_deps() {
   local want=("$@") missing=() p

@@ -18,6 +18,7 @@
 #include "harness/check.hpp"
 #include "harness/device.hpp"
 #include "harness/dist/launch.hpp"
+#include "harness/dump/dump.hpp"
 #include "harness/results/commands.hpp"
 #include "harness/plan/plan.hpp"
 #include "harness/process_limits.hpp"
@@ -162,7 +163,31 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   dump_cmd->add_option("--out", dump.out_dir, "output directory")->capture_default_str();
-  dump_cmd->add_option("--data-seed", dump.data_seed, "seed of the batch drawn")->check(kSeed)->capture_default_str();
+  dump_cmd->add_option("--data-seed", dump.data_seed, "seed of the batch drawn (step s: this + s - 1)")
+      ->check(kSeed)
+      ->capture_default_str();
+  dump_cmd->add_option("--steps", dump.steps, "optimizer steps to run and write, each into step_<s>/ (0: one forward "
+                                              "+ backward, no step)")
+      ->check(CLI::Range(int64_t{0}, hr::kMaxDumpSteps))
+      ->capture_default_str();
+  dump_cmd->add_option("--overflow-steps", dump.overflow_steps,
+                       "steps (1-based, comma-separated) whose losses are multiplied by 2^64, so their fp16 "
+                       "gradients overflow and the loss scaler skips them")
+      ->delimiter(',');
+  dump_cmd->add_option("--layout", dump.layout, "transformer batch rows: padded (one sequence per row) | packed")
+      ->check(CLI::IsMember({"padded", "packed"}))
+      ->capture_default_str();
+  dump_cmd->add_option("--lengths", dump.lengths,
+                       "transformer sequence lengths, comma-separated (padded: one per row; packed: packed into the "
+                       "rows); default: drawn from the length distribution")
+      ->delimiter(',');
+  dump_cmd->add_option("--lora-b-std", dump.lora_b_std,
+                       "draw LoRA's B from normal(0, this) instead of zero, so A's gradient is not zero (needs "
+                       "adapters.kind lora in --config)")
+      ->check(finite_in(0, true, 1000, "(0, 1000]"));
+  dump_cmd->add_option("--ranks", dump.ranks,
+                       "data parallel over this many ranks under mpirun (ZeRO-1 AdamW, fp32): rank_<r>/ per rank")
+      ->check(CLI::Range(int64_t{1}, hr::kMaxDumpRanks));
 
   std::string rep_results, rep_baseline, rep_html;
   auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");

@@ -133,6 +133,7 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     step_->zero_grad();
     step_->accumulate(mine);
     summed = flat_gradients(*step_);
+    sent_ = summed;
     if (fault_ == DpFault::once_one_element_short && !summed.empty()) {
       std::vector<float> head(summed.begin(), summed.end() - 1);  // the last element stays local
       all_reduce(head);

@@ -64,6 +64,9 @@ class DataParallelStep {
 
   TrainStep& local() { return *step_; }
   int64_t rows_per_rank() const { return rows_; }
+  // once_per_window: what this rank sent to the last window's all-reduce, its K
+  // micro-batches' plain sums over real items (flat, in parameter order).
+  const std::vector<float>& sent() const { return sent_; }
 
  private:
   void all_reduce(std::vector<float>& flat);
@@ -75,6 +78,7 @@ class DataParallelStep {
   DpFault fault_;
   int64_t rows_ = 0;
   std::unique_ptr<TrainStep> step_;
+  std::vector<float> sent_;
 };
 
 // The trainable parameters' gradients as one flat host vector, in parameter order,
@@ -105,6 +109,12 @@ class Zero1AdamW {
   int64_t total_elements() const { return total_; }
   int64_t shard_elements() const { return shard_; }  // ceil(P / N): the padded shard
   size_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }
+  // The moments this rank holds, of the flat elements [state_begin, state_end)
+  // (one zero element each when that range is empty).
+  const Tensor& exp_avg() const { return m_; }
+  const Tensor& exp_avg_sq() const { return v_; }
+  int64_t state_begin() const { return state_begin_; }
+  int64_t state_end() const { return state_end_; }
 
  private:
   Device* dev_;

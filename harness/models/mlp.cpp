@@ -176,8 +176,8 @@ Tensor MlpModel::block_forward(int64_t i, const Tensor& x, bool keep, bool recom
   }
   Tensor out = Tensor::empty(dev, {N, W}, dtype_, out_consumer);
   // One sample per row.
-  st->drop = rng.take(i, DropoutSite::hidden, {N, W}, N);
-  if (cfg_.dropout > 0.f) {
+  if (cfg_.dropout > 0.f) {  // a site with p = 0 draws nothing: no offset advanced, nothing logged
+    st->drop = rng.take(i, DropoutSite::hidden, {N, W}, N);
     Tensor g = Tensor::empty(dev, {N, W}, dtype_, Consumer::workspace);
     ops::gelu_forward(gelu_in, g);
     dropout_apply_forward(st->drop, cfg_.dropout, g, out);

@@ -143,7 +143,8 @@ Param& ParamSet::add_const(std::string name, Shape shape, float value, bool weig
 }
 
 Param& ParamSet::add_lora_b(std::string name, Shape shape) {
-  const float std = faults::armed(storage_.fault_lora_b_std);
+  const float fault = faults::armed(storage_.fault_lora_b_std);
+  const float std = fault > 0.f ? fault : storage_.lora_b_init_std;
   if (std > 0.f) return add_normal(std::move(name), std::move(shape), std, true);
   return add_const(std::move(name), std::move(shape), 0.f, true);
 }

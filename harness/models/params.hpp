@@ -42,6 +42,9 @@ struct ParamStorage {
   // Wrong on purpose (LR-4's subtle control): this parameter is frozen but still owns
   // a gradient buffer.
   std::string fault_grad_kept;
+  // LoRA's B drawn from normal(0, this) instead of zero, on request (adapters.b_init_std):
+  // a dump whose A gradients are not zero. 0: LoRA's own init.
+  float lora_b_init_std = 0.f;
 };
 
 class ParamSet {
@@ -58,7 +61,7 @@ class ParamSet {
   Param& add_uniform(std::string name, Shape shape, float bound, bool weight_decay = true);
   Param& add_const(std::string name, Shape shape, float value, bool weight_decay = false);
   // LoRA's B: zeros (weight decay on), or normal(0, storage().fault_lora_b_std) under
-  // that fault.
+  // that fault, or normal(0, storage().lora_b_init_std) when one is asked for.
   Param& add_lora_b(std::string name, Shape shape);
 
   std::vector<Param>& all() { return params_; }

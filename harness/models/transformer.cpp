@@ -197,8 +197,8 @@ Tensor TransformerModel::block_forward(int64_t i, const Tensor& x, bool keep, bo
   {
     Tensor m = Tensor::empty(dev, {N, C}, dtype_, ws);
     ops::linear_forward(st->act, P(bp.proj_w).compute, P(bp.proj_b).compute, m);
-    st->drop_mlp = rng.take(i, DropoutSite::mlp_out, {N, C}, B_);
-    if (cfg_.dropout > 0.f) {
+    if (cfg_.dropout > 0.f) {  // a site with p = 0 draws nothing (as the other two)
+      st->drop_mlp = rng.take(i, DropoutSite::mlp_out, {N, C}, B_);
       Tensor dropped = Tensor::empty(dev, {N, C}, dtype_, ws);
       dropout_apply_forward(st->drop_mlp, cfg_.dropout, m, dropped);
       m = dropped;

@@ -324,6 +324,43 @@ int guarded(std::ostream& err, F&& f) {
   }
 }
 
+
+// A dump's worker ranks get this long (the ranks run the same steps as the one
+// process did, a few times over on a small machine).
+constexpr double kDumpWorkerTimeoutS = 900;
+
+bool numbered(const std::string& name, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  return name.size() > n && name.compare(0, n, prefix) == 0 &&
+         name.find_first_not_of("0123456789", n) == std::string::npos;
+}
+
+// The first entry under a folder that no dump writes ("" when there is none): at the
+// top conventions.json, the lock, *.safetensors, step_<s>/ and rank_<r>/; in a
+// step folder *.safetensors; in a rank folder step folders. A dump replaces the
+// whole folder, so anything else there is a user's and refuses it.
+std::string not_a_dump(const fs::path& dir, const fs::path& rel = {}) {
+  enum { top, rank, step } kind = rel.empty() ? top : numbered(rel.filename().string(), "rank_") ? rank : step;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    const bool file = e.is_regular_file(ec) && !e.is_symlink(ec);
+    const bool folder = e.is_directory(ec) && !e.is_symlink(ec);
+    const bool tensors = file && e.path().extension() == ".safetensors";
+    const bool ok = kind == top    ? tensors || (file && (f == "conventions.json" || f == ".headroom.lock")) ||
+                                      (folder && (numbered(f, "step_") || numbered(f, "rank_")))
+                    : kind == rank ? folder && numbered(f, "step_")
+                                   : tensors;
+    if (!ok) return (rel / f).string();
+    if (folder) {
+      const std::string inner = not_a_dump(e.path(), rel / f);
+      if (!inner.empty()) return inner;
+    }
+  }
+  if (ec) return fmt::format("{} (it cannot be listed: {})", rel.empty() ? "what" : rel.string(), ec.message());
+  return "";
+}
+
 }  // namespace
 
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err) {
@@ -395,7 +432,30 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     HR_ARG_CHECK(c.micro_batch >= 0, "--micro-batch: must be a positive integer, got {}", c.micro_batch);
     if (c.batch > 0) cfg.batch = c.batch;
     if (c.micro_batch > 0) cfg.micro_batch = c.micro_batch;
+    if (c.lora_b_std > 0) {
+      HR_ARG_CHECK(cfg.adapters.kind == AdapterKind::lora,
+                   "--lora-b-std: needs adapters (\"adapters\": {{\"kind\": \"lora\"}} in --config)");
+      cfg.adapters.b_init_std = static_cast<float>(c.lora_b_std);
+    }
+    DumpOptions opt;
+    opt.data_seed = c.data_seed;
+    opt.steps = c.steps;
+    opt.overflow_steps = c.overflow_steps;
+    opt.layout = parse_dump_layout(c.layout);
+    opt.lengths = c.lengths;
+    opt.ranks = c.ranks;
+    if (opt.ranks > 0) {
+      // The ranks divide by the window's global real items once; the reference
+      // beside them is the single-process step with that normalisation, stepped.
+      cfg.loss_norm = LossNormalization::sum_div_window_items;
+      opt.steps = std::max<int64_t>(opt.steps, 1);
+    }
     validate(cfg);  // a bad configuration is refused before anything is created
+    validate(opt, cfg);
+    if (opt.ranks > 0) {
+      const std::string why = dist::dp_unavailable_reason();
+      HR_ARG_CHECK(why.empty(), "--ranks: data parallel cannot run here: {}", why);
+    }
     auto dev = open_device(c.backend);
     refuse_what_does_not_fit(cfg, *dev);
     // The dump is one set: written into a fresh folder beside --out and put in its
@@ -417,16 +477,11 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     if (fs::is_directory(target, ec)) held.emplace(target.string(), ".headroom.lock", false);
     if (fs::exists(target, ec)) {
       HR_ARG_CHECK(fs::is_directory(target, ec), "--out {}: exists and is not a folder", target.string());
-      for (const auto& e : fs::directory_iterator(target, ec)) {
-        const std::string f = e.path().filename().string();
-        const bool dump_file =
-            f == "conventions.json" || f == ".headroom.lock" || e.path().extension() == ".safetensors";
-        HR_ARG_CHECK(dump_file && e.is_regular_file(),
-                     "--out {} holds {}, which a dump does not write; a dump replaces its whole folder: give a new "
-                     "folder, an empty one or a previous dump's",
-                     target.string(), f);
-      }
-      HR_ARG_CHECK(!ec, "--out {}: cannot list it: {}", target.string(), ec.message());
+      const std::string odd = not_a_dump(target);
+      HR_ARG_CHECK(odd.empty(),
+                   "--out {} holds {}, which a dump does not write; a dump replaces its whole folder: give a new "
+                   "folder, an empty one or a previous dump's",
+                   target.string(), odd);
     }
     std::string tmpl = (parent / ("." + name + ".tmp.XXXXXX")).string();
     HR_ARG_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary folder beside {}: {}", target.string(),
@@ -441,7 +496,24 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
     try {
       // The folder put in place is held from the moment it is DIR.
       const OutputLock fresh_lock(fresh.string());
-      r = dump_model(*dev, cfg, fresh.string(), c.data_seed);
+      if (opt.ranks > 0)
+        fmt::print(out, "headroom: dump: {} steps on one process, then on {} ranks under mpirun\n", opt.steps,
+                   opt.ranks);
+      r = dump_model(*dev, cfg, fresh.string(), opt);
+      if (opt.ranks > 0) {
+        std::vector<std::string> args{"dump",    "--dir",       fresh.string(),
+                                      "--steps", std::to_string(opt.steps), "--data-seed",
+                                      std::to_string(opt.data_seed), "--backend", backend_name(dev->kind())};
+        if (!opt.lengths.empty()) {
+          std::string l;
+          for (int64_t x : opt.lengths) l += (l.empty() ? "" : ",") + std::to_string(x);
+          args.insert(args.end(), {"--lengths", l});
+        }
+        const dist::WorkerRun w = dist::run_dp_worker(static_cast<int>(opt.ranks), args, kDumpWorkerTimeoutS);
+        if (!w.ok) throw Error(fmt::format("the {} data-parallel ranks failed: {}", opt.ranks, w.error));
+        const int64_t files = w.output.value("files", int64_t{0});
+        fmt::print(out, "headroom: dump: {} ranks wrote {} files each ({:.1f} s)\n", opt.ranks, files, w.seconds);
+      }
       if (!fs::exists(target, ec)) {
         if (::rename(fresh.c_str(), target.c_str()) != 0)
           throw Error(fmt::format("cannot move the dump into {}: {}", target.string(), std::strerror(errno)));
@@ -453,9 +525,15 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
       throw;
     }
     fs::remove_all(fresh, ec);  // after the exchange: the previous dump
-    fmt::print(out, "headroom: dumped one {} step (loss {:.6g}, {} tensors) on {} into {}\n", model_kind_name(cfg.model),
-               r.loss, r.tensors, backend_name(dev->kind()), target.string());
-    for (const auto& f : r.files) fmt::print(out, "  {}\n", (target / fs::path(f).filename()).string());
+    if (r.steps == 0)
+      fmt::print(out, "headroom: dumped one {} forward + backward (loss {:.6g}, {} tensors) on {} into {}\n",
+                 model_kind_name(cfg.model), r.loss, r.tensors, backend_name(dev->kind()), target.string());
+    else
+      fmt::print(out, "headroom: dumped {} {} steps ({} skipped; first loss {:.6g}, {} tensors) on {} into {}\n",
+                 r.steps, model_kind_name(cfg.model), r.steps_skipped, r.loss, r.tensors, backend_name(dev->kind()),
+                 target.string());
+    for (const auto& f : r.files)
+      fmt::print(out, "  {}\n", (target / fs::path(f).lexically_relative(fresh)).string());
     if (r.nonfinite_gradients > 0) {
       // Kept for inspection, but not a dump to compare against: exit 1, unless the
       // configuration asks for an overflow (fp16 with the loss scaler, whose step

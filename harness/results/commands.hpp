@@ -67,6 +67,12 @@ struct DumpCommand {
   std::string backend = "cpu";
   std::string out_dir = "dump";
   uint64_t data_seed = 1;
+  int64_t steps = 0;                    // optimizer steps (0: one pass, no step)
+  std::vector<int64_t> overflow_steps;  // 1-based; fp16 with loss scaling
+  std::string layout = "padded";        // "padded" | "packed"
+  std::vector<int64_t> lengths;         // transformer sequence lengths; empty: drawn
+  double lora_b_std = 0;                // > 0: adapters.b_init_std
+  int64_t ranks = 0;                    // > 0: data parallel under mpirun
 };
 
 // `headroom info`: the device record as JSON; a backend that is not here is bad input (2).

@@ -139,6 +139,10 @@ void validate(const StepConfig& c) {
                  c.adapters.alpha);
     check_range(c.adapters.alpha, "adapters.alpha", 1e-6, 1e6);
   }
+  HR_ARG_CHECK(std::isfinite(c.adapters.b_init_std) && c.adapters.b_init_std >= 0.f && c.adapters.b_init_std <= 1e3f,
+               "adapters.b_init_std: {} must be in [0, 1000]", c.adapters.b_init_std);
+  HR_ARG_CHECK(c.adapters.b_init_std == 0.f || c.adapters.kind == AdapterKind::lora,
+               "adapters.b_init_std: {} needs adapters.kind lora", c.adapters.b_init_std);
 
   if (c.model == ModelKind::mlp) {
     const MlpConfig& m = c.mlp;
@@ -280,6 +284,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["adapters"] = {{"kind", c.adapters.kind == AdapterKind::none ? "none" : "lora"},
                    {"rank", c.adapters.rank},
                    {"alpha", c.adapters.alpha}};
+  if (c.adapters.b_init_std != 0.f) j["adapters"]["b_init_std"] = c.adapters.b_init_std;
   j["init_seed"] = c.init_seed;
   j["dropout_seed"] = c.dropout_seed;
   j["dropout_keying"] = dropout_keying_name(c.dropout_keying);
@@ -587,6 +592,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
     c.adapters.kind = kind == "none" ? AdapterKind::none : AdapterKind::lora;
     get(*ap, "rank", c.adapters.rank, "adapters.");
     get(*ap, "alpha", c.adapters.alpha, "adapters.");
+    get(*ap, "b_init_std", c.adapters.b_init_std, "adapters.");
   }
   get(j, "init_seed", c.init_seed, "");
   get(j, "dropout_seed", c.dropout_seed, "");

@@ -75,6 +75,11 @@ struct AdapterConfig {
   AdapterKind kind = AdapterKind::none;
   int64_t rank = 8;
   float alpha = 16.f;
+  // B drawn from normal(0, b_init_std) (its own Philox offset range, as every
+  // parameter) instead of zero: not LoRA's init, but a starting point whose A
+  // gradients and alpha / r scale a dump can show (B = 0 makes A's gradient 0).
+  // 0, LoRA's zero B, in every property.
+  float b_init_std = 0.f;
   // Wrong on purpose (LR-4's frozen-base controls): this base parameter ("*": every
   // one) is left trainable under the adapters.
   std::string fault_not_frozen;

@@ -20,7 +20,7 @@ std::unique_ptr<Model> make_model(Device& dev, const StepConfig& cfg) {
   const DType compute = cfg.precision.fault_fp32_activations ? DType::f32 : cfg.precision.compute;
   const ParamStorage storage{compute, cfg.precision.master_weights, cfg.precision.fault_no_master,
                              cfg.adapters.fault_not_frozen, cfg.adapters.fault_b_init_std,
-                             cfg.adapters.fault_grad_kept};
+                             cfg.adapters.fault_grad_kept, cfg.adapters.b_init_std};
   const bool lora = cfg.adapters.kind == AdapterKind::lora;
   if (cfg.model == ModelKind::mlp)
     return std::make_unique<MlpModel>(dev, cfg.mlp, storage, cfg.init_seed, lora ? cfg.adapters.rank : 0,

@@ -15,7 +15,9 @@
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/data/packing.hpp"
 #include "harness/dump/dump.hpp"
+#include "kernels/optim/quant8_math.hpp"
 #include "harness/step/train_step.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
@@ -170,7 +172,7 @@ TEST(Dump, TransformerFilesReadBackEqual) {
 
   std::ifstream cj(dir + "/conventions.json");
   const auto conv = nlohmann::json::parse(cj);
-  EXPECT_EQ(conv["format"], "headroom.dump/1");
+  EXPECT_EQ(conv["format"], "headroom.dump/2");
   EXPECT_DOUBLE_EQ(conv["attention"]["scale"].get<double>(), 1.0 / std::sqrt(8.0));
   EXPECT_EQ(conv["loss"]["ignore_index"], -100);
   EXPECT_DOUBLE_EQ(conv["layernorm"]["eps"].get<double>(), 1e-5f);
@@ -262,6 +264,299 @@ TEST(Dump, LoraWritesAdaptersAndOnlyTheirGradients) {
   const nlohmann::json conv = nlohmann::json::parse(in);
   EXPECT_EQ(conv.at("adapters").at("scale").get<double>(), 2.0);
   std::filesystem::remove_all(dir);
+}
+
+nlohmann::json read_conventions(const std::string& dir) {
+  std::ifstream in(dir + "/conventions.json");
+  return nlohmann::json::parse(in);
+}
+
+// --steps: every step's files are what a step run on its own holds after the same
+// batches (data seed + s - 1): the gradients it applied, its weights and its
+// AdamW moments after, and conventions.json's record of t and the scale.
+TEST(Dump, StepsWriteWhatEachStepHeldAfterIt) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config(DType::bf16);
+  cfg.transformer.dropout = 0.1f;
+  DumpOptions opt;
+  opt.data_seed = 9;
+  opt.steps = 3;
+  const std::string dir = temp_dir("steps");
+  const DumpResult res = dump_model(dev, cfg, dir, opt);
+  EXPECT_EQ(res.steps, 3);
+  EXPECT_EQ(res.steps_skipped, 0);
+  const nlohmann::json conv = read_conventions(dir);
+  ASSERT_EQ(conv["steps"].size(), 3u);
+
+  TrainStep step(dev, cfg);
+  for (int64_t s = 1; s <= 3; ++s) {
+    SCOPED_TRACE(s);
+    const std::string at = dir + "/step_" + std::to_string(s);
+    const DumpBatch db = make_dump_batch(dev, cfg, opt, opt.data_seed + static_cast<uint64_t>(s - 1));
+    const StepResult r = step.step(db.batch);
+    const auto batch = read_safetensors(at + "/batch.safetensors");
+    expect_same(batch.at("ids"), db.batch.ids, "ids");
+    const auto grads = read_safetensors(at + "/gradients.safetensors");
+    for (const auto& [name, g] : step.gradients()) expect_same(grads.at(name), g, name);
+    const auto weights = read_safetensors(at + "/weights.safetensors");
+    for (const Param& p : step.params().all()) {
+      expect_same(weights.at(p.name), p.master, p.name);
+      ASSERT_TRUE(weights.count(p.name + ".compute")) << p.name;
+      EXPECT_EQ(weights.at(p.name + ".compute").dtype, "BF16");
+      expect_same(weights.at(p.name + ".compute"), p.compute, p.name + ".compute");
+    }
+    const auto state = read_safetensors(at + "/optimizer_state.safetensors");
+    const auto mine = step.optimizer().state();
+    ASSERT_EQ(state.size(), mine.size());
+    for (const auto& [name, t] : mine) expect_same(state.at(name), t, name);
+    const auto loss = read_safetensors(at + "/loss.safetensors");
+    double read_loss = 0;
+    std::memcpy(&read_loss, loss.at("loss").bytes.data(), 8);
+    EXPECT_EQ(read_loss, r.loss);
+    const nlohmann::json& rec = conv["steps"][static_cast<size_t>(s - 1)];
+    EXPECT_EQ(rec["optimizer_t"], s);
+    EXPECT_EQ(rec["data_seed"], opt.data_seed + static_cast<uint64_t>(s - 1));
+    EXPECT_FALSE(rec["skipped"].get<bool>());
+    EXPECT_EQ(rec["loss"].get<double>(), r.loss);
+    // A new mask every step: per_sample keys take the pass (s - 1).
+    EXPECT_TRUE(std::filesystem::exists(at + "/dropout_masks.safetensors"));
+  }
+  EXPECT_NE(read_safetensors(dir + "/step_1/dropout_masks.safetensors").at("h.0.mlp.dropout/micro_0").bytes,
+            read_safetensors(dir + "/step_2/dropout_masks.safetensors").at("h.0.mlp.dropout/micro_0").bytes);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/gradients.safetensors"));  // per step only
+  std::filesystem::remove_all(dir);
+}
+
+// fp16 with the scaler: the injected overflow at step 2 is skipped (weights and
+// state bytes unchanged), the scale backs off by half and step 3 runs at it.
+TEST(Dump, AnInjectedOverflowIsSkippedAndBacksTheScaleOff) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config(DType::f16);
+  DumpOptions opt;
+  opt.steps = 3;
+  opt.overflow_steps = {2};
+  opt.lengths = {12, 10, 12, 9};  // real targets in every micro-batch
+  const std::string dir = temp_dir("overflow");
+  const DumpResult res = dump_model(dev, cfg, dir, opt);
+  EXPECT_EQ(res.steps_skipped, 1);
+  EXPECT_EQ(res.nonfinite_gradients, 0);  // the asked-for overflow is not counted
+  const nlohmann::json conv = read_conventions(dir);
+  const nlohmann::json& st = conv["steps"];
+  EXPECT_EQ(st[0]["loss_scale"].get<double>(), cfg.precision.scaler.init_scale);
+  EXPECT_TRUE(st[1]["skipped"].get<bool>());
+  EXPECT_TRUE(st[1]["optimizer_t"].is_null());
+  EXPECT_EQ(st[1]["loss_scale_after"].get<double>(), st[1]["loss_scale"].get<double>() / 2);
+  EXPECT_EQ(st[1]["growth_tracker_after"], 0);
+  EXPECT_EQ(st[2]["loss_scale"], st[1]["loss_scale_after"]);
+  EXPECT_EQ(st[2]["optimizer_t"], 2);
+  const auto w1 = read_safetensors(dir + "/step_1/weights.safetensors");
+  const auto w2 = read_safetensors(dir + "/step_2/weights.safetensors");
+  for (const auto& [name, t] : w1) EXPECT_EQ(t.bytes, w2.at(name).bytes) << name;
+  const auto s1 = read_safetensors(dir + "/step_1/optimizer_state.safetensors");
+  const auto s2 = read_safetensors(dir + "/step_2/optimizer_state.safetensors");
+  for (const auto& [name, t] : s1) EXPECT_EQ(t.bytes, s2.at(name).bytes) << name;
+  int64_t nonfinite = 0;
+  for (const auto& [name, t] : read_safetensors(dir + "/step_2/gradients.safetensors"))
+    for (size_t b = 0; b < t.bytes.size(); b += 4) {
+      float v;
+      std::memcpy(&v, t.bytes.data() + b, 4);
+      nonfinite += std::isfinite(v) ? 0 : 1;
+    }
+  EXPECT_GT(nonfinite, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// 8-bit AdamW: codes and absmax as the optimizer holds them, and the two maps are
+// the codebooks value for value.
+TEST(Dump, EightBitStateHoldsCodesAbsmaxAndBothMaps) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config();
+  cfg.transformer.d_model = 64;  // 64 x 64 = 4096 elements: the 8-bit threshold
+  cfg.optimizer.kind = OptimizerKind::adamw8bit;
+  DumpOptions opt;
+  opt.steps = 2;
+  const std::string dir = temp_dir("q8");
+  dump_model(dev, cfg, dir, opt);
+  const auto state = read_safetensors(dir + "/step_2/optimizer_state.safetensors");
+  ASSERT_TRUE(state.count("h.0.attn.q.weight.exp_avg.codes"));
+  EXPECT_EQ(state.at("h.0.attn.q.weight.exp_avg.codes").dtype, "U8");
+  EXPECT_EQ(state.at("h.0.attn.q.weight.exp_avg.absmax").shape, (std::vector<int64_t>{4096 / q8::kDefaultBlock}));
+  EXPECT_EQ(state.at("h.0.attn.q.bias.exp_avg").dtype, "F32");  // under the threshold: fp32
+  for (const auto& [name, kind] : {std::pair{"maps.exp_avg", q8::MapKind::dynamic_signed},
+                                   std::pair{"maps.exp_avg_sq", q8::MapKind::dynamic_unsigned}}) {
+    const ReadTensor& m = state.at(name);
+    ASSERT_EQ(m.shape, (std::vector<int64_t>{256}));
+    for (int i = 0; i < 256; ++i) {
+      float v;
+      std::memcpy(&v, m.bytes.data() + 4 * i, 4);
+      EXPECT_EQ(v, static_cast<float>(q8::map_value(kind, i))) << name << " " << i;
+    }
+  }
+  const nlohmann::json conv = read_conventions(dir);
+  EXPECT_EQ(conv["optimizer"]["block_size"], q8::kDefaultBlock);
+  EXPECT_EQ(conv["optimizer"]["maps"]["exp_avg"], "dynamic_signed");
+  std::filesystem::remove_all(dir);
+}
+
+// Packing: the batch holds segment ids, restarted positions and where each given
+// sequence went, as first-fit decreasing places it.
+TEST(Dump, PackedBatchHoldsSegmentsPositionsAndPlacement) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config();
+  DumpOptions opt;
+  opt.layout = DumpLayout::packed;
+  opt.lengths = {12, 7, 5, 4, 3, 3, 9, 2};
+  const std::string dir = temp_dir("packed");
+  dump_model(dev, cfg, dir, opt);
+  const auto b = read_safetensors(dir + "/batch.safetensors");
+  EXPECT_FALSE(b.count("key_valid_len"));
+  const Batch want = make_packed_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, opt.lengths, opt.data_seed);
+  expect_same(b.at("segment_ids"), want.segment_ids, "segment_ids");
+  expect_same(b.at("pos"), want.pos, "pos");
+  expect_same(b.at("targets"), want.targets, "targets");
+  const PackPlan plan = pack_first_fit_decreasing(opt.lengths, cfg.seq_len, cfg.batch);
+  std::vector<int32_t> rows(b.at("sequence_row").bytes.size() / 4), offs(rows.size()), lens(rows.size());
+  std::memcpy(rows.data(), b.at("sequence_row").bytes.data(), rows.size() * 4);
+  std::memcpy(offs.data(), b.at("sequence_offset").bytes.data(), offs.size() * 4);
+  std::memcpy(lens.data(), b.at("sequence_length").bytes.data(), lens.size() * 4);
+  ASSERT_EQ(rows.size(), opt.lengths.size());
+  std::vector<int32_t> pos(static_cast<size_t>(cfg.batch * cfg.seq_len));
+  std::memcpy(pos.data(), b.at("pos").bytes.data(), pos.size() * 4);
+  for (const PackedSequence& s : plan.placed) {
+    const size_t i = static_cast<size_t>(s.index);
+    EXPECT_EQ(rows[i], s.row);
+    EXPECT_EQ(offs[i], s.offset);
+    EXPECT_EQ(lens[i], opt.lengths[i]);
+    for (int64_t t = 0; t < s.length; ++t)  // positions restart at each sequence
+      EXPECT_EQ(pos[static_cast<size_t>(s.row * cfg.seq_len + s.offset + t)], t);
+  }
+  EXPECT_EQ(read_conventions(dir)["batch"]["layout"], "packed");
+  std::filesystem::remove_all(dir);
+}
+
+// LoRA with B drawn (adapters.b_init_std): A's gradient is not zero, and without
+// it A's gradient is exactly zero (the reason for the option).
+TEST(Dump, LoraWithADrawnBHasNonZeroAGradients) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  for (const float std : {0.f, 0.02f}) {
+    StepConfig cfg = test::tiny_transformer_config();
+    cfg.adapters.kind = AdapterKind::lora;
+    cfg.adapters.rank = 4;
+    cfg.adapters.b_init_std = std;
+    const std::string dir = temp_dir("lora_b");
+    DumpOptions opt;
+    opt.lengths = {12, 10, 12, 9};  // real targets in every micro-batch
+    dump_model(dev, cfg, dir, opt);
+    const auto grads = read_safetensors(dir + "/gradients.safetensors");
+    double a_norm = 0;
+    for (const auto& [name, t] : grads)
+      if (name.find("lora_A") != std::string::npos)
+        for (size_t b = 0; b < t.bytes.size(); b += 4) {
+          float v;
+          std::memcpy(&v, t.bytes.data() + b, 4);
+          a_norm += static_cast<double>(v) * v;
+        }
+    if (std > 0) EXPECT_GT(a_norm, 0.0);
+    else EXPECT_EQ(a_norm, 0.0);
+    const nlohmann::json conv = read_conventions(dir);
+    EXPECT_EQ(conv["init"]["per_parameter"]["h.0.attn.q.lora_B"], std > 0 ? "normal(0, 0.02)" : "zeros");
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// The MLP's adapters are named as its weights hold them.
+TEST(Dump, MlpLoraConventionsNameTheMlpAdapters) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_mlp_config();
+  cfg.adapters.kind = AdapterKind::lora;
+  cfg.adapters.rank = 4;
+  const std::string dir = temp_dir("mlp_lora");
+  dump_model(dev, cfg, dir, 3);
+  const nlohmann::json conv = read_conventions(dir);
+  const std::string adapted = conv["adapters"]["adapted"];
+  EXPECT_EQ(adapted.find("attn"), std::string::npos) << adapted;
+  EXPECT_NE(adapted.find("layers.{i}.lora_A"), std::string::npos) << adapted;
+  EXPECT_TRUE(read_safetensors(dir + "/weights.safetensors").count("layers.0.lora_A"));
+  std::filesystem::remove_all(dir);
+}
+
+// A site with p = 0 draws nothing: with running_offset keys the offsets of the
+// sites that do draw follow each other with no gap (the MLP-output site of a
+// transformer with dropout 0 used to take its range anyway).
+TEST(Dump, ASiteWithZeroPDrawsNothing) {
+  HR_TEST_DEVICE(dev, BackendKind::cpu);
+  StepConfig cfg = test::tiny_transformer_config();
+  cfg.dropout_keying = DropoutKeying::running_offset;
+  cfg.transformer.dropout = 0.f;
+  cfg.transformer.attn_out_dropout = 0.1f;
+  TrainStep step(dev, cfg);
+  std::vector<DropoutRecord> draws;
+  step.dropout_stream().log = &draws;
+  const Batch b = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 3);
+  step.forward_backward(b);
+  step.dropout_stream().log = nullptr;
+  ASSERT_EQ(static_cast<int64_t>(draws.size()), cfg.transformer.layers * cfg.accum_steps());
+  uint64_t next = 0;
+  for (const DropoutRecord& d : draws) {
+    EXPECT_EQ(d.site, static_cast<int64_t>(DropoutSite::attn_out));
+    EXPECT_EQ(d.draw.first, next);
+    next += (static_cast<uint64_t>(shape_numel(d.shape)) + 3) / 4 * 4;
+  }
+  // The MLP model too: no dropout, no draw.
+  StepConfig m = test::tiny_mlp_config();
+  m.dropout_keying = DropoutKeying::running_offset;
+  TrainStep ms(dev, m);
+  draws.clear();
+  ms.dropout_stream().log = &draws;
+  ms.forward_backward(make_mlp_batch(dev, m.mlp, m.batch, 3));
+  ms.dropout_stream().log = nullptr;
+  EXPECT_TRUE(draws.empty());
+}
+
+// The options are held to the configuration, each error naming the option.
+TEST(Dump, OptionsThatDoNotFitAreRefusedNamingTheOption) {
+  StepConfig lm = test::tiny_transformer_config();
+  StepConfig fp16 = test::tiny_transformer_config(DType::f16);
+  StepConfig mlp = test::tiny_mlp_config();
+  const auto refused = [](const DumpOptions& o, const StepConfig& c, const std::string& prefix) {
+    try {
+      validate(o, c);
+      ADD_FAILURE() << "accepted; expected " << prefix;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+    }
+  };
+  DumpOptions o;
+  o.steps = 2;
+  o.overflow_steps = {1};
+  refused(o, lm, "--overflow-steps");   // fp32: no scaler
+  EXPECT_NO_THROW(validate(o, fp16));
+  o.overflow_steps = {3};
+  refused(o, fp16, "--overflow-steps");  // past the steps
+  o = DumpOptions{};
+  o.steps = kMaxDumpSteps + 1;
+  refused(o, lm, "--steps");
+  o = DumpOptions{};
+  o.lengths = {3, 4};
+  refused(o, lm, "--lengths");  // padded: one per row
+  o.lengths = {3, 4, 13, 1};
+  refused(o, lm, "--lengths");  // 13 > seq_len 12
+  o.layout = DumpLayout::packed;
+  o.lengths = std::vector<int64_t>(5, 12);
+  refused(o, lm, "--lengths");  // five full rows in a batch of four
+  o = DumpOptions{};
+  o.layout = DumpLayout::packed;
+  refused(o, mlp, "--layout");
+  o = DumpOptions{};
+  o.ranks = 3;
+  refused(o, mlp, "--ranks");  // 32 rows over 3
+  o.ranks = 2;
+  StepConfig dp = mlp;
+  dp.loss_norm = LossNormalization::sum_div_window_items;
+  EXPECT_NO_THROW(validate(o, dp));
+  dp.mlp.dropout = 0.1f;
+  refused(o, dp, "--ranks");
+  refused(o, mlp, "--ranks");  // mean_div_k
 }
 
 TEST(Dump, InvalidConfigNamesTheField) {

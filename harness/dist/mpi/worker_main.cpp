@@ -1,6 +1,9 @@
 // headroom-dp: the data-parallel worker, one process per rank under mpirun.
 //   mpirun -np N headroom-dp properties [--seeds 1-20] [--preset quick] [--out FILE]
 //   mpirun -np N headroom-dp bench [--preset quick] [--out FILE]
+//   mpirun -np N headroom-dp dump --dir DIR [--steps S] [--data-seed D] [--lengths L,..] [--out FILE]
+//     (headroom dump --ranks N: DIR holds the dump's conventions.json, whose
+//     configuration every rank runs; each writes DIR/rank_<r>/, harness/dist/dp_dump.hpp)
 //   ... [--backend cpu|cuda] [--engine mpi|nccl]   (nccl: one GPU per rank, by local rank)
 // Every rank runs the same collective work (harness/properties/data_parallel.hpp);
 // rank 0 writes the measurements and sweep points as JSON and prints a summary.
@@ -18,6 +21,7 @@
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/dist/dp_dump.hpp"
 #include "harness/dist/mpi/mpi_communicator.hpp"
 #include "harness/dist/nccl_communicator.hpp"
 #include "harness/output.hpp"
@@ -30,7 +34,13 @@ namespace {
 struct Args {
   std::string mode, preset = "quick", backend = "cpu", engine = "mpi", out;
   std::vector<uint64_t> seeds{1234};
+  // dump
+  std::string dir;
+  int64_t steps = 1;
+  uint64_t data_seed = 1;
+  std::vector<int64_t> lengths;
 };
+
 
 // "7", "1-20" or "3,5,9".
 std::vector<uint64_t> parse_seeds(const std::string& s) {
@@ -51,12 +61,26 @@ std::vector<uint64_t> parse_seeds(const std::string& s) {
   return out;
 }
 
+std::vector<int64_t> parse_lengths(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    out.push_back(std::stoll(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
-  if (argc < 2) throw hr::InvalidArgument("usage: headroom-dp properties|bench [--seed S | --seeds A-B] [--preset quick|full] "
-                                          "[--backend cpu|cuda] [--engine mpi|nccl] [--out FILE]");
+  if (argc < 2) throw hr::InvalidArgument("usage: headroom-dp properties|bench|dump [--seed S | --seeds A-B] [--preset quick|full] "
+                                          "[--backend cpu|cuda] [--engine mpi|nccl] [--out FILE] [--dir DIR "
+                                          "--steps S --data-seed D --lengths L,..]");
   a.mode = argv[1];
-  if (a.mode != "properties" && a.mode != "bench") throw hr::InvalidArgument("unknown mode '" + a.mode + "'");
+  if (a.mode != "properties" && a.mode != "bench" && a.mode != "dump")
+    throw hr::InvalidArgument("unknown mode '" + a.mode + "'");
   for (int i = 2; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) throw hr::InvalidArgument(k + " needs a value");
@@ -66,10 +90,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--engine") a.engine = v;
     else if (k == "--out") a.out = v;
     else if (k == "--seed" || k == "--seeds") a.seeds = parse_seeds(v);
+    else if (k == "--dir") a.dir = v;
+    else if (k == "--steps") a.steps = std::stoll(v);
+    else if (k == "--data-seed") a.data_seed = std::stoull(v);
+    else if (k == "--lengths") a.lengths = parse_lengths(v);
     else throw hr::InvalidArgument("unknown option " + k);
   }
   if (a.engine != "mpi" && a.engine != "nccl") throw hr::InvalidArgument("--engine: mpi | nccl");
   if (a.engine == "nccl" && a.backend != "cuda") throw hr::InvalidArgument("--engine nccl needs --backend cuda");
+  if (a.mode == "dump" && a.dir.empty()) throw hr::InvalidArgument("dump needs --dir (the dump's folder)");
   return a;
 }
 
@@ -158,13 +187,25 @@ int main(int argc, char** argv) {
         }
         if (i == 0) points = std::move(o.points);
       }
+    } else if (a.mode == "dump") {
+      const nlohmann::json conv = hr::read_json_file(a.dir + "/conventions.json", "dump conventions", 64 << 20);
+      hr::StepConfig base;
+      base.model = hr::parse_model_kind(conv.at("model").get<std::string>());
+      const hr::StepConfig cfg = hr::step_config_from_json(conv.at("config"), base);
+      hr::DumpOptions opt;
+      opt.steps = a.steps;
+      opt.data_seed = a.data_seed;
+      opt.lengths = a.lengths;
+      out["files"] = hr::dist::dump_rank(*dev, *comm, cfg, opt, a.dir);
     } else {
       points = hr::props::bm_dp(*dev, *comm, preset);
     }
     int rc = 0;
     if (comm->rank() == 0) {
-      out["measurements"] = all;
-      out["sweep_points"] = points;
+      if (a.mode != "dump") {
+        out["measurements"] = all;
+        out["sweep_points"] = points;
+      }
       hr::make_non_finite_explicit(out);
       if (!a.out.empty()) hr::write_output(a.out, out.dump(1));
       if (a.mode == "properties") rc = summarize(all) ? 0 : 1;

@@ -470,7 +470,11 @@ double run_trajectory(Device& dev, const StepConfig& cfg, const Batch& batch, nl
     expected.push_back(want.scale[i]);
     mismatches += (r.loss_scale == want.scale[i] && r.skipped == want.skipped[i]) ? 0 : 1;
   }
+  // scale[i] is the scale step i's backward passes ran at, before that step's
+  // update (scale[0] = init_scale); final_scale is the scale after the last update.
   *traj = nlohmann::json{{"scale", scale},
+                         {"scale_is", "the scale each step's backward ran at, before its update"},
+                         {"init_scale", cfg.precision.scaler.init_scale},
                          {"skipped", skipped},
                          {"expected_scale", expected},
                          {"growth_interval", cfg.precision.scaler.growth_interval},

@@ -497,8 +497,8 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
       // The folder put in place is held from the moment it is DIR.
       const OutputLock fresh_lock(fresh.string());
       if (opt.ranks > 0)
-        fmt::print(out, "headroom: dump: {} steps on one process, then on {} ranks under mpirun\n", opt.steps,
-                   opt.ranks);
+        fmt::print(out, "headroom: dump: {} step{} on one process, then on {} ranks under mpirun\n", opt.steps,
+                   opt.steps == 1 ? "" : "s", opt.ranks);
       r = dump_model(*dev, cfg, fresh.string(), opt);
       if (opt.ranks > 0) {
         std::vector<std::string> args{"dump",    "--dir",       fresh.string(),
@@ -529,9 +529,9 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
       fmt::print(out, "headroom: dumped one {} forward + backward (loss {:.6g}, {} tensors) on {} into {}\n",
                  model_kind_name(cfg.model), r.loss, r.tensors, backend_name(dev->kind()), target.string());
     else
-      fmt::print(out, "headroom: dumped {} {} steps ({} skipped; first loss {:.6g}, {} tensors) on {} into {}\n",
-                 r.steps, model_kind_name(cfg.model), r.steps_skipped, r.loss, r.tensors, backend_name(dev->kind()),
-                 target.string());
+      fmt::print(out, "headroom: dumped {} {} step{} ({} skipped; first loss {:.6g}, {} tensors) on {} into {}\n",
+                 r.steps, model_kind_name(cfg.model), r.steps == 1 ? "" : "s", r.steps_skipped, r.loss, r.tensors,
+                 backend_name(dev->kind()), target.string());
     for (const auto& f : r.files)
       fmt::print(out, "  {}\n", (target / fs::path(f).lexically_relative(fresh)).string());
     if (r.nonfinite_gradients > 0) {

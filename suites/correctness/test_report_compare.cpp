@@ -661,7 +661,7 @@ TEST(ReportCommands, DumpWritesOneStepOnTheCpu) {
   EXPECT_EQ(hr::command_dump(d, out, err), 0) << err.str();
   EXPECT_TRUE(fs::exists(dir / "gradients.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "conventions.json"));
-  EXPECT_NE(out.str().find("dumped one mlp step"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("dumped one mlp forward + backward"), std::string::npos) << out.str();
   fs::remove_all(dir);
   // A configuration the step refuses is bad input, and nothing is created.
   d.micro_batch = 3;

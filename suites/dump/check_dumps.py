@@ -57,6 +57,40 @@ def rel(a, b):
     return d / n if n > 0 else d
 
 
+def f32(x):
+    return np.float32(x)
+
+
+def adamw_rebuild(p, g, m, v, t, hp, decay):
+    """torch.optim.AdamW as conventions.json states it, in fp32 (numpy float32)."""
+    lr, b1, b2, eps = f32(hp["lr"]), f32(hp["beta1"]), f32(hp["beta2"]), f32(hp["eps"])
+    wd = f32(hp["weight_decay"]) if decay else f32(0)
+    step_size = f32(float(lr) / (1.0 - float(b1) ** t))
+    bc2_sqrt = f32(np.sqrt(1.0 - float(b2) ** t))
+    p = p * (f32(1) - lr * wd)
+    m = b1 * m + (f32(1) - b1) * g
+    v = b2 * v + (f32(1) - b2) * g * g
+    return p - step_size * (m / (np.sqrt(v) / bc2_sqrt + eps)), m, v
+
+
+def encode(codebook, x):
+    """Nearest code of x (the normalised values, sorted), a tie to the lower code."""
+    lo = np.clip(np.searchsorted(codebook, x, side="right") - 1, 0, 254)
+    hi = lo + 1
+    code = np.where(x - codebook[lo] <= codebook[hi] - x, lo, hi)
+    code = np.where(x <= codebook[0], 0, code)
+    return np.where(x >= codebook[255], 255, code)
+
+
+def quantise(codebook, x, block):
+    """Block-wise: absmax per block of `block` row-major elements, then the nearest code."""
+    flat = x.reshape(-1)
+    absmax = np.array([np.abs(flat[i:i + block]).max() for i in range(0, flat.size, block)], np.float32)
+    scale = np.repeat(absmax, block)[:flat.size]
+    normalised = np.where(scale > 0, flat / np.where(scale > 0, scale, f32(1)), f32(0)).astype(np.float32)
+    return encode(codebook, normalised), absmax
+
+
 class Failed(Exception):
     pass
 
@@ -176,7 +210,71 @@ def main():
         b = values(os.path.join(d, "batch.safetensors"))
         need(list(b["sequence_length"].astype(int)) == [100, 90, 60, 38, 28, 20, 5, 5, 3, 1], "not the lengths given")
 
+    def adamw_steps(d, conv):
+        """Each step rebuilt in numpy from the weights before it and its gradients:
+        the update, the weight-decay exclusions and t as conventions.json states them."""
+        o = conv["optimizer"]
+        hp, no_decay = o["hyperparameters"], set(o["no_weight_decay"])
+        before = {k: a for k, (_, a) in load(os.path.join(d, "weights.safetensors")).items()}
+        state = {k: np.zeros_like(a) for k, a in before.items()}
+        worst, control = 0.0, None
+        prev_m = prev_v = {}
+        for rec in conv["steps"]:
+            at = os.path.join(d, rec["folder"])
+            g = {k: a for k, (_, a) in load(os.path.join(at, "gradients.safetensors")).items()}
+            after = {k: a for k, (_, a) in load(os.path.join(at, "weights.safetensors")).items()}
+            moments = {k: a for k, (_, a) in load(os.path.join(at, "optimizer_state.safetensors")).items()}
+            for k in g:
+                p, m, v = adamw_rebuild(before[k], g[k], state.get(k + ".m", np.zeros_like(g[k])),
+                                        state.get(k + ".v", np.zeros_like(g[k])), rec["optimizer_t"], hp,
+                                        k not in no_decay)
+                state[k + ".m"], state[k + ".v"] = m, v
+                err = np.abs(p - after[k]).max() / np.abs(after[k] - before[k]).max()
+                worst = max(worst, err)
+                need(err <= 1e-3, f"{rec['folder']}: {k} off the numpy AdamW by {err:.3g} of its update")
+                need(np.abs(m - moments[k + ".exp_avg"]).max() <= 1e-6 * np.abs(m).max(), f"{k}: exp_avg")
+                need(np.abs(v - moments[k + ".exp_avg_sq"]).max() <= 1e-6 * np.abs(v).max(), f"{k}: exp_avg_sq")
+            if rec["optimizer_t"] == 2:  # control: the same step told t = 1 (a lost step count) must fail
+                k = max(g, key=lambda n: g[n].size)
+                wrong, _, _ = adamw_rebuild(before[k], g[k], prev_m[k], prev_v[k], 1, hp, k not in no_decay)
+                control = np.abs(wrong - after[k]).max() / np.abs(after[k] - before[k]).max()
+                need(control > 1e-3, f"a step told t = 1 passes ({control:.3g} of the update)")
+            prev_m = {k: state[k + ".m"] for k in g}
+            prev_v = {k: state[k + ".v"] for k in g}
+            before = after
+        print(f"     numpy AdamW: worst error {worst:.3g} of the update over {len(conv['steps'])} steps; "
+              f"a step told t = 1 errs {control:.3g}")
+
     def q8(d, conv):
+        """Step 1's codes and absmax rebuilt in numpy from its gradients alone, by
+        the map, block and quantiser rules conventions.json states."""
+        o = conv["optimizer"]
+        hp, block = o["hyperparameters"], o["block_size"]
+        g = {k: a for k, (_, a) in load(os.path.join(d, "step_1", "gradients.safetensors")).items()}
+        st = {k: a for k, (_, a) in load(os.path.join(d, "step_1", "optimizer_state.safetensors")).items()}
+        b1, b2 = f32(hp["beta1"]), f32(hp["beta2"])
+        checked = mismatched = 0
+        for k, grad in g.items():
+            if k + ".exp_avg.codes" not in st:
+                need(grad.size < o["min_8bit_numel"], f"{k}: {grad.size} elements kept in fp32")
+                continue
+            for moment, value, book in (("exp_avg", (f32(1) - b1) * grad, "maps.exp_avg"),
+                                        ("exp_avg_sq", (f32(1) - b2) * grad * grad, "maps.exp_avg_sq")):
+                codes, absmax = quantise(st[book], value, block)
+                need(np.array_equal(absmax, st[f"{k}.{moment}.absmax"]), f"{k}.{moment}: absmax")
+                dumped = st[f"{k}.{moment}.codes"].reshape(-1).astype(int)
+                off = codes != dumped
+                checked += codes.size
+                mismatched += int(off.sum())
+                need(np.abs(codes - dumped).max() <= 1, f"{k}.{moment}: a code off by more than one")
+        need(checked > 0 and mismatched <= 1e-3 * checked, f"{mismatched} of {checked} codes differ")
+        # Control: the first moment quantised with the unsigned map (its sign lost) must differ.
+        k = next(n for n in g if n + ".exp_avg.codes" in st)
+        wrong, _ = quantise(st["maps.exp_avg_sq"], (f32(1) - b1) * g[k], block)
+        control = float(np.mean(wrong != st[k + ".exp_avg.codes"].reshape(-1)))
+        need(control > 0.1, f"the first moment in the unsigned map passes ({control:.3g} of codes differ)")
+        print(f"     numpy 8-bit quantiser: {checked - mismatched} of {checked} codes equal; with the unsigned map "
+              f"for the first moment {control:.0%} differ")
         for s in ("step_1", "step_2"):
             st = load(os.path.join(d, s, "optimizer_state.safetensors"))
             need(any(k.endswith(".exp_avg.codes") and t == "U8" for k, (t, _) in st.items()), f"{s}: no codes")
@@ -226,6 +324,7 @@ def main():
         case("packed_given_lengths", ["--layout", "packed", "--lengths", "100,90,60,38,28,20,5,5,3,1"],
              check=given_lengths)
         case("memory_efficient_attention", [], {"transformer": {"attention": "memory_efficient"}})
+        case("adamw_steps", ["--model", "mlp", "--micro-batch", "16", "--steps", "3"], check=adamw_steps)
         case("adamw8bit_steps", ["--steps", "2"], {"optimizer": {"kind": "adamw8bit"}}, q8)
         case("lora_nonzero_b", ["--lora-b-std", "0.02"], {"adapters": {"kind": "lora", "rank": 4}}, lora)
         case("mlp_lora", ["--model", "mlp", "--lora-b-std", "0.02"], {"adapters": {"kind": "lora", "rank": 4}},

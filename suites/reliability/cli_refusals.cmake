@@ -156,6 +156,36 @@ elseif(CASE STREQUAL "dump_batch_options_must_be_positive")
   headroom(2 "--micro-batch" dump --backend cpu --micro-batch 0 --out "${WORK}/dump")
   headroom(2 "--micro-batch" dump --backend cpu --micro-batch 2.5 --out "${WORK}/dump")
 
+elseif(CASE STREQUAL "dump_step_and_layout_options_are_checked")
+  headroom(2 "--overflow-steps: needs fp16 with the loss scaler" dump --backend cpu --steps 2 --overflow-steps 1
+           --out "${WORK}/dump")
+  headroom(2 "--overflow-steps: 3 is not one of the steps 1..2" dump --backend cpu --dtype fp16 --steps 2
+           --overflow-steps 3 --out "${WORK}/dump")
+  headroom(2 "--steps" dump --backend cpu --steps 1001 --out "${WORK}/dump")
+  headroom(2 "--lengths: 3 lengths for 8 rows" dump --backend cpu --lengths 5,6,7 --out "${WORK}/dump")
+  headroom(2 "--lengths: 129 is outside [1, seq_len 128]" dump --backend cpu --layout packed --lengths 5,129
+           --out "${WORK}/dump")
+  headroom(2 "--lengths" dump --backend cpu --lengths 5,x --out "${WORK}/dump")
+  headroom(2 "--layout: packed needs the transformer" dump --backend cpu --model mlp --layout packed
+           --out "${WORK}/dump")
+  headroom(2 "--lora-b-std: needs adapters" dump --backend cpu --lora-b-std 0.02 --out "${WORK}/dump")
+  file(WRITE "${WORK}/dropout.json" "{\"transformer\": {\"dropout\": 0.1}}")
+  headroom(2 "--ranks: data parallel dumps run without dropout" dump --backend cpu --ranks 2 --micro-batch 4
+           --config "${WORK}/dropout.json" --out "${WORK}/dump")
+  headroom(2 "--ranks" dump --backend cpu --ranks 0 --out "${WORK}/dump")
+  if(EXISTS "${WORK}/dump")
+    message(FATAL_ERROR "a refused dump created its folder")
+  endif()
+  # A previous dump's step and rank folders are a dump's; a file of the user's in one is not.
+  headroom(0 "step_2" dump --backend cpu --model mlp --steps 2 --out "${WORK}/steps")
+  headroom(0 "gradients.safetensors" dump --backend cpu --model mlp --out "${WORK}/steps")
+  if(EXISTS "${WORK}/steps/step_1")
+    message(FATAL_ERROR "the previous dump's step folders were left beside a dump without steps")
+  endif()
+  headroom(0 "step_1" dump --backend cpu --model mlp --steps 1 --out "${WORK}/steps")
+  file(WRITE "${WORK}/steps/step_1/notes.txt" "mine")
+  headroom(2 "holds step_1/notes.txt, which a dump does not write" dump --backend cpu --model mlp --out "${WORK}/steps")
+
 # ---- A dump is one set: its folder is replaced whole, never mixed with a previous dump.
 elseif(CASE STREQUAL "dump_replaces_its_folder_whole")
   file(WRITE "${WORK}/dropout.json" "{\"transformer\": {\"dropout\": 0.1}}")

@@ -118,6 +118,9 @@ struct PropertySpec {
   std::string title;
   double expected_seconds_quick = 1.0;  // for progress estimates on a 2-core CPU
   std::function<std::vector<Measurement>(RunContext&)> run;
+  // What it needs beyond a backend, or it is recorded skipped with the reason:
+  // "" (nothing), "mpirun" (the data-parallel worker), "a GPU". `headroom list` shows it.
+  std::string needs;
 };
 
 struct SweepSpec {
@@ -130,6 +133,7 @@ struct SweepSpec {
   // it to confirm a suspected step-time regression before calling it one. Returns
   // nullopt when the configuration is not one this sweep would run.
   std::function<std::optional<SweepPoint>(RunContext&, const SweepPoint&)> remeasure;
+  std::string needs;  // as PropertySpec::needs
 };
 
 std::vector<PropertySpec>& property_registry();

@@ -4,8 +4,10 @@
 //   headroom validate  judge a run (new or from a file) against a trusted baseline
 //   headroom compare   the same comparison between two results files
 //   headroom report    the HTML report of a results file
-//   headroom dump      one training step as safetensors files, for checking a framework
+//   headroom dump      training steps as safetensors files, for checking a framework
 //   headroom info      the device record
+//   headroom list      every property and sweep, what it needs and how long it takes
+//   headroom plan      the cheapest techniques that fit a step on each card
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "harness/build_info.hpp"
 #include "harness/check.hpp"
 #include "harness/device.hpp"
 #include "harness/dist/launch.hpp"
@@ -79,12 +82,24 @@ constexpr const char* kTimeFloorHelp =
     "minimum effect: a step-time change within this fraction is the same (default 0.05, and 0.10 for the CPU "
     "backend's CPU-time samples; given, it sets both)";
 
+// "headroom 0.1.0 (git 8dd3b2979051, Release, GNU 12.2.0, CUDA nvcc 13.0.88, architectures 90)".
+std::string version_line() {
+  std::string cuda = hr::build::kCudaCompiler;
+  cuda = cuda.empty() ? "no CUDA" : fmt::format("CUDA {}, architectures {}", cuda, hr::build::kCudaArchs);
+  return fmt::format("headroom {} (git {}, {}, {}, {})", hr::build::kVersion, hr::build::kGitSha, hr::build::kBuildType,
+                     hr::build::kCxxCompiler, cuda);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   hr::rerun_with_one_blas_thread_under_a_memory_limit(argv);
   CLI::App app{"headroom: benchmark and conformance suite for memory-saving training techniques"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_line(), "print the version, the git commit and the build, and exit");
+  app.footer("Start with: headroom run --out results   (then open results/index.html)\n"
+             "            headroom list                  (what runs, what it needs, how long)\n"
+             "Each command's --help shows examples. Exit codes: 0 passed / fit, 1 failed / not fit, 2 bad input.");
   bool debug = false;
   app.add_flag("--debug", debug,
                "error messages carry the failed internal check and its source location (also HEADROOM_DEBUG=1)");
@@ -92,6 +107,21 @@ int main(int argc, char** argv) {
   std::string info_backend = "auto";
   auto* info = app.add_subcommand("info", "print the device record as JSON");
   info->add_option("--backend", info_backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  info->footer("Example:\n  headroom info --backend cuda    # the GPU's name, memory, clocks, driver, or why none answers");
+
+  hr::ListCommand list;
+  auto* list_cmd = app.add_subcommand("list", "list every property and sweep: ID, kind, expected time, whether it runs "
+                                              "here, title");
+  list_cmd->add_option("--preset", list.preset, "quick | full")
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+  list_cmd->add_option("--backend", list.backend, "auto | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  list_cmd->add_flag("--json", list.json, "one JSON array instead of the table");
+  list_cmd->footer("Examples:\n"
+                   "  headroom list                      # the IDs --only and --skip select from\n"
+                   "  headroom list --backend cuda --json");
 
   hr::RunCommand run;
   auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
@@ -105,6 +135,12 @@ int main(int argc, char** argv) {
                                      "and --ranks); only what did not run runs");
   for (const char* other : {"--preset", "--backend", "--only", "--skip", "--out", "--seed", "--ranks"})
     resume->excludes(run_cmd->get_option(other));
+  run_cmd->footer("Examples:\n"
+                  "  headroom run --out results                     # the quick preset; open results/index.html\n"
+                  "  headroom run --only '^GA-' --out ga            # gradient accumulation's properties only\n"
+                  "  headroom run --skip '^(TRADE|BM-FIT)$'         # without the trade table (~50 s on 2 cores)\n"
+                  "  headroom run --preset full --backend cuda --junit junit.xml\n"
+                  "  headroom run --resume results                  # finish a run that was interrupted");
 
   hr::ValidateCommand val;
   auto* val_cmd = app.add_subcommand(
@@ -129,6 +165,10 @@ int main(int argc, char** argv) {
   add_run_options(val_cmd, val.run);
 
   std::string cmp_a, cmp_b, cmp_html;
+  val_cmd->footer("Examples:\n"
+                  "  headroom run --out trusted                                    # once, on the trusted card\n"
+                  "  headroom validate --baseline trusted/results.json --out new  # on the new card: runs, judges\n"
+                  "  headroom validate --baseline trusted/results.json --results new/results.json --html v.html");
   auto* cmp_cmd = app.add_subcommand("compare", "compare B against A (the baseline): table on stdout, optional HTML");
   cmp_cmd->add_option("A", cmp_a, "baseline results.json")->required();
   cmp_cmd->add_option("B", cmp_b, "results.json to judge")->required();
@@ -189,11 +229,20 @@ int main(int argc, char** argv) {
                        "data parallel over this many ranks under mpirun (ZeRO-1 AdamW, fp32): rank_<r>/ per rank")
       ->check(CLI::Range(int64_t{1}, hr::kMaxDumpRanks));
 
+  cmp_cmd->footer("Example:\n  headroom compare a/results.json b/results.json --html compare.html   # B judged against A");
+  dump_cmd->footer("Examples:\n"
+                   "  headroom dump --model mlp --micro-batch 16 --out dump       # one pass; see the README's numpy "
+                   "rebuild\n"
+                   "  headroom dump --dtype fp16 --steps 3 --overflow-steps 2     # the loss scaler skips step 2\n"
+                   "  headroom dump --layout packed --lengths 100,60,28,5 --out packed\n"
+                   "  headroom dump --model mlp --ranks 2 --steps 2 --micro-batch 16  # data parallel, ZeRO-1");
+
   std::string rep_results, rep_baseline, rep_html;
   auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");
   rep_cmd->add_option("RESULTS", rep_results, "results.json")->required();
   rep_cmd->add_option("--baseline", rep_baseline, "compare against this results.json in the report");
   rep_cmd->add_option("--html", rep_html, "output HTML file")->required();
+  rep_cmd->footer("Example:\n  headroom report results/results.json --baseline trusted/results.json --html report.html");
 
   // ---- headroom plan (harness/plan/plan.hpp) ----
   hr::plan::PlanCommand plan;
@@ -212,6 +261,10 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--headroom", plan.headroom_fraction, "fraction of each card's memory left free")
       ->check(finite_in(0, false, 1, "[0, 1)"))
       ->capture_default_str();
+  plan_cmd->footer("Example:\n"
+                   "  headroom plan --preset full --config harness/plan/samples/step-1p3b.json \\\n"
+                   "                --cards harness/plan/samples/sample-cards.json\n"
+                   "  (the sample cards' prices are placeholders: put your own in a copy)");
 
   try {
     app.parse(argc, argv);
@@ -237,6 +290,7 @@ int main(int argc, char** argv) {
   if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr, cmp_opt);
   if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
   if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
+  if (list_cmd->parsed()) return hr::command_list(list, std::cout, std::cerr);
   if (plan_cmd->parsed()) return hr::plan::command_plan(plan, std::cout, std::cerr);
 
   if (info->parsed()) return hr::command_info(info_backend, std::cout, std::cerr);

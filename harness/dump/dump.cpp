@@ -155,7 +155,8 @@ nlohmann::ordered_json batch_conventions(const StepConfig& cfg, const DumpOption
     b["packing"] =
         "first-fit decreasing: sequences sorted by length (longest first, ties in input order), each into the first "
         "row with room, a new row when none has; rows the sequences do not need are all padding";
-    b["positions"] = "restart at 0 at each sequence's first token (pos = column - sequence_offset)";
+    b["positions"] = "restart at 0 at each sequence's first token (pos = column - sequence_offset); the row's "
+                     "unused tail, a segment of its own, restarts at 0 too";
     b["mask"] = "block-diagonal causal: query t attends key s iff s <= t and segment_ids[b, s] == segment_ids[b, t]";
   } else {
     b["positions"] = "0 .. seq_len - 1 in every row";
@@ -200,9 +201,10 @@ nlohmann::ordered_json optimizer_conventions(const StepConfig& cfg, TrainStep& s
   o["hyperparameters"] = {
       {"lr", a.lr}, {"beta1", a.beta1}, {"beta2", a.beta2}, {"eps", a.eps}, {"weight_decay", a.weight_decay}};
   o["update"] =
-      "p = p * (1 - lr * weight_decay); m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2; "
-      "p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps) (torch.optim.AdamW); the two bias "
-      "corrections are computed in double and rounded to fp32, the rest in fp32";
+      "in this order, each operation in fp32 unless said: p = p * (1 - lr * weight_decay); m = beta1 m + (1 - beta1) "
+      "g; v = beta2 v + (1 - beta2) g g; denom = sqrt(v) / c2 + eps; p = p - s1 * (m / denom) (m / denom first, as "
+      "torch.optim.AdamW's addcdiv), where s1 = fp32(lr / (1 - beta1^t)) and c2 = fp32(sqrt(1 - beta2^t)) are "
+      "computed in double from the fp32 hyperparameters";
   if (oc.kind == OptimizerKind::adamw) {
     o["state"] = "<param>.exp_avg (m) and <param>.exp_avg_sq (v), fp32, as the parameter; both start at 0";
     return o;
@@ -273,6 +275,7 @@ nlohmann::ordered_json adapter_conventions(const StepConfig& cfg) {
                   : "A as init.per_parameter says; B zeros (LoRA's init: the adapted model starts as the base, and "
                     "A's gradient at the first step is 0)";
   j["frozen"] = "every base parameter: no gradient in gradients.safetensors; only the adapters train";
+  j["weight_decay"] = "both adapters take the optimizer's weight decay (optimizer.no_weight_decay lists none of them)";
   return j;
 }
 
@@ -311,7 +314,11 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, const DumpOptions& opt
     j["attention"] = {
         {"heads", t.heads},
         {"head_dim", t.head_dim()},
-        {"projections", "separate q, k, v linears [d_model, d_model]; head h uses features [h*D, (h+1)*D)"},
+        {"projections", "separate q, k, v linears [d_model, d_model]; head h uses features [h*D, (h+1)*D) of q, k "
+                        "and v, and its output goes to features [h*D, (h+1)*D) of the concatenation attn.proj reads"},
+        {"key_bias", "h.<i>.attn.k.bias adds the same q . b_k to every score of a query's row, which softmax "
+                     "removes: its gradient is 0 in exact arithmetic and holds only fp32 rounding noise (about 1e-11); "
+                     "compare it by absolute size, and expect AdamW to move it anyway (its step is lr g / (|g| + eps))"},
         {"scale", 1.0 / std::sqrt(static_cast<double>(t.head_dim()))},
         {"scale_formula", "1/sqrt(head_dim)"},
         {"mask",
@@ -357,6 +364,10 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, const DumpOptions& opt
     // little about a loss or its gradients: the dump says how many it holds.
     j["loss"]["min_real_targets_per_micro_batch"] = kMinRealTargets;
   }
+  j["loss"]["sparse_note"] =
+      "a language-model micro-batch with fewer than min_real_targets_per_micro_batch real targets says little about "
+      "a loss or its gradients; sparse_micro_batches counts them";
+  if (opt.steps > 0) j["loss"]["per_step"] = "each step's loss and divisor_per_micro_batch are in steps[i]";
   if (opt.steps == 0) {
     const StepRecord& r = records.front();
     j["loss"]["divisor_per_micro_batch"] = r.divisors;
@@ -374,6 +385,10 @@ nlohmann::ordered_json conventions(const StepConfig& cfg, const DumpOptions& opt
   if (cfg.model == ModelKind::transformer) {
     j["dropout"]["p_attn_probs"] = cfg.transformer.attn_probs_p();
     j["dropout"]["p_attn_out"] = cfg.transformer.attn_out_p();
+    j["dropout"]["p_sources"] =
+        "p is config transformer.dropout (the MLP output); p_attn_out and p_attn_probs are the applied values of "
+        "config attn_out_dropout and attn_probs_dropout, where -1 means: as dropout (attention probabilities: 0 "
+        "with memory-efficient attention, which applies no dropout there)";
   }
   j["dropout"]["masks"] = any ? "dropout_masks.safetensors: <site>/micro_<m>, uint8 1 = kept, in the shape of the "
                                 "tensor it masks"

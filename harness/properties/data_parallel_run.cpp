@@ -95,10 +95,12 @@ std::vector<SweepPoint> run_worker_points(RunContext& ctx, const char* mode, con
 
 }  // namespace
 
-HR_REGISTER_PROPERTY(PropertySpec{"DP-1", kDpTitle, 4.0, run_dp_properties});
+HR_REGISTER_PROPERTY(PropertySpec{"DP-1", kDpTitle, 4.0, run_dp_properties, "mpirun"});
 HR_REGISTER_SWEEP(SweepSpec{"DP-MEM", "data parallel: bytes per consumer per rank, communication bytes per step", 1.0,
-                            [](RunContext& c) { return run_worker_points(c, "properties", "DP-MEM"); }, {}});
+                            [](RunContext& c) { return run_worker_points(c, "properties", "DP-MEM"); }, {},
+                            "mpirun"});
 HR_REGISTER_SWEEP(SweepSpec{"BM-DP", "all-reduce bus bandwidth against message size; data-parallel step time against N",
-                            4.0, [](RunContext& c) { return run_worker_points(c, "bench", "BM-DP"); }, {}});
+                            4.0, [](RunContext& c) { return run_worker_points(c, "bench", "BM-DP"); }, {},
+                            "mpirun"});
 
 }  // namespace hr::props

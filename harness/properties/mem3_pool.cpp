@@ -171,6 +171,6 @@ std::vector<Measurement> run_mem3(RunContext& ctx) {
 }  // namespace
 
 HR_REGISTER_PROPERTY(PropertySpec{"MEM-3", "tracking allocator peak against the GPU pool's high-water mark", 0.3,
-                                  run_mem3});
+                                  run_mem3, "a GPU"});
 
 }  // namespace hr

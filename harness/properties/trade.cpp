@@ -405,8 +405,9 @@ TradeRun measure_trade(RunContext& ctx) {
   TradeRun run;
   run.setup = trade_setup(ctx.preset, dev.kind());
   const TradeSetup& s = run.setup;
-  for (const TradeRow& row : s.rows) {
-    if (ctx.progress) ctx.progress(fmt::format("TRADE {}", row.key));
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const TradeRow& row = s.rows[i];
+    if (ctx.progress) ctx.progress(fmt::format("row {} of {}: {}", i + 1, s.rows.size(), row.technique));
     run.trade.push_back(measure_trade_row(dev, s, row, ctx.seed));
     run.losses.push_back(trade_loss(dev, s, row, ctx.seed));
   }
@@ -444,8 +445,11 @@ FitRun measure_fit(RunContext& ctx) {
       run.budget_from_tracker
           ? predict_memory(fit_probe_config(s.rows.front().cfg, kFitBudgetBaselineMicroBatch), dev.kind()).total_peak
           : dev.record().memory_bytes;
-  for (const TradeRow& row : s.rows) {
-    if (ctx.progress) ctx.progress(fmt::format("BM-FIT {}", row.key));
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const TradeRow& row = s.rows[i];
+    if (ctx.progress)
+      ctx.progress(fmt::format("row {} of {}: the largest micro-batch that fits, {}", i + 1, s.rows.size(),
+                               row.technique));
     run.fit.push_back(fit_point(dev, s, row, run.budget_bytes, run.budget_from_tracker, ctx.seed));
   }
   return run;

@@ -551,6 +551,86 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
   });
 }
 
+namespace {
+
+// Words of `text` in lines of at most `width` characters, the first `first` shorter.
+std::vector<std::string> wrap_words(const std::string& text, size_t width) {
+  std::vector<std::string> lines{""};
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(at, end - at);
+    if (!lines.back().empty() && lines.back().size() + 1 + word.size() > width) lines.emplace_back();
+    lines.back() += (lines.back().empty() ? "" : " ") + word;
+    at = end + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+int command_list(const ListCommand& c, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] {
+    const Preset preset = parse_preset(c.preset);
+    HR_ARG_CHECK(c.backend == "cpu" || c.backend == "cuda" || c.backend == "auto",
+                 "--backend: cpu | cuda | auto, got '{}'", c.backend);
+    std::string gpu_why;
+    const bool gpu = c.backend == "cuda" || (c.backend == "auto" && cuda_device_available(&gpu_why));
+    const std::string dp_why = dist::dp_unavailable_reason();
+    struct Row {
+      std::string id, kind, title, needs, here;
+      double seconds;
+    };
+    std::vector<Row> rows;
+    auto here = [&](const std::string& needs) -> std::string {
+      if (needs == "a GPU" && !gpu) return "skipped: needs a GPU";
+      if (needs == "mpirun" && !dp_why.empty()) return "skipped: " + dp_why;
+      return "runs";
+    };
+    const BackendKind kind = gpu ? BackendKind::cuda : BackendKind::cpu;
+    const ExpectedCosts costs = expected_costs(preset, kind);
+    for (const PropertySpec& p : property_registry())
+      rows.push_back({p.id, "property", p.title, p.needs, here(p.needs),
+                      costs.seconds("property", p.id, p.expected_seconds_quick)});
+    for (const SweepSpec& w : sweep_registry())
+      rows.push_back({w.id, "sweep", w.title, w.needs, here(w.needs), costs.seconds("sweep", w.id, w.expected_seconds_quick)});
+    // Times where runs of this preset on this backend were measured (measured_costs.inc).
+    const bool timed = costs.calibrated;
+    if (c.json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const Row& r : rows)
+        j.push_back({{"id", r.id}, {"kind", r.kind}, {"title", r.title}, {"needs", r.needs}, {"here", r.here},
+                     {"expected_seconds", timed ? nlohmann::json(r.seconds) : nlohmann::json(nullptr)}});
+      fmt::print(out, "{}\n", j.dump(1));
+      return 0;
+    }
+    fmt::print(out, "{:<8} {:<8} {:>6}  {:<20}  {}\n", "ID", "kind", "~time", "here", "title");
+    double total = 0;
+    for (const Row& r : rows) {
+      total += r.seconds;
+      const std::string t = timed ? format_duration(r.seconds) : "-";
+      const std::string where = r.here.size() > 20 ? r.here.substr(0, 17) + "..." : r.here;
+      const auto lines = wrap_words(r.title, 120 - 48);
+      fmt::print(out, "{:<8} {:<8} {:>6}  {:<20}  {}\n", r.id, r.kind, t, where, lines[0]);
+      for (size_t i = 1; i < lines.size(); ++i) fmt::print(out, "{:<48}{}\n", "", lines[i]);
+    }
+    fmt::print(out, "\n{} entries ({} properties, {} sweeps) in the {} preset on {}", rows.size(),
+               property_registry().size(), sweep_registry().size(), preset_name(preset), gpu ? "cuda" : "cpu");
+    if (timed)
+      fmt::print(out, "; about {} as measured {}", format_duration(total),
+                 gpu ? "on an H200 (full preset)" : "on a 2-core CPU (quick preset)");
+    fmt::print(out, "\n");
+    if (!timed)
+      fmt::print(out, "(no measured times for the {} preset on {}: they exist for quick on cpu and full on cuda)\n",
+                 preset_name(preset), gpu ? "cuda" : "cpu");
+    if (!dp_why.empty()) fmt::print(out, "data parallel: {}\n", dp_why);
+    fmt::print(out, "--only and --skip take regular expressions over the IDs and titles, e.g. --only '^GA-' or "
+                    "--skip '^(TRADE|BM-FIT)$'\n");
+    return 0;
+  });
+}
+
 int command_info(const std::string& backend, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     auto dev = open_device(backend);

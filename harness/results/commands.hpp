@@ -75,6 +75,15 @@ struct DumpCommand {
   int64_t ranks = 0;                    // > 0: data parallel under mpirun
 };
 
+// `headroom list`: every property and sweep of the suite with its kind, title, what it
+// needs, whether it runs here and its expected time.
+struct ListCommand {
+  std::string preset = "quick";
+  std::string backend = "auto";
+  bool json = false;
+};
+int command_list(const ListCommand& c, std::ostream& out, std::ostream& err);
+
 // `headroom info`: the device record as JSON; a backend that is not here is bad input (2).
 int command_info(const std::string& backend, std::ostream& out, std::ostream& err);
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err);

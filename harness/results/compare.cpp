@@ -725,17 +725,59 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   return cmp;
 }
 
+namespace {
+
+constexpr size_t kConsoleColumns = 120;
+
+// `text` in lines of at most `width` columns, broken at spaces (a word longer than a
+// line is cut), every line after the first indented by `indent`.
+std::vector<std::string> wrap_text(const std::string& text, size_t width, size_t indent, bool indent_first = false) {
+  if (indent_first) {
+    std::vector<std::string> lines = wrap_text(text, width - indent, 0);
+    for (std::string& l : lines) l = std::string(indent, ' ') + l;
+    return lines;
+  }
+  std::vector<std::string> lines{""};
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    at = end + 1;
+    const size_t room = width - (lines.size() == 1 ? 0 : indent);
+    if (!lines.back().empty() && lines.back().size() + 1 + word.size() > room) lines.emplace_back();
+    while (word.size() > width - indent) {  // a word that fits no line: cut it
+      const size_t fits = width - indent - (lines.back().empty() ? 0 : lines.back().size() + 1);
+      lines.back() += (lines.back().empty() ? "" : " ") + word.substr(0, fits);
+      word = word.substr(fits);
+      lines.emplace_back();
+    }
+    lines.back() += (lines.back().empty() ? "" : " ") + word;
+  }
+  for (size_t i = 1; i < lines.size(); ++i) lines[i] = std::string(indent, ' ') + lines[i];
+  return lines;
+}
+
+}  // namespace
+
 std::string format_comparison_text(const Results& base, const Results& cur, const Comparison& c) {
   std::ostringstream o;
   if (c.seeds_differ)
     o << fmt::format("seeds differ: baseline seed {}, this run seed {} (check power is shown, not judged)\n", base.seed,
-                     cur.seed);
-  o << fmt::format("baseline: {} on {} '{}' ({}, {} preset, {}, seed {}, {})\n", base.run_time_utc,
-                   dev_str(base.device, "backend"), dev_str(base.device, "name"), dev_str(base.build, "git_sha"),
-                   base.preset, base.backend, base.seed, run_kind(base));
-  o << fmt::format("this run: {} on {} '{}' ({}, {} preset, {}, seed {}, {})\n\n", cur.run_time_utc,
-                   dev_str(cur.device, "backend"), dev_str(cur.device, "name"), dev_str(cur.build, "git_sha"),
-                   cur.preset, cur.backend, cur.seed, run_kind(cur));
+                     cur.seed);  // under 120 columns for any two 20-digit seeds
+  for (const std::string& part :
+       wrap_text(fmt::format("baseline: {} on {} '{}' ({}, {} preset, {}, seed {}, {})", base.run_time_utc,
+                             dev_str(base.device, "backend"), dev_str(base.device, "name"),
+                             dev_str(base.build, "git_sha"), base.preset, base.backend, base.seed, run_kind(base)),
+                 kConsoleColumns, 10))
+    o << part << "\n";
+  for (const std::string& part :
+       wrap_text(fmt::format("this run: {} on {} '{}' ({}, {} preset, {}, seed {}, {})", cur.run_time_utc,
+                             dev_str(cur.device, "backend"), dev_str(cur.device, "name"), dev_str(cur.build, "git_sha"),
+                             cur.preset, cur.backend, cur.seed, run_kind(cur)),
+                 kConsoleColumns, 10))
+    o << part << "\n";
+  o << "\n";
 
   if (!c.rows.empty()) {
     // One line per point: its step time and total peak, the worst verdict of its
@@ -773,17 +815,28 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
         add_note(fmt::format("{} {}", r.quantity, pct(r.change)));
       }
     }
+    // At most kConsoleColumns wide: a point too long for its column goes on a line of
+    // its own above its numbers, and notes on lines of their own below (the report
+    // has every detail).
     size_t w[3] = {5, 9, 10};
     for (const auto& l : lines) {
-      w[0] = std::max(w[0], std::min<size_t>(l.point.size(), 64));
       w[1] = std::max(w[1], l.time.size());
       w[2] = std::max(w[2], l.mem.size());
     }
-    o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}  {}\n", "point", w[0], "step time", w[1], "peak bytes", w[2],
-                     "verdict", "note");
-    for (const auto& l : lines)
-      o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<10}{}{}\n", l.point, w[0], l.time.empty() ? "-" : l.time, w[1],
-                       l.mem.empty() ? "-" : l.mem, w[2], l.verdict, l.note.empty() ? "" : "  ", l.note);
+    const size_t rest = w[1] + 2 + w[2] + 2 + 10;
+    w[0] = kConsoleColumns > rest + 2 + 20 ? std::min<size_t>(kConsoleColumns - rest - 2, 48) : 20;
+    o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "point", w[0], "step time", w[1], "peak bytes", w[2], "verdict");
+    for (const auto& l : lines) {
+      std::string point = l.point;
+      if (point.size() > w[0]) {
+        for (const std::string& part : wrap_text(point, kConsoleColumns, 0)) o << part << "\n";
+        point.clear();
+      }
+      o << fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", point, w[0], l.time.empty() ? "-" : l.time, w[1],
+                       l.mem.empty() ? "-" : l.mem, w[2], l.verdict);
+      if (!l.note.empty())
+        for (const std::string& part : wrap_text(l.note, kConsoleColumns, 4, true)) o << part << "\n";
+    }
     o << "\n";
   } else {
     o << "no sweep points to compare\n\n";
@@ -793,17 +846,20 @@ std::string format_comparison_text(const Results& base, const Results& cur, cons
                    c.checks_new);
   o << fmt::format("{} points matched: {} regressions, {} improvements, {} noisy, {} missing, {} new\n",
                    c.matched_points, c.regressions, c.improvements, c.noisy, c.missing, c.added);
-  for (const auto& w : c.warnings) o << "warning: " << w << "\n";
+  for (const auto& w : c.warnings)
+    for (const std::string& part : wrap_text("warning: " + w, kConsoleColumns, 9)) o << part << "\n";
   if (c.fit()) {
     o << "verdict: FIT - every check and sweep point of the baseline ran and held under its bound, and nothing "
          "regressed\n";
   } else if (c.partial) {
     o << fmt::format("verdict: PARTIAL (not fit) - {} reason{}:\n", c.failures.size(),
                      c.failures.size() == 1 ? "" : "s");
-    for (const auto& f : c.failures) o << "  - " << f << "\n";
+    for (const auto& f : c.failures)
+      for (const std::string& part : wrap_text("- " + f, kConsoleColumns - 2, 2)) o << "  " << part << "\n";
   } else {
     o << fmt::format("verdict: NOT FIT - {} reason{}:\n", c.failures.size(), c.failures.size() == 1 ? "" : "s");
-    for (const auto& f : c.failures) o << "  - " << f << "\n";
+    for (const auto& f : c.failures)
+      for (const std::string& part : wrap_text("- " + f, kConsoleColumns - 2, 2)) o << "  " << part << "\n";
   }
   return o.str();
 }

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <map>
 #include <memory>
@@ -37,18 +40,138 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Expected time left: the remaining specs' expected_seconds_quick, scaled by how
-// fast the run has been against its own expectations so far (a full preset or a
-// faster machine changes the scale; the first spec alone is a poor guide, so the
-// observed ratio is blended with 1 until a few seconds have been observed).
-double expected_left(double observed_s, double expected_done_s, double expected_left_s) {
+// Expected time left: the remaining specs' expected_seconds_quick (measured for the
+// quick preset on a 2-core CPU), scaled by how fast the run has been against them so
+// far. Where they were measured (calibrated), the first spec alone is a poor guide:
+// the observed ratio is blended with 1 until a few seconds have been observed.
+// Elsewhere (the full preset, a GPU) they give the shares of the work only: no
+// estimate until a spec has finished, then the observed ratio alone. Negative: none.
+double expected_left(double observed_s, double expected_done_s, double expected_left_s, bool calibrated) {
+  if (!calibrated) return expected_done_s > 0 && observed_s > 0 ? expected_left_s * observed_s / expected_done_s : -1;
   if (expected_done_s <= 0) return expected_left_s;
   const double ratio = observed_s / expected_done_s;
   const double weight = std::min(1.0, expected_done_s / 5.0);
   return expected_left_s * (weight * ratio + (1 - weight) * 1.0);
 }
 
+// A spec's outcome in a few words, as it ends: "12 checks passed, 8 of 8 controls
+// caught", "1 of 12 checks FAILED", "8 points (2 out of memory)".
+std::string outcome(const std::vector<Measurement>& ms) {
+  int checks = 0, failed = 0, controls = 0, missed = 0, errors = 0;
+  for (const Measurement& m : ms) {
+    if (m.metric == "error") ++errors;
+    else if (m.negative_control) ++controls, missed += m.passed ? 0 : 1;
+    else ++checks, failed += m.passed ? 0 : 1;
+  }
+  std::string s = failed > 0 ? fmt::format("{} of {} checks FAILED", failed, checks)
+                             : fmt::format("{} check{} passed", checks, checks == 1 ? "" : "s");
+  if (controls > 0)
+    s += missed > 0 ? fmt::format(", {} of {} controls NOT caught", missed, controls)
+                    : fmt::format(", {} of {} controls caught", controls, controls);
+  if (errors > 0) s += fmt::format(", {} error{}", errors, errors == 1 ? "" : "s");
+  return s;
+}
+std::string outcome(const std::vector<SweepPoint>& ps) {
+  std::map<std::string, int> by;
+  for (const SweepPoint& p : ps) ++by[p.status];
+  std::string s = fmt::format("{} point{}", ps.size(), ps.size() == 1 ? "" : "s");
+  std::string other;
+  for (const auto& [status, n] : by)
+    if (status != "ok") other += fmt::format("{}{} {}", other.empty() ? "" : ", ", n, status == "out_of_memory" ? "out of memory" : status);
+  return other.empty() ? s : s + " (" + other + ")";
+}
+
+// While one spec runs: a line after every `every_s` seconds in which nothing was
+// said, so a long item (TRADE, a seed sweep) shows it is alive and for how long.
+class Heartbeat {
+ public:
+  Heartbeat(std::function<void(const std::string&)> say, std::mutex& mu, std::chrono::steady_clock::time_point& last,
+            double every_s)
+      : say_(std::move(say)), mu_(mu), last_(last), every_s_(every_s), thread_([this] { loop(); }) {}
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // The spec now running (empty: none).
+  void set(const std::string& id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    id_ = id;
+    since_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!done_) {
+      cv_.wait_for(lk, std::chrono::milliseconds(250));
+      const auto now = std::chrono::steady_clock::now();
+      if (done_ || id_.empty() || std::chrono::duration<double>(now - last_).count() < every_s_) continue;
+      const std::string line =
+          fmt::format("headroom:        {} still running ({})", id_,
+                      format_duration(std::chrono::duration<double>(now - since_).count()));
+      lk.unlock();
+      say_(line);
+      lk.lock();
+    }
+  }
+  std::function<void(const std::string&)> say_;
+  std::mutex& mu_;
+  std::chrono::steady_clock::time_point& last_;
+  double every_s_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string id_;
+  std::chrono::steady_clock::time_point since_;
+  std::thread thread_;
+};
+
 }  // namespace
+
+namespace {
+
+struct MeasuredCost {
+  const char* kind;
+  const char* id;
+  const char* preset;
+  const char* backend;
+  double seconds;
+};
+constexpr MeasuredCost kMeasuredCosts[] = {
+#include "harness/results/measured_costs.inc"
+};
+
+const MeasuredCost* measured(const std::string& kind, const std::string& id, Preset preset, BackendKind backend) {
+  for (const MeasuredCost& c : kMeasuredCosts)
+    if (kind == c.kind && id == c.id && std::string(preset_name(preset)) == c.preset &&
+        std::string(backend_name(backend)) == c.backend)
+      return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+ExpectedCosts expected_costs(Preset preset, BackendKind backend) {
+  ExpectedCosts e;
+  e.preset = preset;
+  e.backend = backend;
+  double got = 0, expected = 0;
+  for (const PropertySpec& p : property_registry())
+    if (const MeasuredCost* c = measured("property", p.id, preset, backend)) got += c->seconds, expected += p.expected_seconds_quick;
+  for (const SweepSpec& w : sweep_registry())
+    if (const MeasuredCost* c = measured("sweep", w.id, preset, backend)) got += c->seconds, expected += w.expected_seconds_quick;
+  e.calibrated = got > 0 && expected > 0;
+  if (e.calibrated) e.scale = got / expected;
+  return e;
+}
+
+double ExpectedCosts::seconds(const std::string& kind, const std::string& id, double expected_seconds_quick) const {
+  if (const MeasuredCost* c = calibrated ? measured(kind, id, preset, backend) : nullptr) return c->seconds;
+  return expected_seconds_quick * scale;
+}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -112,15 +235,30 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const HostSample host_at_start = sample_host();
   const size_t total = sel.size();
+  const ExpectedCosts costs = expected_costs(opt.preset, dev.kind());
+  auto cost = [&](const auto& spec) {
+    return costs.seconds(std::is_same_v<std::decay_t<decltype(spec)>, PropertySpec> ? "property" : "sweep", spec.id,
+                         spec.expected_seconds_quick);
+  };
   double expected_all = 0, expected_done = 0;
-  for (auto* p : sel.properties) expected_all += p->expected_seconds_quick;
-  for (auto* w : sel.sweeps) expected_all += w->expected_seconds_quick;
+  for (auto* p : sel.properties) expected_all += cost(*p);
+  for (auto* w : sel.sweeps) expected_all += cost(*w);
   size_t index = 0;
   std::string current;
 
+  // Lines come from this thread and from the heartbeat's: one at a time.
+  std::mutex say_mu, beat_mu;
+  auto last_said = std::chrono::steady_clock::now();
   auto say = [&](const std::string& line) {
-    if (progress) (*progress) << line << std::endl;
+    if (!progress) return;
+    std::lock_guard<std::mutex> lk(say_mu);
+    (*progress) << line << std::endl;
+    std::lock_guard<std::mutex> beat(beat_mu);
+    last_said = std::chrono::steady_clock::now();
   };
+  const bool calibrated = costs.calibrated;
+  std::optional<Heartbeat> heartbeat;
+  if (progress && opt.heartbeat_s > 0) heartbeat.emplace(say, beat_mu, last_said, opt.heartbeat_s);
 
   // What a resumed run finished: each spec's items, cut from its measurements and
   // sweep points by the counts of its timings (which are written in run order).
@@ -195,14 +333,20 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     ++index;
     current = id;
     const double elapsed = seconds_since(t0);
-    const double left = expected_left(elapsed, expected_done, expected_all - expected_done);
-    say(fmt::format("headroom: [{:>{}}/{}] {} {} - {} (elapsed {}, ~{} left)", index,
-                    std::to_string(total).size(), total, kind, id, title, format_duration(elapsed),
-                    format_duration(left)));
+    const double left = expected_left(elapsed, expected_done, expected_all - expected_done, calibrated);
+    // Short titles on the progress line; the full title is in the report.
+    const std::string shown = title.size() > 60 ? title.substr(0, title.rfind(' ', 57)) + "..." : title;
+    say(fmt::format("headroom: [{:>{}}/{}] {} {} - {} (elapsed {}, {})", index, std::to_string(total).size(), total,
+                    kind, id, shown, format_duration(elapsed),
+                    left < 0 ? std::string("estimating the time left") : "~" + format_duration(left) + " left"));
+    if (heartbeat) heartbeat->set(id);
   };
 
   RunContext ctx{dev, opt.preset, opt.seed, [&](const std::string& note) {
-                   say(fmt::format("headroom:        {}: {}", current, note));
+                   // A line for people: at most 120 columns.
+                   std::string line = fmt::format("headroom:        {}: {}", current, note);
+                   if (line.size() > 120) line = line.substr(0, 117) + "...";
+                   say(line);
                  }};
 
   // One property or sweep: as it was in the resumed run when it finished there, not
@@ -216,7 +360,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       for (auto& item : resumed_items(f->second)) into.push_back(std::move(item));
       ++index;
       ++finished_specs;
-      expected_done += spec.expected_seconds_quick;
+      expected_done += cost(spec);
       return;
     }
     if (stopping()) {
@@ -248,7 +392,10 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     for (auto& item : got) settle(spec, item);
     timing.items = static_cast<int>(got.size());
     timing.seconds = seconds_since(s0);
-    expected_done += spec.expected_seconds_quick;
+    if (heartbeat) heartbeat->set("");
+    if (timing.skipped.empty() && timing.error.empty())
+      say(fmt::format("headroom:        {}: {} ({})", spec.id, outcome(got), format_duration(timing.seconds)));
+    expected_done += cost(spec);
     r.timings.push_back(timing);
     for (auto& item : got) into.push_back(std::move(item));
     check_device(spec.id);

@@ -38,6 +38,9 @@ struct RunOptions {
   // *device_lost holds "ID: why" so that the caller can go on in a fresh process.
   std::function<bool(const std::string& id, std::string* why)> device_check;
   std::string* device_lost = nullptr;
+  // While a property or sweep runs, a progress line after this many seconds in
+  // which nothing was said ("GA-3 still running (45s)").
+  double heartbeat_s = 15;
 };
 
 // The registered specs the options select, in registration order (properties
@@ -54,5 +57,20 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress);
 
 // "1:05" / "12s": short durations for progress lines.
 std::string format_duration(double seconds);
+
+// What each property or sweep is expected to take at a preset on a backend: the
+// seconds it took in the runs harness/results/measured_costs.inc was made from
+// (ci/measured-costs), or, for one those runs lack, its expected_seconds_quick
+// scaled by how the measured ones compare with theirs. `calibrated`: such runs
+// exist for this preset and backend; otherwise the costs are the quick preset's
+// on a 2-core CPU, good for the shares of the work only.
+struct ExpectedCosts {
+  bool calibrated = false;
+  double seconds(const std::string& kind, const std::string& id, double expected_seconds_quick) const;
+  Preset preset = Preset::quick;
+  BackendKind backend = BackendKind::cpu;
+  double scale = 1.0;  // measured / expected_seconds_quick over the specs measured
+};
+ExpectedCosts expected_costs(Preset preset, BackendKind backend);
 
 }  // namespace hr

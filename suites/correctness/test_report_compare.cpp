@@ -595,6 +595,12 @@ TEST(ReportCompare, FixturePairsGiveTheirVerdicts) {
   const std::string text = hr::format_comparison_text(hr::load_results(fixture("baseline_faster.json")), cur, bad);
   EXPECT_NE(text.find("NOT FIT"), std::string::npos);
   EXPECT_NE(text.find("micro_batch=8"), std::string::npos);
+  // A console of 120 columns holds every line; the report has the rest.
+  std::istringstream lines(text);
+  size_t longest = 0;
+  for (std::string line; std::getline(lines, line);) longest = std::max(longest, line.size());
+  EXPECT_LE(longest, 120u) << text;
+  EXPECT_NE(text.find("slower by 42.9%"), std::string::npos) << text;  // the note kept, on its own line
 }
 
 TEST(ReportCommands, CompareExitCodes) {

@@ -2,6 +2,9 @@
 // validation, atomic replacement, and the runner's handling of a property or
 // sweep that throws (recorded, never aborting the run).
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -270,6 +273,40 @@ TEST(ReportRunner, APropertyThatThrowsIsRecordedAndTheRunGoesOn) {
   EXPECT_NE(log.find("[3/3]"), std::string::npos) << log;
   EXPECT_NE(log.find("a note"), std::string::npos) << log;
   EXPECT_NE(log.find("left"), std::string::npos) << log;
+}
+
+// Progress says each item's outcome as it ends, and inside a long item a line every
+// few seconds in which nothing else was said.
+TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
+  ScopedSpecs scope;
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-3", "two checks and a missed control", 0.1,
+                                                      [](hr::RunContext&) {
+                                                        return std::vector<hr::Measurement>{
+                                                            hr::make_check("ZZTEST-3", "a", 0.5, 1.0),
+                                                            hr::make_check("ZZTEST-3", "b", 2.0, 1.0),
+                                                            hr::make_negative_control("ZZTEST-3", "c", 0.5, 1.0)};
+                                                      }});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-4", "slow", 0.1, [](hr::RunContext&) {
+                                                        std::this_thread::sleep_for(std::chrono::milliseconds(2600));
+                                                        return std::vector<hr::Measurement>{
+                                                            hr::make_check("ZZTEST-4", "", 0.5, 1.0)};
+                                                      }});
+  auto dev = hr::make_cpu_device();
+  hr::RunOptions opt;
+  opt.only = "^ZZTEST-[34]$";
+  opt.heartbeat_s = 1;
+  std::ostringstream progress;
+  hr::run_suite(*dev, opt, &progress);
+  const std::string log = progress.str();
+  EXPECT_NE(log.find("ZZTEST-3: 1 of 2 checks FAILED, 1 of 1 controls NOT caught"), std::string::npos) << log;
+  EXPECT_NE(log.find("ZZTEST-4 still running ("), std::string::npos) << log;
+  EXPECT_NE(log.find("ZZTEST-4: 1 check passed"), std::string::npos) << log;
+  // The full preset has no measured costs on the CPU: no estimate before an item ends.
+  opt.preset = hr::Preset::full;
+  opt.only = "^ZZTEST-3$";
+  std::ostringstream full;
+  hr::run_suite(*dev, opt, &full);
+  EXPECT_NE(full.str().find("estimating the time left"), std::string::npos) << full.str();
 }
 
 // Two properties that measure nothing, for the selection tests: ZZTEST-A "alpha

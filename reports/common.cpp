@@ -120,6 +120,14 @@ table.kv td:first-child{color:var(--muted);width:38%}
 .b-neg{background:var(--negbg);color:var(--neg)}.b-warn{background:var(--warnbg);color:var(--warn)}
 .b-na{background:#f1f5f9;color:var(--muted)}
 table.matrix td.cell{text-align:center;white-space:nowrap;font-variant-numeric:tabular-nums}
+table.matrix td.cell small{white-space:normal}
+table.matrix td.prop{min-width:220px}
+table.matrix td.prop small{display:block;color:var(--muted);font-size:11px}
+.scroll{overflow-x:auto;max-width:100%}
+.scroll th{position:static}
+ul.glance{margin:14px 0 0;padding-left:20px}ul.glance li{margin:2px 0}ul.glance li.bad{color:var(--bad)}
+th small,table.trade td small{font-weight:400;color:var(--muted);font-size:11px}
+td.mono,td .mono{overflow-wrap:anywhere}
 td.cell.ok{background:#f0fdf4!important;color:var(--ok)}td.cell.bad{background:#fef2f2!important;color:var(--bad);font-weight:650}
 td.cell.neg{background:#eff6ff!important;color:var(--neg)}td.cell.na{color:var(--na)}
 td.cell small{display:block;color:var(--muted);font-size:11px}

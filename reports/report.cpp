@@ -31,13 +31,15 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
                    esc(str_of(r.build, "git_sha")));
   h += R"(<nav class="toc"><div class="wrap">)";
   for (const auto& [id, name] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"summary", "Summary"}, {"device", "Device"}, {"conformance", "Conformance"}, {"memory", "Memory"},
+           {"summary", "Summary"}, {"conformance", "Conformance"}, {"memory", "Memory"},
            {"curve-bm-mb", "Micro-batch"}, {"curve-ck-3", "Depth"}, {"curve-seq", "Sequence"},
-           {"curve-q8-3", "8-bit state"}, {"curve-mp", "Mixed precision"}, {"trade", "Trade"}, {"dp", "Data parallel"}, {"baseline", "Baseline"}, {"run", "Run"}})
+           {"curve-q8-3", "8-bit state"}, {"curve-mp", "Mixed precision"}, {"trade", "Trade"}, {"dp", "Data parallel"},
+           {"baseline", "Baseline"}, {"device", "Device"}, {"run", "Run"}})
     h += fmt::format(R"(<a href="#{}">{}</a>)", id, name);
   h += R"(</div></nav><main class="wrap">)";
+  // The first screen: the summary and the conformance matrix; the device and build
+  // (named in the header) come with the run record at the end.
   h += summary(r, opt);
-  h += device_section(r);
   h += conformance_section(r);
   h += memory_section(r);
   h += curve_bm_mb(r);
@@ -48,6 +50,7 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
   h += trade_section(r);
   h += dp_section(r);
   h += baseline_section(r, opt);
+  h += device_section(r);
   h += run_section(r);
   h += fmt::format(R"(</main><footer>headroom.results/1 &middot; generated from results.json &middot; this page needs )"
                    R"(no network and no scripts</footer></body></html>)");

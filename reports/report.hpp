@@ -31,7 +31,7 @@ struct ReportOptions {
 std::string render_report(const Results& r, const ReportOptions& opt = {});
 
 // The ids of the report's sections, in order (the tests check each is present).
-const char* const kSectionIds[] = {"summary", "device", "conformance", "memory", "curve-bm-mb", "curve-ck-3",
-                                   "curve-seq", "curve-q8-3", "trade", "baseline", "run"};
+const char* const kSectionIds[] = {"summary", "conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq",
+                                   "curve-q8-3", "trade", "baseline", "device", "run"};
 
 }  // namespace hr::report

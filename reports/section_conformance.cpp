@@ -70,7 +70,7 @@ PropertyPower property_power(const std::vector<Measurement>& ms, const std::stri
 std::string conformance_section(const Results& r) {
   std::string s = section_open(
       "conformance", "Conformance",
-      "Each property (PROPERTIES.md) by backend and dtype. A cell shows the worst case over its configurations: "
+      "Each property (docs/catalogue.md) by backend and dtype. A cell shows the worst case over its configurations: "
       "<b>headroom</b> is tolerance / error for a check (how far inside its bound it stayed; <i>exact</i> = zero "
       "error) and error / tolerance for a negative control (the broken variant, which must be caught). "
       "<b>Power</b> is the smallest injected error the property's checks caught, relative to their bound: "
@@ -121,13 +121,15 @@ std::string conformance_section(const Results& r) {
     s += "</ul>";
   }
 
-  s += R"(<h3>Matrix</h3><table class="matrix"><thead><tr><th>Property</th>)";
+  s += R"(<h3>Matrix</h3><div class="scroll"><table class="matrix"><thead><tr><th>Property</th>)";
   for (const auto& [b, d] : cols)
     s += fmt::format(R"(<th class="mid">{}<br><span class="mono">{}</span></th>)", esc(b), esc(d.empty() ? "-" : d));
   s += R"(<th class="mid">Power<br><span class="mono">smallest caught</span></th>)";
   s += "</tr></thead><tbody>";
   for (const auto& id : ids) {
-    s += fmt::format("<tr><td><b>{}</b> {}</td>", esc(id), esc(titles[id]));
+    // A short title; the whole one on hover and in the measurement list below.
+    s += fmt::format(R"(<tr><td class="prop" title="{}"><b>{}</b> {}</td>)", esc(titles[id]), esc(id),
+                     esc(short_title(titles[id], 60)));
     const PropertyPower row_power = property_power(r.measurements, id, "", "");
     for (const auto& [b, d] : cols) {
       std::vector<const Measurement*> cell;
@@ -185,7 +187,7 @@ std::string conformance_section(const Results& r) {
     }
     s += "</tr>";
   }
-  s += "</tbody></table>";
+  s += "</tbody></table></div>";
 
   // Every measurement, in catalogue order.
   std::vector<const Measurement*> all;
@@ -195,7 +197,7 @@ std::string conformance_section(const Results& r) {
   });
   s += fmt::format(R"(<details{}><summary>All {} measurements: error against tolerance</summary>)",
                    all.size() <= 40 ? " open" : "", all.size());
-  s += R"(<table><thead><tr><th>ID</th><th>Backend</th><th>dtype</th><th>Model</th><th>Config</th><th>Metric</th>)"
+  s += R"(<div class="scroll"><table><thead><tr><th>ID</th><th>Backend</th><th>dtype</th><th>Model</th><th>Config</th><th>Metric</th>)"
        R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Control</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
   for (const auto* m : all) {
     s += fmt::format(
@@ -205,7 +207,7 @@ std::string conformance_section(const Results& r) {
         esc(ratio_text(headroom_ratio(*m))), esc(m->control.empty() ? "-" : m->control), status_badge(*m),
         esc(is_error_measurement(*m) ? m->details.value("error", std::string()) : m->tolerance_reason));
   }
-  s += "</tbody></table></details></section>";
+  s += "</tbody></table></div></details></section>";
   return s;
 }
 

@@ -47,16 +47,17 @@ std::string memory_section(const Results& r) {
       if (p.sweep == sw && is_ok(p) && p.memory.total_peak_bytes > 0) pts.push_back(&p);
     std::set<std::string> dt, md, be;
     for (const auto* p : pts) dt.insert(p->dtype), md.insert(p->model), be.insert(p->backend);
-    // Label bars by the config keys that vary within the sweep (all, when none varies).
+    // Label bars by what differs between them: the config keys whose values vary in
+    // the sweep, values only, the keys named once in the chart's title.
     std::map<std::string, std::set<std::string>> key_values;
     for (const auto* p : pts)
-      for (auto it = p->config.begin(); it != p->config.end(); ++it) key_values[it.key()].insert(it->dump());
-    auto varying_label = [&](const json& config) {
-      json v = json::object();
-      for (auto it = config.begin(); it != config.end(); ++it)
-        if (key_values[it.key()].size() > 1) v[it.key()] = *it;
-      return config_label(v.empty() ? config : v);
-    };
+      for (auto it = p->config.begin(); it != p->config.end(); ++it)
+        if (it.key() != "technique" && it.key() != "key" && !it->is_null()) key_values[it.key()].insert(it->dump());
+    std::set<std::string> varying;
+    std::string keys_named;
+    for (const auto& [k, vals] : key_values)
+      if (vals.size() > 1) varying.insert(k), keys_named += (keys_named.empty() ? "" : ", ") + k;
+    auto varying_label = [&](const json& config) { return short_config_label(config, varying, false); };
     std::vector<Bar> bars;
     for (size_t i = 0; i < pts.size() && i < kMaxBars; ++i) {
       const auto* p = pts[i];
@@ -64,16 +65,19 @@ std::string memory_section(const Results& r) {
       for (const auto& [set, v] : {std::make_pair(&md, p->model), std::make_pair(&be, p->backend),
                                    std::make_pair(&dt, p->dtype)})
         if (set->size() > 1 && !v.empty()) label += (label.empty() ? "" : " ") + v;
-      // A named step (TRADE) reads better by its name than by its config.
+      // A named step (TRADE) reads better by its name (up to its parenthesis) than by its config.
       const std::string technique = str_of(p->config, "technique");
-      const std::string cfg = technique.empty() ? varying_label(p->config) : technique;
+      const std::string cfg = technique.empty() ? varying_label(p->config) : technique.substr(0, technique.find(" ("));
       if (!cfg.empty()) label += (label.empty() ? "" : " ") + cfg;
       Bar b{label.empty() ? std::to_string(i + 1) : label, {}};
       for (Consumer c : kAllConsumers) b.values.push_back(static_cast<double>(p->memory.peak(c)));
       bars.push_back(std::move(b));
     }
     ChartOptions o;
-    o.title = sw + (pts.size() > kMaxBars ? fmt::format(" (first {} of {})", kMaxBars, pts.size()) : "");
+    bool named = false;
+    for (const auto* p : pts) named = named || !str_of(p->config, "technique").empty();
+    o.title = sw + (named || keys_named.empty() ? "" : " by " + keys_named) +
+              (pts.size() > kMaxBars ? fmt::format(" (first {} of {})", kMaxBars, pts.size()) : "");
     o.y_label = "peak bytes";
     o.y_format = AxisFormat::bytes;
     o.width = 550;

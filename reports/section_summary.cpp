@@ -24,6 +24,62 @@ using nlohmann::json;
 
 // ---- Summary -------------------------------------------------------------------------
 
+// The first screen in words: what passed, what failed, what did not run, and how
+// sharp the checks are (the smallest fault each property's controls were caught at).
+std::string glance(const Results& r) {
+  std::set<std::string> ids, failed_ids;
+  for (const auto& m : r.measurements) {
+    ids.insert(m.id);
+    if (!m.passed) failed_ids.insert(m.id);
+  }
+  std::string s = R"(<ul class="glance">)";
+  s += fmt::format("<li><b>Passed:</b> {} of {} measurements over {} properties{}.</li>", r.totals.passed,
+                   r.totals.measurements, ids.size(),
+                   r.totals.negative_controls > 0
+                       ? fmt::format(", {} of {} broken variants caught", r.totals.negative_controls_caught,
+                                     r.totals.negative_controls)
+                       : std::string());
+  if (failed_ids.empty()) {
+    s += "<li><b>Failed:</b> nothing.</li>";
+  } else {
+    std::string names;
+    for (const auto& id : failed_ids) names += (names.empty() ? "" : ", ") + esc(id);
+    s += fmt::format(R"(<li class="bad"><b>Failed:</b> {} measurement{} of {} ({}); see <a href="#conformance">)"
+                     R"(Conformance</a>.</li>)",
+                     r.totals.failed, r.totals.failed == 1 ? "" : "s", names, failed_ids.size() == 1 ? "one property" : fmt::format("{} properties", failed_ids.size()));
+  }
+  std::string not_run;
+  for (const auto& t : r.timings)
+    if (!t.skipped.empty()) not_run += (not_run.empty() ? "" : "; ") + esc(t.id) + " (" + esc(t.skipped) + ")";
+  for (const auto& id : r.not_run) not_run += (not_run.empty() ? "" : "; ") + esc(id) + " (interrupted)";
+  int points_not_run = 0;
+  for (const auto& p : r.sweep_points) points_not_run += is_ok(p) ? 0 : 1;
+  if (points_not_run > 0)
+    not_run += fmt::format("{}{} sweep point{} (see the run record)", not_run.empty() ? "" : "; ", points_not_run,
+                           points_not_run == 1 ? "" : "s");
+  s += fmt::format("<li><b>Did not run:</b> {}.</li>", not_run.empty() ? "nothing" : not_run);
+  std::vector<std::pair<double, std::string>> powers;
+  int without = 0;
+  for (const auto& id : ids) {
+    const PropertyPower pp = property_power(r.measurements, id, "", "");
+    if (pp.controls == 0) continue;
+    if (pp.power) powers.emplace_back(*pp.power, id);
+    else ++without;
+  }
+  if (!powers.empty()) {
+    std::sort(powers.begin(), powers.end());
+    const auto& median = powers[powers.size() / 2];
+    const auto& bluntest = powers.back();
+    s += fmt::format("<li><b>How sharp:</b> {} of {} subtle controls caught; the smallest fault a property's checks "
+                     "were shown to see is {} its bound at the median property, {} to {} over all{}{}.</li>",
+                     r.totals.subtle_controls_caught, r.totals.subtle_controls, esc(ratio_text(median.first)),
+                     esc(ratio_text(powers.front().first)), esc(ratio_text(bluntest.first)),
+                     fmt::format(" (bluntest: {})", esc(bluntest.second)),
+                     without > 0 ? fmt::format("; {} with controls but none caught", without) : std::string());
+  }
+  return s + "</ul>";
+}
+
 std::string summary(const Results& r, const ReportOptions& opt) {
   const auto& t = r.totals;
   std::string s = section_open("summary", "Summary", "");
@@ -74,7 +130,9 @@ std::string summary(const Results& r, const ReportOptions& opt) {
                      c.checks_matched + c.checks_missing, c.checks_missing, c.conformance_failed, c.regressions,
                      c.warnings.size());
   }
-  s += R"(</div></section>)";
+  s += "</div>";
+  s += glance(r);
+  s += R"(</section>)";
   return s;
 }
 

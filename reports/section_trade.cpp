@@ -99,10 +99,11 @@ std::string trade_section(const Results& r) {
   bool any_config = false;
   for (const auto* p : pts) any_config = any_config || !config_label(rest_of(*p)).empty();
   const std::string cfg_th = any_config ? "<th>Config</th>" : "";
-  s += R"(<table><thead><tr><th>#</th><th>Step</th>)" + cfg_th + R"(<th class="num">Peak bytes</th><th></th>)"
-       R"(<th>By consumer</th><th class="num">Saved vs previous</th><th class="num">Saved vs start</th>)"
-       R"(<th class="num">Step time</th><th class="num">Time vs start</th><th class="num">Throughput</th>)"
-       R"(<th class="num">Useful tok/s</th><th>Loss vs baseline</th><th class="num">Fits micro-batch</th><th>Status</th></tr></thead><tbody>)";
+  // Ten columns that fit 1280 px: each pair of related numbers shares a cell.
+  s += R"(<div class="scroll"><table class="trade"><thead><tr><th>#</th><th>Step</th>)" + cfg_th +
+       R"(<th class="num">Peak bytes</th><th>By consumer</th><th class="num">Saved<br><small>vs previous / start</small></th>)"
+       R"(<th class="num">Step time<br><small>vs start</small></th><th class="num">Throughput<br><small>all / useful tokens</small></th>)"
+       R"(<th>Loss vs baseline</th><th class="num">Fits<br><small>micro-batch</small></th><th>Status</th></tr></thead><tbody>)";
   const SweepPoint* prev = nullptr;
   int n = 0;
   for (const auto* p : pts) {
@@ -111,7 +112,7 @@ std::string trade_section(const Results& r) {
     if (label.empty()) label = str_of(p->config, "step");
     const json rest = rest_of(*p);
     if (!is_ok(*p)) {
-      s += fmt::format(R"(<tr><td>{}</td><td><b>{}</b></td>{}<td colspan="11"></td><td><span class="badge b-warn">{}</span> {}</td></tr>)",
+      s += fmt::format(R"(<tr><td>{}</td><td><b>{}</b></td>{}<td colspan="7"></td><td><span class="badge b-warn">{}</span> {}</td></tr>)",
                        n, esc(label), any_config ? "<td class=\"mono\">" + esc(config_label(rest)) + "</td>" : "",
                        esc(p->status), esc(p->reason));
       continue;
@@ -129,18 +130,23 @@ std::string trade_section(const Results& r) {
     else if (auto t2 = num_of(p->metrics, {"samples_per_s"})) thr = fmt_si(*t2) + " samples/s";
     std::string useful = "-";
     if (auto u = num_of(p->metrics, {"useful_tokens_per_s"})) useful = fmt_si(*u) + " tok/s";
-    const double w = max_peak > 0 ? 120.0 * peak / max_peak : 0;
+    const double w = max_peak > 0 ? 90.0 * peak / max_peak : 0;
+    // The step's name up to its parenthesis; the details on hover.
+    const std::string name = label.substr(0, label.find(" ("));
     s += fmt::format(
-        R"(<tr><td>{}</td><td><b>{}</b></td>{}<td class="num">{}</td><td><span class="bar" style="width:{:.0f}px"></span></td>)"
-        R"(<td class="mono">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>)"
-        R"(<td class="num">{}</td><td class="num">{}</td><td>{}</td><td class="num">{}</td><td><span class="badge b-ok">ok</span></td></tr>)",
-        n, esc(label), any_config ? "<td class=\"mono\">" + esc(config_label(rest)) + "</td>" : "",
-        esc(fmt_bytes_short(peak)), w, consumer_bytes_cell(*p), esc(saved(prev)), esc(saved(first)),
+        R"(<tr><td>{}</td><td title="{}"><b>{}</b>{}</td>{}<td class="num nw">{}<br><span class="bar" style="width:{:.0f}px"></span></td>)"
+        R"(<td class="mono">{}</td><td class="num nw">{}<br>{}</td><td class="num nw">{}<br>{}</td>)"
+        R"(<td class="num nw">{}<br>{}</td><td>{}</td><td class="num">{}</td><td><span class="badge b-ok">ok</span></td></tr>)",
+        n, esc(label), esc(name),
+        name.size() < label.size() ? "<br><small>" + esc(label.substr(name.size() + 2, label.size() - name.size() - 3)) + "</small>"
+                                   : std::string(),
+        any_config ? "<td class=\"mono\">" + esc(config_label(rest)) + "</td>" : "", esc(fmt_bytes_short(peak)), w,
+        consumer_bytes_cell(*p), esc(saved(prev)), esc(saved(first)),
         esc(p->time ? fmt_seconds(p->time->median_s) : "-"), esc(tvs), esc(thr), esc(useful), trade_loss_cell(*p),
         trade_fit_cell(r, *p));
     prev = p;
   }
-  s += "</tbody></table><p class=\"lead\" style=\"margin-top:8px\">Saved: positive = less memory. Time: positive = "
+  s += "</tbody></table></div><p class=\"lead\" style=\"margin-top:8px\">Saved: positive = less memory. Time: positive = "
        "slower. The first two steps of the guide should save memory and time; the next three trade time for memory. "
        "Loss: the difference of the loss after the steps from the reference's, over the reference's progress, as a "
        "fraction of TRADE's bound; a row over it is marked as breaking training. By consumer: W weights, G gradients, "

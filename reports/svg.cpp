@@ -257,17 +257,33 @@ std::string stacked_bar_chart(const std::vector<std::string>& names, const std::
   std::vector<LegendItem> items;
   for (size_t i = 0; i < names.size(); ++i)
     items.push_back({names[i], i < colors.size() ? colors[i] : palette()[i % palette().size()], false, true});
+  // Labels are never cut: one longer than a line takes two, broken at a space, and
+  // the left margin grows to the longest line (up to kMaxLabelChars).
+  constexpr size_t kMaxLabelChars = 30;
+  std::vector<std::vector<std::string>> label_lines;
   size_t longest = 4;
-  for (const auto& b : bars) longest = std::max(longest, std::min<size_t>(b.label.size(), 34));
-  const double ml = std::min(250.0, 14 + kCharW * static_cast<double>(longest)), mr = 64;  // room for the total
-  const double plot_w = opt.width - ml - mr;
-  const auto [lg, legend_h] = legend(items, 16, 26, opt.width - 32.0);
+  bool two = false;
+  for (const auto& b : bars) {
+    std::vector<std::string> ls{b.label};
+    if (b.label.size() > kMaxLabelChars) {
+      size_t cut = b.label.rfind(' ', b.label.size() / 2 + 4);
+      if (cut == std::string::npos || cut == 0) cut = b.label.find(' ');
+      if (cut != std::string::npos) ls = {b.label.substr(0, cut), b.label.substr(cut + 1)};
+    }
+    for (const auto& l : ls) longest = std::max(longest, l.size());
+    two = two || ls.size() > 1;
+    label_lines.push_back(std::move(ls));
+  }
+  const double ml = 14 + kCharW * static_cast<double>(longest), mr = 64;  // room for the total
+  const double plot_w = std::max(120.0, opt.width - ml - mr);
+  const double width = ml + plot_w + mr;
+  const auto [lg, legend_h] = legend(items, 16, 26, width - 32.0);
   const double mt = 30 + legend_h + 10;
-  const double row_h = 24;
+  const double row_h = two ? 32 : 24;
   const double plot_h = std::max<double>(1, static_cast<double>(bars.size())) * row_h;
   const double height = mt + plot_h + 44;
 
-  std::string out = svg_open(opt.width, height, opt.title);
+  std::string out = svg_open(width, height, opt.title);
   out += fmt::format(R"(<text x="16" y="18" class="tt">{}</text>)", esc(opt.title));
   out += lg;
 
@@ -310,8 +326,10 @@ std::string stacked_bar_chart(const std::vector<std::string>& names, const std::
     // One transparent rect over the whole row carries the hover title.
     out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="transparent"><title>{}</title></rect>)",
                        ml, cy - row_h / 2, plot_w, row_h, esc(tip));
-    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" class="ax">{}</text>)", ml - 8, cy + 4,
-                       esc(truncate(bars[i].label, 34)));
+    const auto& ls = label_lines[i];
+    for (size_t k = 0; k < ls.size(); ++k)
+      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" class="ax">{}</text>)", ml - 8,
+                         cy + 4 + (static_cast<double>(k) - (static_cast<double>(ls.size()) - 1) / 2) * 12, esc(ls[k]));
     out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="ax">{}</text>)", tx(acc) + 5, cy + 4,
                        esc(axis_text(acc, opt.y_format)));
   }

@@ -31,20 +31,22 @@ MEASURE = r"""
       out.sections.push({id: s.id, scroll: s.scrollWidth, client: s.clientWidth});
   });
   document.querySelectorAll('.scroll').forEach(function (s) {
+    if (s.closest('details:not([open])')) return;  // not shown until opened
     if (s.scrollWidth > s.clientWidth + 1) {
       var sec = s.closest('section');
       out.scrolls.push({section: sec ? sec.id : '', scroll: s.scrollWidth, client: s.clientWidth});
     }
   });
   document.querySelectorAll('svg').forEach(function (svg) {
-    var vb = svg.viewBox && svg.viewBox.baseVal && svg.viewBox.baseVal.width ? svg.viewBox.baseVal.width
-                                                                             : svg.width.baseVal.value;
+    var frame = svg.getBoundingClientRect();  // on the screen, after every transform
     svg.querySelectorAll('text').forEach(function (t) {
       var txt = t.textContent || '';
-      var bb = t.getBBox();
+      var bb = t.getBoundingClientRect();
       var sec = svg.closest('section');
-      if (/(\.\.\.|\u2026)\s*$/.test(txt) || bb.x < -1 || bb.x + bb.width > vb + 1)
-        out.cut.push({section: sec ? sec.id : '', text: txt.slice(0, 80), x: bb.x, w: bb.width, chart: vb});
+      if (/(\.\.\.|\u2026)\s*$/.test(txt) || bb.left < frame.left - 1 || bb.right > frame.right + 1 ||
+          bb.top < frame.top - 1 || bb.bottom > frame.bottom + 1)
+        out.cut.push({section: sec ? sec.id : '', text: txt.slice(0, 80), left: bb.left - frame.left,
+                      right: frame.right - bb.right});
     });
   });
   document.querySelectorAll('td, th, span, div, a').forEach(function (e) {
@@ -82,6 +84,25 @@ def measure(browser, html, work, width):
     return json.loads(text)
 
 
+SELF_TEST = r"""
+<script>
+(function () {
+  var s = document.querySelector('section');
+  var wide = document.createElement('div');
+  wide.style.width = '3000px';
+  wide.textContent = 'a planted block wider than the page';
+  s.appendChild(wide);
+  var svg = document.querySelector('svg');
+  if (svg) {
+    var t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+    t.setAttribute('x', '4'); t.setAttribute('y', '14'); t.textContent = 'a planted label cut...';
+    svg.appendChild(t);
+  }
+})();
+</script>
+"""
+
+
 def main():
     headroom, results, work = sys.argv[1:4]
     args = sys.argv[4:]
@@ -97,6 +118,13 @@ def main():
     probe = os.path.join(work, "report_measured.html")
     open(probe, "w").write(page.replace("</body>", MEASURE + "</body>"))
     browser = chromium()
+    # The check must be able to fail: the same page with a planted block wider than
+    # the page and a planted cut label is refused.
+    planted = os.path.join(work, "report_planted.html")
+    open(planted, "w").write(page.replace("</body>", SELF_TEST + MEASURE + "</body>"))
+    m = measure(browser, planted, work, widths[0])
+    if not (m["page"] > m["width"] + 1 and m["sections"] and any("planted" in c["text"] for c in m["cut"])):
+        sys.exit(f"layout check: a planted overflow and cut label went unseen: {m}")
     bad = []
     for w in widths:
         m = measure(browser, probe, work, w)

@@ -68,7 +68,7 @@ TEST(ReportTrade, ColumnsLossMarkAndFit) {
   r.sweep_points.push_back(fit_point("adamw8bit", 13, 12));  // the search and the model disagree
   const std::string trade = section(report::render_report(r), "trade");
   ASSERT_FALSE(trade.empty());
-  for (const char* col : {"By consumer", "Useful tok/s", "Loss vs baseline", "Fits micro-batch"})
+  for (const char* col : {"By consumer", "all / useful tokens", "Loss vs baseline", "Fits<br><small>micro-batch"})
     EXPECT_NE(trade.find(col), std::string::npos) << col;
   EXPECT_NE(trade.find("A&nbsp;40 MiB"), std::string::npos) << "activations by consumer";
   EXPECT_NE(trade.find("777 tok/s"), std::string::npos);

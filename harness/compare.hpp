@@ -1,4 +1,4 @@
-// Error measures the properties report (PROPERTIES.md): norm-wise relative L2
+// Error measures the properties report (docs/catalogue.md): norm-wise relative L2
 // (the catalogue's default) and bitwise mismatch counts. A NaN in the result, or
 // an inf the reference does not have, makes the error NaN, which no tolerance
 // accepts. NMSE is the op conformance measure (OPS-1), as in ggml's test-backend-ops.

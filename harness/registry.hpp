@@ -1,6 +1,6 @@
 // What a run produces, and how properties and sweeps are registered.
 //
-// A property (PROPERTIES.md, e.g. GA-1) is a function that runs on a Device and
+// A property (docs/catalogue.md, e.g. GA-1) is a function that runs on a Device and
 // returns Measurements: the measured error, the tolerance, pass/fail and the
 // numbers behind it. GoogleTest cases assert on the same functions; `headroom
 // run` collects them into results.json and the report. A sweep (BM-* and curves)
@@ -37,7 +37,7 @@ struct Measurement {
   double tolerance = 0; // bound on `error` for a pass (for negative controls: the bound
                         // the broken variant must EXCEED to count as caught)
   bool negative_control = false;  // true: the broken variant is run and must be caught
-  // For a negative control, how large its injected fault is (PROPERTIES.md POWER):
+  // For a negative control, how large its injected fault is (docs/catalogue.md POWER):
   // "gross": the documented failure mode at full size (no division by K at all);
   // "subtle": a fault whose error lies within tol::kSubtleControlMaxPower times the
   // bound (divide by K+1, a token count off by one, a 16-bit accumulation buffer),

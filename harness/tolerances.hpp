@@ -11,7 +11,7 @@
 
 namespace hr::tol {
 
-// ---- Check power (PROPERTIES.md POWER) ----
+// ---- Check power (docs/catalogue.md POWER) ----
 // A subtle negative control injects a fault whose error lies within this many
 // times the check's bound: a check that catches it can see errors near its bound,
 // not only the gross failure mode. A larger error is not a subtle control. For a
@@ -79,7 +79,7 @@ inline constexpr PerDType kAttentionGradNmse{1e-9, 1e-5, 5e-4};
 // the fp32 buffer) and, with 16-bit storage, in the roundings that such an order
 // change can flip upstream of a store (a matrix product's kernel may block a
 // 1-row product differently from a 32-row one).
-// - fp32: anchor PROPERTIES.md GA-1 (1e-5); summation order alone measures
+// - fp32: anchor docs/catalogue.md GA-1 (1e-5); summation order alone measures
 //   <= 1.1e-6 on the quick models.
 // - fp16 / bf16: the fp32 value a stored activation is rounded from can differ in
 //   its last bits between the runs (a 1-row and a 32-row product take different
@@ -97,17 +97,17 @@ inline constexpr PerDType kAttentionGradNmse{1e-9, 1e-5, 5e-4};
 // on padded rows: >= 1e-2) stay orders of magnitude above every bound.
 inline constexpr PerDType kGradAccumRelL2{1e-5, 9.8e-4, 2e-3};
 inline constexpr const char* kGradAccumReason =
-    "GA-1 (PROPERTIES.md): fp32 1e-5; fp16 2u, bf16 u/2: the order of fp32 row sums flips a fraction of "
+    "GA-1 (docs/catalogue.md): fp32 1e-5; fp16 2u, bf16 u/2: the order of fp32 row sums flips a fraction of "
     "16-bit roundings, a 16-bit buffer rounds them all (harness/tolerances.hpp kGradAccumRelL2)";
 
-// GA's subtle controls (PROPERTIES.md POWER): faults whose error lies within
+// GA's subtle controls (docs/catalogue.md POWER): faults whose error lies within
 // kSubtleControlMaxPower times the bound, so the checks are shown to see errors of
 // that size, not only the gross failure modes.
 // - A 16-bit gradient buffer: every micro-batch's addition is rounded to 16 bits
 //   (each tensor scaled by a power of two first, so what is lost is significand,
 //   not underflow): a relative error of ~u / sqrt(12) per element per addition
 //   (u = 2^-10 fp16, 2^-7 bf16, the spacing), adding up over K additions, the
-//   fault fp32 accumulation exists to avoid (PROPERTIES.md GA-1). fp32 compute
+//   fault fp32 accumulation exists to avoid (docs/catalogue.md GA-1). fp32 compute
 //   takes an fp16 buffer at K = 4 (measured over 31 seeds 3.1e-4..7.2e-4, 31-72x
 //   the bound, moments and updates included; at K = 8 the transformer's reached
 //   101x); fp16 compute a bf16 buffer and bf16 compute a buffer of its own dtype,
@@ -242,7 +242,7 @@ inline constexpr const char* kBitwiseMismatchesReason =
     "BN-3: bitwise, no element may differ (harness/tolerances.hpp kBitwiseMismatches)";
 
 // PK-4: memory-efficient attention against naive attention in fp32, outputs and
-// gradients, norm-wise relative L2. Anchor: PROPERTIES.md PK-4 (<= 1e-5): the two
+// gradients, norm-wise relative L2. Anchor: docs/catalogue.md PK-4 (<= 1e-5): the two
 // differ only in summation order and in when the softmax normalises.
 inline constexpr double kAttentionImplsRelL2 = 1e-5;
 // PK-4's subtle control: the memory-efficient form's saved log-sum-exp off by this
@@ -260,7 +260,7 @@ inline constexpr double kAttentionSubtleLseOffset = 0x1p-12;
 inline constexpr double kNaiveAttentionMinExponent = 1.8;
 inline constexpr double kMemEfficientAttentionMaxExponent = 1.2;
 inline constexpr const char* kSeqExponentReason =
-    "least-squares slope of log peak bytes on log T; PROPERTIES.md PK-4: ~2 naive (> 1.8), ~1 memory-efficient "
+    "least-squares slope of log peak bytes on log T; docs/catalogue.md PK-4: ~2 naive (> 1.8), ~1 memory-efficient "
     "(< 1.2) (harness/tolerances.hpp kNaiveAttentionMinExponent, kMemEfficientAttentionMaxExponent)";
 
 // Element-wise ops (add, scale, axpy, cast, add_bias, GELU, dropout), forward and
@@ -311,7 +311,7 @@ inline constexpr double kModelLossRel = 1e-5;
 // stays near or above 1).
 inline constexpr double kTrainingLossDropFactor = 0.9;
 // CK-2: gradients with a fresh dropout state on recompute differ from the
-// correct run by more than this (PROPERTIES.md CK-2's anchor, 1e-3 relative).
+// correct run by more than this (docs/catalogue.md CK-2's anchor, 1e-3 relative).
 inline constexpr double kCheckpointFreshRngMinRelL2 = 1e-3;
 
 // ---- The MLP against its float64 reference (suites/common/ref_mlp.hpp) ----
@@ -375,7 +375,7 @@ inline constexpr double kMemoryFlipResolutionOfBound = 1.0 / 8;
 // its granularity (cudaMallocAsync aligns to 256 bytes), so 0 <= pool - tracker <
 // live allocations x granularity. MEM-3's quick step holds 346 allocations at its
 // 171 MB peak: on a CPU emulation of such a pool that is 2.2e-5 at a 256-byte
-// granularity and 8.8e-4 at 2 KiB; PROPERTIES.md MEM-3's 1% admits up to 4.9 KiB
+// granularity and 8.8e-4 at 2 KiB; docs/catalogue.md MEM-3's 1% admits up to 4.9 KiB
 // per live allocation. The details report the rounding per live allocation.
 inline constexpr double kPoolPeakRelError = 0.01;
 
@@ -383,7 +383,7 @@ inline constexpr double kPoolPeakRelError = 0.01;
 // MP-1 / MP-2 measure the quick MLP's weight gradients at loss multiplier 2^-9
 // (harness/properties/mixed_precision.hpp kMpLossMultiplier): their exponents
 // span 2^-14..2^-36 (bulk at 2^-22), 9-11% of the values under 2^-24.
-// The loss scale MP-1 checks (PROPERTIES.md MP-1: 2^16, GradScaler's initial scale).
+// The loss scale MP-1 checks (docs/catalogue.md MP-1: 2^16, GradScaler's initial scale).
 inline constexpr double kMpLossScale = 0x1p16;
 // Lost fraction: of the non-zero fp32 gradient values (above kMpLostValueFloorRms),
 // those a real 16-bit step returns as zero or off by more than half. Storing the
@@ -475,7 +475,7 @@ inline constexpr const char* kMpNoMasterParam = "layers.3.weight";
 // activation charged to workspace, moves the transformer's ratio to 0.413 (8.7x).
 inline constexpr double kMpActivationRatioRel = 0.02;
 inline constexpr const char* kMpActivationRatioReason =
-    "MP-5 (PROPERTIES.md): 0.5 within 2% (harness/tolerances.hpp kMpActivationRatioRel)";
+    "MP-5 (docs/catalogue.md): 0.5 within 2% (harness/tolerances.hpp kMpActivationRatioRel)";
 
 // ---- CK: activation checkpointing (CK-1..CK-5, GA-6) ----
 // CK-1, CK-2's subtle control, CK-4 and CK-5 are exact (kBitwiseMismatches): a
@@ -501,7 +501,7 @@ inline constexpr const char* kMpActivationRatioReason =
 inline constexpr double kCkDepthLinearExponentSlack = 0.1;
 // sqrt(L) segments: sqrt(L) kept segment inputs plus one segment's recomputed
 // activations, ~2 sqrt(L) blocks' worth, so b ~0.5 (ceil(sqrt L) makes the
-// segments at L = 8 and 32 a little longer); PROPERTIES.md CK-3's bound 0.65.
+// segments at L = 8 and 32 a little longer); docs/catalogue.md CK-3's bound 0.65.
 // Measured on the CPU (byte counts, the same at every seed): plain 0.98, sqrt(L)
 // 0.52 (the pass peak, workspace included, 0.48), every block 0.38; the controls
 // no checkpointing 0.98 and L/4-block segments 0.94 (power 1.5 and 1.45).
@@ -516,7 +516,7 @@ inline constexpr const char* kCkDepthEveryBlockReason =
     "L block inputs (~1/20 of a block each here) plus one recomputed block: b ~0.4, under 0.65 while an input "
     "weighs under ~1/6 of a block (harness/tolerances.hpp kCkDepthEveryBlockExponentMax)";
 inline constexpr const char* kCkDepthExponentReason =
-    "least-squares slope of log peak bytes on log depth; PROPERTIES.md CK-3: ~1 without checkpointing, <= 0.65 with "
+    "least-squares slope of log peak bytes on log depth; docs/catalogue.md CK-3: ~1 without checkpointing, <= 0.65 with "
     "sqrt(L) segments (harness/tolerances.hpp kCkDepth*)";
 
 
@@ -525,7 +525,7 @@ inline constexpr const char* kCkDepthExponentReason =
 // rows against one sequence per padded row and against a sequence run on its own.
 // The layouts compute the same sums over the same real tokens; what differs is the
 // row a token sits in, hence the product shapes and the masked keys the attention
-// skips: fp32 reorderings only. fp32: PROPERTIES.md PK-1's 1e-5 (measured over
+// skips: fp32 reorderings only. fp32: docs/catalogue.md PK-1's 1e-5 (measured over
 // seeds 1-20, both attention forms, <= 2.0e-6). fp16 / bf16: a reordered fp32 sum
 // flips a fraction of the stored 16-bit roundings, and the worst tensor is a
 // LayerNorm bias, whose gradient is a sum over tokens with cancellation, so a flip
@@ -534,7 +534,7 @@ inline constexpr const char* kCkDepthExponentReason =
 // 4u fp16 (1.95e-3, 1.7x the worst seen) and 3u bf16 (1.17e-2, 1.9x).
 inline constexpr PerDType kPackedRelL2{1e-5, 4.0 * 0x1p-11, 3.0 * 0x1p-8};
 inline constexpr const char* kPackedReason =
-    "PK-1: fp32 1e-5 (PROPERTIES.md); fp16 4u, bf16 3u: a different row layout reorders fp32 sums and flips 16-bit "
+    "PK-1: fp32 1e-5 (docs/catalogue.md); fp16 4u, bf16 3u: a different row layout reorders fp32 sums and flips 16-bit "
     "roundings, shown in full by a LayerNorm bias's cancelling sum (harness/tolerances.hpp kPackedRelL2)";
 // PK-1's subtle control: the loss normaliser counts `extra` tokens that carry no
 // target, error extra / (N + extra) with N ~ 48 x 35 real tokens (quick). fp32: one
@@ -577,13 +577,13 @@ inline constexpr const char* kQ8TrackStateReason =
 inline constexpr const char* kQ8TrackReason =
     "bitsandbytes test_optimizer8bit (blockwise): mean |p_8bit - p_fp32| < 6e-5 per step with states resynced "
     "(harness/tolerances.hpp kQ8TrackParamMeanAbs)";
-// Q8-3: PROPERTIES.md: the final loss of 8-bit AdamW within 5% of fp32 AdamW's after
+// Q8-3: docs/catalogue.md: the final loss of 8-bit AdamW within 5% of fp32 AdamW's after
 // the long run without resync (Dettmers et al. 2022 report parity of final metrics).
 // Measured (least squares, 200 steps quick / 500 full, 39 seeds): at most 0.009
 // (0.18 of the bound); controls: linear maps 1e4-7e7x, the first moment unsigned 27-33x.
 inline constexpr double kQ8LongHorizonRelLoss = 0.05;
 inline constexpr const char* kQ8LongHorizonReason =
-    "PROPERTIES.md Q8-3: |loss_8bit - loss_fp32| / loss_fp32 <= 5% after the run, no resync "
+    "docs/catalogue.md Q8-3: |loss_8bit - loss_fp32| / loss_fp32 <= 5% after the run, no resync "
     "(harness/tolerances.hpp kQ8LongHorizonRelLoss)";
 // Q8-4: the tracker counts bytes exactly; 1e-4 relative admits no layout change (one
 // absmax of one moment per 256 elements alone is 7.7e-3 of the state).
@@ -596,11 +596,11 @@ inline constexpr const char* kQ8StateBytesReason =
 // LR-2: merged W + (alpha/r) B A (one fp32 rounding per weight element, relative
 // 6e-8) against the adapter path (two extra fp32 products and an add): every logit
 // of the 2-layer d32 transformer, relative L2, differs by a few units of fp32
-// roundoff. PROPERTIES.md bound 1e-6 relative. Measured (5 seeds): 1.50e-7..1.64e-7;
+// roundoff. docs/catalogue.md bound 1e-6 relative. Measured (5 seeds): 1.50e-7..1.64e-7;
 // gross control (scale alpha) 0.37-0.46; subtle (scale 2e-4 too large) 25-34 bounds.
 inline constexpr double kLoraMergedRel = 1e-6;
 inline constexpr const char* kLoraMergedReason =
-    "PROPERTIES.md LR-2: merged weights give the adapter path's output to 1e-6 relative (fp32 roundoff of one "
+    "docs/catalogue.md LR-2: merged weights give the adapter path's output to 1e-6 relative (fp32 roundoff of one "
     "merge and two products; harness/tolerances.hpp kLoraMergedRel)";
 // LR-2's B draw: the adapter moves the loss by ~1e-4..5e-3 relative (measured, 5 seeds).
 inline constexpr float kLoraMergeBStd = 0.05f;

@@ -47,7 +47,7 @@ std::string str_of(const json& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
-// Catalogue order of the field guide (PROPERTIES.md), then the number.
+// Catalogue order of the field guide (docs/catalogue.md), then the number.
 std::pair<int, int> id_order(const std::string& id) {
   static const char* families[] = {"OPS", "DET", "GA", "BN", "CK", "MP", "PK", "Q8", "LR", "MEM", "BM", "TRADE"};
   const auto dash = id.find('-');

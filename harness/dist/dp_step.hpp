@@ -1,4 +1,4 @@
-// Data parallelism over a Communicator (PROPERTIES.md DP): each of N ranks takes
+// Data parallelism over a Communicator (docs/catalogue.md DP): each of N ranks takes
 // its slice of the global batch, accumulates its K micro-batches as plain sums over
 // real items, all-reduces the gradients once per window (or, as the comparison,
 // after every micro-batch), all-reduces the window's real-item count too, and

@@ -47,7 +47,7 @@ struct MlpConfig {
   // micro-batch (0 = the whole micro-batch). BN-2's positive control.
   int64_t bn_virtual_batch = 0;
   // Faults injected on purpose for the BN properties' subtle negative controls
-  // (PROPERTIES.md POWER); zero in a correct model.
+  // (docs/catalogue.md POWER); zero in a correct model.
   // BN-1: every row entering LayerNorm is mixed with this fraction of the batch's
   // mean row, a per-sample norm that leaks across the batch.
   float fault_ln_batch_leak = 0.f;

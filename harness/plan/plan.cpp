@@ -10,11 +10,13 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "harness/check.hpp"
 #include "harness/output.hpp"
 #include "harness/results/results.hpp"
 #include "harness/step/memory_model.hpp"
+#include "harness/text.hpp"
 
 namespace hr::plan {
 
@@ -93,10 +95,24 @@ TimeFactors field_guide_factors() {
   return f;
 }
 
+double TimeFactors::own(const std::string& key) const {
+  static const char* order[] = {"mixed_precision", "seq_padding", "accumulation", "checkpointing", "adamw8bit", "lora"};
+  double before = 1.0;
+  for (const char* k : order) {
+    const auto it = factor.find(k);
+    const double cum = it != factor.end() ? it->second : before;
+    if (key == k) return before > 0 ? cum / before : 1.0;
+    before = cum;
+  }
+  return 1.0;
+}
+
 TimeFactors factors_from_results(const std::string& path) {
   const Results r = load_results(path);
   TimeFactors f;
   f.source = path;
+  f.backend = r.backend;
+  f.device = r.device.value("name", std::string());
   std::optional<double> base;
   for (const SweepPoint& p : r.sweep_points) {
     if (p.sweep != "TRADE" || p.status != "ok" || !p.config.contains("key")) continue;
@@ -147,45 +163,121 @@ StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable) {
 
 }  // namespace
 
+namespace {
+
+std::string micro_batches(const StepConfig& c) {
+  return fmt::format("{} micro-batch{} of {} row{}", c.accum_steps(), c.accum_steps() == 1 ? "" : "es", c.micro_batch,
+                     c.micro_batch == 1 ? "" : "s");
+}
+
+// The techniques of the guide, each switched on in a configuration.
+void switch_on(StepConfig& c, const std::string& key) {
+  if (key == "mixed_precision" && c.precision.compute == DType::f32) c.precision.compute = DType::bf16;
+  if (key == "seq_padding" && c.model == ModelKind::transformer) {
+    c.transformer.memory_efficient_attention = true;
+    // The memory-efficient kernel has no dropout on the probabilities.
+    if (c.transformer.attn_probs_dropout > 0.f) c.transformer.attn_probs_dropout = 0.f;
+  }
+  if (key == "checkpointing") c.checkpoint.every_k_blocks = 1;
+  if (key == "adamw8bit") c.optimizer.kind = OptimizerKind::adamw8bit;
+  if (key == "lora" && c.adapters.kind == AdapterKind::none) {
+    c.adapters.kind = AdapterKind::lora;
+    c.adapters.rank = 8;
+    c.adapters.alpha = 16.f;
+  }
+}
+
+}  // namespace
+
+std::string spell_out(const Option& o) {
+  std::string s;
+  for (const std::string& k : o.techniques) {
+    std::string part = k == "mixed_precision" ? fmt::format("{} mixed precision", dtype_name(o.cfg.precision.compute))
+                       : k == "seq_padding"   ? "memory-efficient attention"
+                       : k == "accumulation"  ? fmt::format("accumulation ({})", micro_batches(o.cfg))
+                       : k == "checkpointing" ? "checkpointing every block"
+                       : k == "adamw8bit"     ? "8-bit AdamW"
+                       : k == "lora"          ? fmt::format("LoRA rank {} (adapters only)", o.cfg.adapters.rank)
+                                              : k;
+    s += (s.empty() ? "" : ", ") + part;
+  }
+  return s.empty() ? "as given" : s;
+}
+
 std::vector<Option> options_for(const StepConfig& given, size_t usable) {
   validate(given);
   std::vector<Option> out;
-  auto add = [&](std::string key, std::string technique, const StepConfig& c) {
+  auto add = [&](std::string key, std::string technique, const StepConfig& c, std::vector<std::string> techniques) {
     validate(c);
+    // Accumulation is a technique only where it cuts the batch.
+    if (c.micro_batch < c.batch && std::find(techniques.begin(), techniques.end(), "accumulation") == techniques.end())
+      techniques.insert(std::find_if(techniques.begin(), techniques.end(),
+                                     [](const std::string& t) { return t != "mixed_precision" && t != "seq_padding"; }),
+                        "accumulation");
+    if (c.micro_batch == c.batch)
+      techniques.erase(std::remove(techniques.begin(), techniques.end(), "accumulation"), techniques.end());
+    for (const Option& o : out)  // each combination once
+      if (o.key == "search" && o.techniques == techniques && o.cfg.micro_batch == c.micro_batch) return;
     Option o;
     o.key = std::move(key);
     o.technique = std::move(technique);
+    o.techniques = std::move(techniques);
     o.cfg = c;
     o.peak_bytes = predicted_peak(c);
     o.fits = o.peak_bytes <= usable;
     out.push_back(std::move(o));
   };
   StepConfig c = given;
-  add("as_given", "as given", c);
-  if (c.precision.compute == DType::f32) c.precision.compute = DType::bf16;
-  add("mixed_precision", "+ mixed precision (bf16, fp32 masters)", c);
+  std::vector<std::string> on;
+  add("as_given", "as given", c, on);
+  switch_on(c, "mixed_precision");
+  on.push_back("mixed_precision");
+  add("mixed_precision", fmt::format("+ mixed precision ({}, fp32 masters)", dtype_name(c.precision.compute)), c, on);
   if (c.model == ModelKind::transformer) {
-    c.transformer.memory_efficient_attention = true;
-    // The memory-efficient kernel has no dropout on the probabilities.
-    if (c.transformer.attn_probs_dropout > 0.f) c.transformer.attn_probs_dropout = 0.f;
-    add("seq_padding", "+ memory-efficient attention (sequence length)", c);
+    switch_on(c, "seq_padding");
+    on.push_back("seq_padding");
+    add("seq_padding", "+ memory-efficient attention (sequence length)", c, on);
   }
   c = largest_fitting_micro_batch(c, usable);
-  add("accumulation", fmt::format("+ accumulation ({} x {})", c.accum_steps(), c.micro_batch), c);
-  c.checkpoint.every_k_blocks = 1;
-  c = largest_fitting_micro_batch(c, usable);
-  add("checkpointing", fmt::format("+ checkpointing every block ({} x {})", c.accum_steps(), c.micro_batch), c);
-  c.optimizer.kind = OptimizerKind::adamw8bit;
-  c = largest_fitting_micro_batch(c, usable);
-  add("adamw8bit", fmt::format("+ 8-bit AdamW ({} x {})", c.accum_steps(), c.micro_batch), c);
-  if (c.adapters.kind == AdapterKind::none) {
-    c.adapters.kind = AdapterKind::lora;
-    c.adapters.rank = 8;
-    c.adapters.alpha = 16.f;
+  on.push_back("accumulation");
+  add("accumulation", fmt::format("+ accumulation ({})", micro_batches(c)), c, on);
+  for (const auto& [key, words] : {std::pair<const char*, const char*>{"checkpointing", "+ checkpointing every block"},
+                                   {"adamw8bit", "+ 8-bit AdamW"}, {"lora", "+ LoRA r8"}}) {
+    switch_on(c, key);
+    on.push_back(key);
+    c = largest_fitting_micro_batch(c, usable);
+    add(key, fmt::format("{} ({})", words, micro_batches(c)), c, on);
   }
-  c = largest_fitting_micro_batch(c, usable);
-  add("lora", fmt::format("+ LoRA r{} ({} x {})", c.adapters.rank, c.accum_steps(), c.micro_batch), c);
-  return out;
+  // Beyond the guide's order: every other subset of the techniques, accumulation at
+  // the largest micro-batch that fits (fp32 with checkpointing matters on a small card).
+  std::vector<std::string> toggles{"mixed_precision", "checkpointing", "adamw8bit", "lora"};
+  if (given.model == ModelKind::transformer) toggles.insert(toggles.begin() + 1, "seq_padding");
+  for (unsigned mask = 0; mask < (1u << toggles.size()); ++mask) {
+    StepConfig k = given;
+    std::vector<std::string> set;
+    bool no_op = false;  // a technique the configuration already has: that subset is another's
+    for (size_t t = 0; t < toggles.size(); ++t)
+      if (mask & (1u << t)) {
+        const nlohmann::json before = k;
+        switch_on(k, toggles[t]);
+        no_op = no_op || nlohmann::json(k) == before;
+        set.push_back(toggles[t]);
+      }
+    if (no_op) continue;
+    k = largest_fitting_micro_batch(k, usable);
+    add("search", "", k, set);
+    if (out.back().key == "search" && out.back().technique.empty()) out.back().technique = spell_out(out.back());
+  }
+  // The guide's rows are the combinations they are: a search row equal to one is dropped.
+  std::vector<Option> kept;
+  for (const Option& o : out) {
+    bool dup = false;
+    if (o.key == "search")
+      for (const Option& g : out)
+        if (g.key != "search" && g.techniques == o.techniques && g.cfg.micro_batch == o.cfg.micro_batch) dup = true;
+    if (!dup) kept.push_back(o);
+  }
+  return kept;
 }
 
 std::vector<CardPlan> make_plan(const PlanInput& in) {
@@ -218,12 +310,16 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
     if (!card.results_path.empty()) tf = factors_from_results(card.results_path);
     else if (in.measured) tf = *in.measured;
     cp.time_source = tf.source;
+    cp.time_backend = tf.backend;
+    cp.time_device = tf.device;
     cp.tokens_per_s = card.tokens_per_s;
     if (!cp.tokens_per_s && tf.baseline_tokens_per_s) cp.tokens_per_s = tf.baseline_tokens_per_s;
-    double best = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < cp.options.size(); ++i) {
       Option& o = cp.options[i];
-      if (o.key != "as_given") {
+      if (o.key == "search") {
+        o.time_factor = 1.0;  // the product of the techniques' own factors
+        for (const std::string& t : o.techniques) o.time_factor *= tf.own(t);
+      } else if (o.key != "as_given") {
         auto f = tf.factor.find(o.key);
         o.time_factor = f != tf.factor.end() ? f->second : (i > 0 ? cp.options[i - 1].time_factor : 1.0);
       }
@@ -231,10 +327,25 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
         o.step_time_s = tokens_per_step / *cp.tokens_per_s * o.time_factor;
         o.cost_per_million_tokens = card.price_per_hour / 3600.0 * o.step_time_s / tokens_per_step * 1e6;
       }
-      if (o.fits && o.cost_per_million_tokens < best) {
-        best = o.cost_per_million_tokens;
-        cp.chosen = static_cast<int>(i);
+    }
+    // The cheapest that fits and trains the whole model; LoRA only when nothing else fits.
+    for (const bool lora_allowed : {false, true}) {
+      double best = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < cp.options.size(); ++i) {
+        const Option& o = cp.options[i];
+        const bool lora = std::find(o.techniques.begin(), o.techniques.end(), "lora") != o.techniques.end();
+        if (o.fits && (lora_allowed || !lora) && o.cost_per_million_tokens < best) {
+          best = o.cost_per_million_tokens;
+          cp.chosen = static_cast<int>(i);
+        }
       }
+      if (cp.chosen >= 0) break;
+    }
+    if (cp.chosen >= 0) {
+      const Option& o = cp.options[static_cast<size_t>(cp.chosen)];
+      if (std::find(o.techniques.begin(), o.techniques.end(), "lora") != o.techniques.end())
+        cp.note = "only LoRA fits: it trains rank-8 adapters on a frozen model, a fine-tuning run, not the training "
+                  "the configuration describes";
     }
     if (cp.chosen < 0) {
       cp.answer = fmt::format("does not fit even with every technique: {:.3g} GiB predicted at micro-batch 1, {:.3g} GiB "
@@ -251,23 +362,31 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
   return plans;
 }
 
-void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out) {
+void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out,
+                      const std::string& cards_note) {
   out << fmt::format("configuration: {}\n", summary(cfg));
+  // The cheapest card per token among those where something fits.
+  int cheapest = -1;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const CardPlan& p = plans[i];
+    if (p.chosen < 0 || !p.tokens_per_s) continue;
+    const double c = p.options[static_cast<size_t>(p.chosen)].cost_per_million_tokens;
+    if (cheapest < 0 || c < plans[static_cast<size_t>(cheapest)].options[static_cast<size_t>(plans[static_cast<size_t>(cheapest)].chosen)].cost_per_million_tokens)
+      cheapest = static_cast<int>(i);
+  }
   struct Row {
-    std::string card, memory, bound, chosen, peak = "-", step = "-", cost = "-", source;
+    std::string card, memory, bound, peak = "-", step = "-", cost = "-";
   };
   std::vector<Row> rows;
-  size_t w_card = 4, w_bound = 13, w_chosen = 18;  // the headers' widths
-  for (const CardPlan& p : plans) {
+  size_t w_card = 4, w_bound = 13;  // the headers' widths
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const CardPlan& p = plans[i];
     Row r;
-    r.card = p.card.name;
+    r.card = (static_cast<int>(i) == cheapest ? "* " : "  ") + p.card.name;
     r.memory = fmt::format("{:.4g} GiB", p.card.memory_gib);
     r.bound = p.bound;
-    r.source = p.time_source;
-    r.chosen = "does not fit with every technique";
     if (p.chosen >= 0) {
       const Option& o = p.options[static_cast<size_t>(p.chosen)];
-      r.chosen = o.technique;
       r.peak = fmt::format("{:.3g}", static_cast<double>(o.peak_bytes) / (1024.0 * 1024 * 1024));
       if (p.tokens_per_s) {
         r.step = fmt::format("{:.4g}", o.step_time_s);
@@ -278,17 +397,58 @@ void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg,
     }
     w_card = std::max(w_card, r.card.size());
     w_bound = std::max(w_bound, r.bound.size());
-    w_chosen = std::max(w_chosen, r.chosen.size());
     rows.push_back(std::move(r));
   }
   const auto line = [&](const std::string& card, const std::string& memory, const std::string& bound,
-                        const std::string& chosen, const std::string& peak, const std::string& step,
-                        const std::string& cost, const std::string& source) {
-    out << fmt::format("{:<{}}  {:>11}  {:<{}}  {:<{}}  {:>9}  {:>8}  {:>9}  {}\n", card, w_card, memory, bound,
-                       w_bound, chosen, w_chosen, peak, step, cost, source);
+                        const std::string& peak, const std::string& step, const std::string& cost) {
+    out << fmt::format("{:<{}}  {:>11}  {:<{}}  {:>9}  {:>8}  {:>9}\n", card, w_card, memory, bound, w_bound, peak,
+                       step, cost);
   };
-  line("card", "memory", "bound (MEM-2)", "cheapest that fits", "peak GiB", "step s", "$ / Mtok", "time factors");
-  for (const Row& r : rows) line(r.card, r.memory, r.bound, r.chosen, r.peak, r.step, r.cost, r.source);
+  line("  card", "memory", "bound (MEM-2)", "peak GiB", "step s", "$ / Mtok");
+  for (const Row& r : rows) line(r.card, r.memory, r.bound, r.peak, r.step, r.cost);
+  for (const std::string& l : wrap_text("\nthe cheapest that fits, per card (every combination of the techniques "
+                                        "searched, each micro-batch the largest dividing the batch that fits):",
+                                        kConsoleColumns))
+    out << l << "\n";
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const CardPlan& p = plans[i];
+    if (p.chosen < 0) {
+      out << fmt::format("  {}: {}\n", p.card.name, p.answer);
+      continue;
+    }
+    const Option& o = p.options[static_cast<size_t>(p.chosen)];
+    for (const std::string& l : wrap_text(fmt::format("{}{}: {}", p.card.name,
+                                                      static_cast<int>(i) == cheapest ? " (cheapest per token)" : "",
+                                                      spell_out(o)),
+                                          kConsoleColumns, 4, false))
+      out << "  " << l << "\n";
+    if (!p.note.empty())
+      for (const std::string& l : wrap_text("note: " + p.note, kConsoleColumns - 4, 6)) out << "    " << l << "\n";
+  }
+  std::set<std::string> sources;
+  for (const CardPlan& p : plans) sources.insert(p.time_source);
+  std::string from;
+  for (const auto& src : sources) from += (from.empty() ? "" : ", ") + src;
+  out << "\n";
+  for (const std::string& l :
+       wrap_text("step times: each card's throughput times the techniques' time factors, from " + from, kConsoleColumns, 2))
+    out << l << "\n";
+  for (const CardPlan& p : plans)
+    if (!p.time_backend.empty() && p.time_backend != "cuda") {
+      for (const std::string& l :
+           wrap_text(fmt::format("warning: the time factors were measured on the {} backend ({}), not on a GPU; a "
+                                 "GPU's differ (checkpointing and 8-bit state cost other shares of a GPU step)",
+                                 p.time_backend, p.time_device.empty() ? "?" : p.time_device),
+                     kConsoleColumns, 2))
+        out << l << "\n";
+      break;
+    }
+  if (!cards_note.empty())
+    for (const std::string& l : wrap_text("cards: " + cards_note, kConsoleColumns, 2)) out << l << "\n";
+  for (const std::string& l : wrap_text("not modelled: packing (the memory model takes full rows of seq_len tokens; "
+                                        "packing changes the tokens per row, not the peak of a full row)",
+                                        kConsoleColumns, 2))
+    out << l << "\n";
 }
 
 nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput& in) {
@@ -311,10 +471,12 @@ nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput&
     c["helps"] = p.helps;
     c["fits"] = p.chosen >= 0;
     c["answer"] = p.answer;
+    c["note"] = p.note;
     c["options"] = nlohmann::json::array();
     for (const Option& o : p.options) {
       c["options"].push_back({{"key", o.key},
                               {"technique", o.technique},
+                              {"techniques", o.techniques},
                               {"micro_batch", o.cfg.micro_batch},
                               {"accum_steps", o.cfg.accum_steps()},
                               {"predicted_peak_bytes", o.peak_bytes},
@@ -362,7 +524,7 @@ int command_plan(const PlanCommand& c, std::ostream& out, std::ostream& err) {
     in.headroom_fraction = c.headroom_fraction;
     if (!c.measured.empty()) in.measured = factors_from_results(c.measured);
     const std::vector<CardPlan> plans = make_plan(in);
-    print_plan_table(plans, in.cfg, out);
+    print_plan_table(plans, in.cfg, out, cards.value("note", std::string()));
     if (!c.json_out.empty()) {
       write_output(c.json_out, plan_to_json(plans, in).dump(2) + "\n");
       out << fmt::format("plan: {}\n", c.json_out);

@@ -1,4 +1,4 @@
-// `headroom plan` (PROPERTIES.md PLAN): the field guide's "bigger card" question with
+// `headroom plan` (docs/catalogue.md PLAN): the field guide's "bigger card" question with
 // numbers. For a step configuration and a list of cards (memory, throughput stated or
 // measured, price per hour), each card gets the cheapest combination of techniques, in
 // the guide's order, whose predicted peak (MEM-1's memory model) fits it, with its
@@ -43,6 +43,10 @@ struct TimeFactors {
   std::map<std::string, double> factor;
   std::string source;  // "field guide" or the results.json they were measured in
   std::optional<double> baseline_tokens_per_s;  // measured (TRADE baseline), when from a results.json
+  std::string backend, device;  // where they were measured (from a results.json)
+  // One technique's own factor (its cumulative row over the row before it), for the
+  // combinations beyond the guide's order; 1 where the row is missing.
+  double own(const std::string& key) const;
 };
 // The field guide's figures: checkpointing ~ one third more compute, the rest ~ free.
 TimeFactors field_guide_factors();
@@ -51,8 +55,11 @@ TimeFactors field_guide_factors();
 TimeFactors factors_from_results(const std::string& path);
 
 struct Option {
-  std::string key;        // "as_given", then the TRADE keys
-  std::string technique;  // "+ checkpointing (every block)"
+  std::string key;        // "as_given", the TRADE keys (the guide's order), or "search" (another combination)
+  std::string technique;  // "+ checkpointing every block (4 micro-batches of 4)"
+  // The techniques applied, by TRADE key (mixed_precision, seq_padding, accumulation,
+  // checkpointing, adamw8bit, lora), in the guide's order.
+  std::vector<std::string> techniques;
   StepConfig cfg;
   size_t peak_bytes = 0;  // predicted total peak (memory model, CUDA backend)
   bool fits = false;
@@ -66,9 +73,15 @@ struct CardPlan {
   size_t usable_bytes = 0;     // memory_bytes * (1 - headroom)
   std::string bound;           // "fits as given" | "activations" | "weights, gradients and optimizer state"
   std::string helps;           // which techniques therefore help
-  std::vector<Option> options; // in the guide's order
-  int chosen = -1;             // index into options; -1: nothing fits
+  // The guide's order (cumulative rows), then every other combination searched (each
+  // technique on or off, accumulation at the largest micro-batch that fits).
+  std::vector<Option> options;
+  // Index into options: the cheapest that fits and trains the whole model; a LoRA
+  // option only when none does (LoRA trains adapters, not the model). -1: nothing fits.
+  int chosen = -1;
+  std::string note;            // what the choice changes (LoRA), when it does
   std::string time_source;
+  std::string time_backend, time_device;  // where measured factors were measured ("" for the guide's)
   std::optional<double> tokens_per_s;  // the throughput of the configuration as given
   std::string answer;          // one line for people
 };
@@ -81,12 +94,20 @@ struct PlanInput {
 };
 
 // The cumulative combinations for one card (accumulation and later rows take the
-// largest micro-batch dividing the batch that fits `usable_bytes`).
+// largest micro-batch dividing the batch that fits `usable_bytes`), then the other
+// combinations of the techniques (fp32 with checkpointing, 8-bit state without
+// mixed precision, ...), each once.
 std::vector<Option> options_for(const StepConfig& cfg, size_t usable_bytes);
+// "bf16 mixed precision, memory-efficient attention, accumulation (8 micro-batches of 2 rows)".
+std::string spell_out(const Option& o);
 
 std::vector<CardPlan> make_plan(const PlanInput& in);
 
-void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out);
+// The table, then per card what the choice stacks, the cheapest card marked, and
+// the notes: where the time factors come from (a warning when another kind of
+// device measured them), placeholders, what LoRA changes, what is not modelled.
+void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg, std::ostream& out,
+                      const std::string& cards_note = "");
 nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput& in);
 
 struct PlanCommand {

@@ -17,7 +17,7 @@
 
 namespace hr::props {
 
-// PROPERTIES.md GA-1: the effective batch is fixed, the micro-batch varies.
+// docs/catalogue.md GA-1: the effective batch is fixed, the micro-batch varies.
 inline constexpr int64_t kEffectiveBatch = 32;
 // The micro-batch sizes GA-1 compares against the full batch (K = 32 / micro_batch).
 std::vector<int64_t> accum_micro_batches();

@@ -211,7 +211,7 @@ std::vector<Measurement> guarded(const char* id, Device& dev, DType dtype, Body&
   }
 }
 
-// Fault sizes of the subtle controls (PROPERTIES.md POWER), each chosen so that
+// Fault sizes of the subtle controls (docs/catalogue.md POWER), each chosen so that
 // its error lands within 10-100x of the bound that catches it; the powers
 // (error / bound) measured over seeds 1-300 are noted. 16-bit sizes are larger:
 // a mix finer than half an ulp of h is rounded away.

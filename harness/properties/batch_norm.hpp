@@ -1,5 +1,5 @@
 // Normalisation across the batch under gradient accumulation and checkpointing
-// (PROPERTIES.md BN-1..BN-3), as library functions the GoogleTest cases assert on and
+// (docs/catalogue.md BN-1..BN-3), as library functions the GoogleTest cases assert on and
 // `headroom run` collects. Each runs one compute dtype on one device.
 #pragma once
 

@@ -1,4 +1,4 @@
-// CK-3 (PROPERTIES.md): peak activation bytes against depth L. Without
+// CK-3 (docs/catalogue.md): peak activation bytes against depth L. Without
 // checkpointing every block keeps its activations, so the peak grows like L
 // (exponent ~1); with segments of sqrt(L) blocks the forward keeps sqrt(L)
 // segment inputs and the backward one segment's activations at a time, so it grows

@@ -1,7 +1,7 @@
 // CK-1, CK-2, CK-4, CK-5 and GA-6: activation checkpointing with dropout on, and
 // dropout under accumulation. Every comparison is between two TrainSteps built
 // from the same seeds that differ only in the checkpoint policy (CK) or the
-// micro-batch (GA-6). Anchors: PROPERTIES.md CK and GA-6; Chen et al. 2016
+// micro-batch (GA-6). Anchors: docs/catalogue.md CK and GA-6; Chen et al. 2016
 // (sqrt(n) memory for one extra forward); the field guide's section 03.
 //
 // Each property runs its gross negative control (a fresh RNG state on recompute,
@@ -263,7 +263,7 @@ std::vector<Measurement> ck2_fresh_rng(Device& dev, DType dtype, Preset preset, 
       m.config = ck_config_json(fresh, k);
       m.config["fresh_rng_on_recompute"] = true;
       m.metric = "global_rel_l2";
-      m.tolerance_reason = "PROPERTIES.md CK-2: the fresh-state gradients differ by > 1e-3 relative";
+      m.tolerance_reason = "docs/catalogue.md CK-2: the fresh-state gradients differ by > 1e-3 relative";
       m.details = nlohmann::json{{"max_tensor_rel_l2", json_number(c.max_rel_l2)},
                                  {"worst_tensor", c.worst},
                                  {"block_forward_counts", broken.block_counts}};

@@ -1,14 +1,14 @@
 // GA-1..GA-4: gradient accumulation checked against the full batch on both
 // controlled models. Every comparison is between two TrainSteps built from the
 // same seed that differ only in micro_batch (and the loss normalisation under
-// test); dropout is off (see accum_support.hpp; GA-6 turns it on). Anchors: PROPERTIES.md GA; GA-4
+// test); dropout is off (see accum_support.hpp; GA-6 turns it on). Anchors: docs/catalogue.md GA; GA-4
 // follows the 2024 accumulation fix in Hugging Face transformers
 // (num_items_in_batch: divide the summed loss by the real tokens of the window).
 //
 // Each property runs its gross negative control (the documented failure at full
 // size) and a subtle one whose error lies within 10-100x of the bound (a 16-bit
 // gradient buffer, a count off by one), caught by the same check: the measure of
-// what the check can see (PROPERTIES.md POWER).
+// what the check can see (docs/catalogue.md POWER).
 #include "harness/properties/grad_accum.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// Gradient accumulation properties (PROPERTIES.md GA-1..GA-4), as library
+// Gradient accumulation properties (docs/catalogue.md GA-1..GA-4), as library
 // functions the GoogleTest cases assert on and `headroom run` collects. Each runs
 // one compute dtype on one device; the registered specs run fp32, fp16 and bf16.
 #pragma once

@@ -118,7 +118,7 @@ std::vector<Measurement> mem3_pool_check(Device& dev, const StepConfig& cfg, uin
     m.model = model_kind_name(cfg.model);
     m.metric = "pool_rel_diff";
     m.tolerance_reason =
-        "PROPERTIES.md MEM-3: within 1%; the pool rounds each live allocation up to its granularity "
+        "docs/catalogue.md MEM-3: within 1%; the pool rounds each live allocation up to its granularity "
         "(harness/tolerances.hpp kPoolPeakRelError)";
     m.config = {{"layers", cfg.transformer.layers}, {"d_model", cfg.transformer.d_model},
                 {"seq_len", cfg.seq_len},           {"micro_batch", cfg.micro_batch},

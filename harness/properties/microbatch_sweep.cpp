@@ -1,4 +1,4 @@
-// BM-MB (PROPERTIES.md): what accumulation costs in time. The arithmetic per
+// BM-MB (docs/catalogue.md): what accumulation costs in time. The arithmetic per
 // sample is unchanged, but small micro-batches use the device less efficiently
 // (small matrix products, per-step overheads no longer amortised); the field
 // guide (section 02) says 8 -> 4 is often nearly free and 1 can be much worse.

@@ -1,9 +1,9 @@
 // MP-1..MP-5 and GA-5: mixed precision in the training step, on the MLP (its
 // gradients' magnitudes are set with the loss multiplier, so underflow and overflow
 // are produced by the step itself, not written into a tensor). Anchors:
-// PROPERTIES.md MP and GA-5; Micikevicius et al. 2018 (loss scaling, fp32 masters);
+// docs/catalogue.md MP and GA-5; Micikevicius et al. 2018 (loss scaling, fp32 masters);
 // PyTorch GradScaler's defaults for the scaler. Each property runs its gross
-// negative control and a subtle one near its bound (PROPERTIES.md POWER).
+// negative control and a subtle one near its bound (docs/catalogue.md POWER).
 #include "harness/properties/mixed_precision.hpp"
 
 #include <fmt/format.h>

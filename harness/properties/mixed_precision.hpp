@@ -1,4 +1,4 @@
-// Mixed-precision properties (PROPERTIES.md MP-1..MP-5, GA-5), as library functions
+// Mixed-precision properties (docs/catalogue.md MP-1..MP-5, GA-5), as library functions
 // the GoogleTest cases assert on and `headroom run` collects: fp16 underflow and
 // the loss scale, bf16's range, the dynamic loss scaler's state machine, an
 // overflowing micro-batch under accumulation, fp32 master weights and the

@@ -32,7 +32,7 @@ namespace {
 constexpr const char* kId = "OPS-3";
 // Bitwise: one stream on both sides, so any mismatching draw is a bug.
 constexpr const char* kBitwiseReason =
-    "PROPERTIES.md OPS-3: bit-identical streams, zero mismatching draws (tolerances.hpp kBitwiseMismatches)";
+    "docs/catalogue.md OPS-3: bit-identical streams, zero mismatching draws (tolerances.hpp kBitwiseMismatches)";
 
 // The word (of `n`) and the bit a subtle control flips, chosen by the run's seed.
 struct BitFlip {

@@ -200,7 +200,7 @@ Measurement tag(Measurement m, const Device& dev, DType dt, const OpCase& c) {
 }
 
 constexpr const char* kDetReason =
-    "PROPERTIES.md DET-1: same inputs, same stream, bitwise-identical output (tolerances.hpp kBitwiseMismatches)";
+    "docs/catalogue.md DET-1: same inputs, same stream, bitwise-identical output (tolerances.hpp kBitwiseMismatches)";
 
 // OPS-1's matrix-product controls, one product per dtype through the same NMSE
 // check, both switches of the op (OpFault). Gross: b read transposed. Subtle: `a`

@@ -1,4 +1,4 @@
-// PK-1 / PK-2 (PROPERTIES.md): a packed row trains every sequence in it as if the
+// PK-1 / PK-2 (docs/catalogue.md): a packed row trains every sequence in it as if the
 // sequence ran alone, through the whole transformer, with naive and with
 // memory-efficient attention; packing without the boundary mask or without
 // restarting positions is caught by the same check.

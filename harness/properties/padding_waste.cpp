@@ -1,4 +1,4 @@
-// PK-3 and BM-PK (PROPERTIES.md): what padding costs. PK-3 measures the fraction
+// PK-3 and BM-PK (docs/catalogue.md): what padding costs. PK-3 measures the fraction
 // of pad tokens under pad-to-max, pad-to-longest-in-batch, length bucketing with
 // shuffling inside buckets, and first-fit-decreasing packing, for three controlled
 // length distributions scaled to seq_len (the long tail with p95 ~900 and max 4096

@@ -124,7 +124,7 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
       describe(m, dev, dtype, "transformer");
       m.config = {{"seq_len", naive.seq_len}, {"masks", {"segment_ids", "key_valid_len"}}};
       m.metric = "max_rel_error";
-      m.tolerance_reason = "PK-4 (PROPERTIES.md): fp32 <= 1e-5; the forms differ in summation order and in when the "
+      m.tolerance_reason = "PK-4 (docs/catalogue.md): fp32 <= 1e-5; the forms differ in summation order and in when the "
                            "softmax normalises (harness/tolerances.hpp kAttentionImplsRelL2)";
     };
     Measurement m = make_check("PK-4", "memory-efficient attention equals naive in the model: loss and gradients", e, tol);

@@ -1,4 +1,4 @@
-// PK-4 (PROPERTIES.md): memory-efficient attention equals naive attention in the
+// PK-4 (docs/catalogue.md): memory-efficient attention equals naive attention in the
 // model (loss and every gradient, fp32), and the peak bytes of a training pass grow
 // with sequence length T like T^2 with naive attention (the T x T probabilities)
 // and like T with memory-efficient attention. BM-SEQ: step time and activation

@@ -1,4 +1,4 @@
-// TRADE and BM-FIT (PROPERTIES.md BM): the field guide's order of techniques applied
+// TRADE and BM-FIT (docs/catalogue.md BM): the field guide's order of techniques applied
 // cumulatively to one transformer, each row measured on this device (bytes per
 // consumer, step time, useful tokens/s, the loss after a few steps against the
 // baseline's), and the largest micro-batch each row fits into a memory budget.

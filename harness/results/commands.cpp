@@ -29,6 +29,7 @@
 #include "harness/output.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
+#include "harness/text.hpp"
 #include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
@@ -551,24 +552,7 @@ int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err) {
   });
 }
 
-namespace {
 
-// Words of `text` in lines of at most `width` characters, the first `first` shorter.
-std::vector<std::string> wrap_words(const std::string& text, size_t width) {
-  std::vector<std::string> lines{""};
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find(' ', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(at, end - at);
-    if (!lines.back().empty() && lines.back().size() + 1 + word.size() > width) lines.emplace_back();
-    lines.back() += (lines.back().empty() ? "" : " ") + word;
-    at = end + 1;
-  }
-  return lines;
-}
-
-}  // namespace
 
 int command_list(const ListCommand& c, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
@@ -611,7 +595,7 @@ int command_list(const ListCommand& c, std::ostream& out, std::ostream& err) {
       total += r.seconds;
       const std::string t = timed ? format_duration(r.seconds) : "-";
       const std::string where = r.here.size() > 20 ? r.here.substr(0, 17) + "..." : r.here;
-      const auto lines = wrap_words(r.title, 120 - 48);
+      const auto lines = wrap_text(r.title, kConsoleColumns - 48);
       fmt::print(out, "{:<8} {:<8} {:>6}  {:<20}  {}\n", r.id, r.kind, t, where, lines[0]);
       for (size_t i = 1; i < lines.size(); ++i) fmt::print(out, "{:<48}{}\n", "", lines[i]);
     }

@@ -3,6 +3,8 @@
 // memory, check power, conformance failures, device/driver flags, and the text form.
 #include "harness/results/compare.hpp"
 
+#include "harness/text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -725,40 +727,6 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   return cmp;
 }
 
-namespace {
-
-constexpr size_t kConsoleColumns = 120;
-
-// `text` in lines of at most `width` columns, broken at spaces (a word longer than a
-// line is cut), every line after the first indented by `indent`.
-std::vector<std::string> wrap_text(const std::string& text, size_t width, size_t indent, bool indent_first = false) {
-  if (indent_first) {
-    std::vector<std::string> lines = wrap_text(text, width - indent, 0);
-    for (std::string& l : lines) l = std::string(indent, ' ') + l;
-    return lines;
-  }
-  std::vector<std::string> lines{""};
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find(' ', at);
-    if (end == std::string::npos) end = text.size();
-    std::string word = text.substr(at, end - at);
-    at = end + 1;
-    const size_t room = width - (lines.size() == 1 ? 0 : indent);
-    if (!lines.back().empty() && lines.back().size() + 1 + word.size() > room) lines.emplace_back();
-    while (word.size() > width - indent) {  // a word that fits no line: cut it
-      const size_t fits = width - indent - (lines.back().empty() ? 0 : lines.back().size() + 1);
-      lines.back() += (lines.back().empty() ? "" : " ") + word.substr(0, fits);
-      word = word.substr(fits);
-      lines.emplace_back();
-    }
-    lines.back() += (lines.back().empty() ? "" : " ") + word;
-  }
-  for (size_t i = 1; i < lines.size(); ++i) lines[i] = std::string(indent, ' ') + lines[i];
-  return lines;
-}
-
-}  // namespace
 
 std::string format_comparison_text(const Results& base, const Results& cur, const Comparison& c) {
   std::ostringstream o;

@@ -18,7 +18,7 @@ struct LossScalerConfig {
   double growth = 2.0;
   double backoff = 0.5;
   int64_t growth_interval = 2000;
-  // Wrong on purpose (MP-3's negative controls, PROPERTIES.md POWER); off in a
+  // Wrong on purpose (MP-3's negative controls, docs/catalogue.md POWER); off in a
   // correct scaler. Grows after growth_interval + 1 clean steps (an off-by-one in
   // the counter: subtle); never backs off after an overflow (gross).
   bool fault_growth_off_by_one = false;

@@ -27,7 +27,7 @@ enum class LossNormalization : uint8_t {
   mean_div_k,            // mean over the micro-batch's real items, divided by K (GA-1)
   sum_div_window_items,  // sum over the micro-batch / real items of the whole window (GA-4's fix)
   no_division,           // mean over the micro-batch, not divided by K: wrong on purpose (GA-2)
-  // Subtle faults, wrong on purpose (PROPERTIES.md POWER): errors of 1 / (K + 1)
+  // Subtle faults, wrong on purpose (docs/catalogue.md POWER): errors of 1 / (K + 1)
   // and 1 / (window items + 1), near the bounds of the checks that must see them.
   mean_div_k_plus_one,         // an off-by-one in the accumulation count (GA-2)
   sum_div_window_items_plus_one,  // the window's real-token count off by one (GA-4)
@@ -57,7 +57,7 @@ struct PrecisionConfig {
   // 16-bit gradient buffers does: the broken variant GA-1's subtle control runs.
   DType grad_accum = DType::f32;
   LossScalerConfig scaler;     // applies with fp16 only
-  // Wrong on purpose (GA-5 / MP-3 negative controls, PROPERTIES.md POWER): how a
+  // Wrong on purpose (GA-5 / MP-3 negative controls, docs/catalogue.md POWER): how a
   // broken step handles a non-finite gradient. none is right.
   OverflowFault overflow_fault = OverflowFault::none;
   // Wrong on purpose (MP-4's subtle control): this parameter keeps no fp32 master.

@@ -198,7 +198,7 @@ void TrainStep::round_gradients_to(DType buffer) {
   // power of two that puts its largest value near the top of the 16-bit range (as
   // per-tensor scaled low-precision gradients are kept), so what is lost is the
   // rounding of the significand, not underflow; scaling by 2^s is exact. A fault
-  // path (PROPERTIES.md POWER), done on the host.
+  // path (docs/catalogue.md POWER), done on the host.
   for (Param& p : model_->params().all()) {
     if (!p.grad.defined()) continue;
     std::vector<float> g = p.grad.to_host_f32();

@@ -1,4 +1,4 @@
-// BN-1..BN-3 (PROPERTIES.md): BatchNorm under gradient accumulation and
+// BN-1..BN-3 (docs/catalogue.md): BatchNorm under gradient accumulation and
 // checkpointing, per backend x dtype. BN-1's divergence is a negative control
 // (micro-batches of 2 must NOT reproduce the batch of 32, and the check must see
 // it); LayerNorm and ghost batch norm are the positive controls; BN-3's double

@@ -1,4 +1,4 @@
-// CK-1, CK-2, CK-4, CK-5 and GA-6 (PROPERTIES.md) per backend x dtype, asserting on
+// CK-1, CK-2, CK-4, CK-5 and GA-6 (docs/catalogue.md) per backend x dtype, asserting on
 // the functions `headroom run` registers: checkpointed gradients with dropout on are
 // the plain run's bit for bit at k in {1, 2, ceil(sqrt L), L}; a fresh RNG state, a
 // never-recomputing schedule and running-offset masks under accumulation are caught,

@@ -1,4 +1,4 @@
-// GA-1..GA-4 (PROPERTIES.md): gradient accumulation against the full batch, per
+// GA-1..GA-4 (docs/catalogue.md): gradient accumulation against the full batch, per
 // backend x dtype. The tests assert on the same property functions `headroom
 // run` reports; the negative controls (no division by K, per-micro-batch token
 // means on padded rows) must be caught by the same checks.

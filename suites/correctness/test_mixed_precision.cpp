@@ -1,4 +1,4 @@
-// MP-1..MP-3 and GA-5 (PROPERTIES.md): fp16 underflow and the loss scale, bf16's
+// MP-1..MP-3 and GA-5 (docs/catalogue.md): fp16 underflow and the loss scale, bf16's
 // range, the dynamic loss scaler's state machine and an overflowing micro-batch
 // under accumulation, per backend. The tests assert on the property functions
 // `headroom run` reports; the controls must be caught by the same checks.

@@ -1,4 +1,4 @@
-// Check power (PROPERTIES.md POWER), per check, not per property: every check a
+// Check power (docs/catalogue.md POWER), per check, not per property: every check a
 // registered property makes (an assertion, "ID: title", over every dtype, model and
 // configuration) has a subtle negative control aimed at it (control_of) whose error
 // lies within 100x of the bound, and catches it; a broken variant that blows up to

@@ -89,7 +89,7 @@ TEST(ReportResults, RoundTripKeepsNonFiniteValuesExplicit) {
   EXPECT_TRUE(std::isnan(back.measurements[0].error));
   EXPECT_FALSE(back.measurements[0].passed);
   EXPECT_TRUE(std::isinf(back.measurements[1].error) && back.measurements[1].error > 0);
-  EXPECT_FALSE(back.measurements[1].passed);  // an inf error is not a catch (PROPERTIES.md POWER)
+  EXPECT_FALSE(back.measurements[1].passed);  // an inf error is not a catch (docs/catalogue.md POWER)
   EXPECT_TRUE(back.measurements[1].negative_control);
   EXPECT_EQ(back.measurements[0].details["ratio"], "inf");
   EXPECT_EQ(back.measurements[0].details["nested"]["v"], "nan");

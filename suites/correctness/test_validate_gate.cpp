@@ -1,4 +1,4 @@
-// `validate` as a gate (PROPERTIES.md VALIDATE): FIT only when every check and
+// `validate` as a gate (docs/catalogue.md VALIDATE): FIT only when every check and
 // sweep point of the baseline is in the run, matched by a key that does not move
 // with the seed, and holds under the baseline's bound (never the judged file's);
 // a run that measured nothing or ended in error is not a pass; impossible numbers

@@ -84,23 +84,6 @@ std::vector<SweepSpec>& sweep_registry() {
 Registrar::Registrar(PropertySpec s) { property_registry().push_back(std::move(s)); }
 Registrar::Registrar(SweepSpec s) { sweep_registry().push_back(std::move(s)); }
 
-nlohmann::json json_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-double json_to_double(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto s = j.get<std::string>();
-    if (s == "nan") return std::nan("");
-    if (s == "inf") return INFINITY;
-    if (s == "-inf") return -INFINITY;
-  }
-  throw InvalidArgument(fmt::format("expected a number or \"nan\"/\"inf\"/\"-inf\", got {}", j.dump()));
-}
-
 void to_json(nlohmann::json& j, const MemorySnapshot& m) {
   nlohmann::json cur = nlohmann::json::object(), peak = nlohmann::json::object();
   for (Consumer c : kAllConsumers) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/device.hpp"
+#include "harness/json_number.hpp"
 #include "harness/memory.hpp"
 #include "harness/timing.hpp"
 
@@ -148,10 +149,7 @@ void to_json(nlohmann::json& j, const Measurement& m);
 void to_json(nlohmann::json& j, const SweepPoint& p);
 void to_json(nlohmann::json& j, const MemorySnapshot& m);
 
-// JSON number that keeps non-finite values explicit: finite -> number,
-// otherwise the string "nan", "inf" or "-inf" (never null).
-nlohmann::json json_number(double v);
-double json_to_double(const nlohmann::json& j);  // inverse of json_number
+// json_number / json_to_double: harness/json_number.hpp (included above).
 
 }  // namespace hr
 

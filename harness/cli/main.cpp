@@ -1,5 +1,5 @@
 // The headroom command line: argument parsing only; each subcommand is a function
-// in harness/results/commands.hpp (so the tests drive the same code).
+// in harness/cli/commands.hpp (so the tests drive the same code).
 //   headroom run       run every property and sweep, write results.json + index.html
 //   headroom validate  judge a run (new or from a file) against a trusted baseline
 //   headroom compare   the same comparison between two results files
@@ -22,7 +22,7 @@
 #include "harness/device.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/dump/dump.hpp"
-#include "harness/results/commands.hpp"
+#include "harness/cli/commands.hpp"
 #include "harness/plan/plan.hpp"
 #include "harness/process_limits.hpp"
 

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "harness/check.hpp"
-#include "harness/results/commands.hpp"
+#include "harness/cli/commands.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
 #include "harness/timing.hpp"

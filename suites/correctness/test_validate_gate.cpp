@@ -22,7 +22,7 @@
 
 #include "harness/check.hpp"
 #include "harness/dist/launch.hpp"
-#include "harness/results/commands.hpp"
+#include "harness/cli/commands.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"

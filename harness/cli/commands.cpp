@@ -1,6 +1,6 @@
 // run / validate / compare / report: the glue between the runner, results.json,
 // the comparison and the HTML report, with the exit codes of the command line.
-#include "harness/results/commands.hpp"
+#include "harness/cli/commands.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -119,6 +120,20 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
   argv.push_back(out);
   for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
 
+  // Everything the child needs is made before the fork: this process has other
+  // threads (BLAS, the progress heartbeat), so between fork and exec the child calls
+  // only async-signal-safe functions (no allocation, no setenv).
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  // mpirun refuses to run as root (CI containers) unless told it is meant.
+  std::vector<std::string> env{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT=", 23) != 0 && std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=", 31) != 0)
+      env.emplace_back(*e);
+  std::vector<char*> cenv;
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -134,13 +149,7 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    // mpirun refuses to run as root (CI containers) unless told it is meant.
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    ::execv(cargv[0], cargv.data());
+    ::execve(cargv[0], cargv.data(), cenv.data());
     ::_exit(127);
   }
   if (pid < 0) {

@@ -61,15 +61,10 @@ std::vector<uint64_t> parse_seeds(const std::string& s) {
   return out;
 }
 
+// "100,60,5": the lengths the parent checked (the same list syntax as --seeds).
 std::vector<int64_t> parse_lengths(const std::string& s) {
   std::vector<int64_t> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(std::stoll(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
+  for (uint64_t x : parse_seeds(s)) out.push_back(static_cast<int64_t>(x));
   return out;
 }
 

@@ -535,11 +535,11 @@ std::vector<Measurement> bn3_checkpoint_running_stats(Device& dev, DType dtype, 
 namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"BN-1", "BatchNorm diverges under accumulation, LayerNorm does not", 0.2,
-                                  [](RunContext& c) { return every_float_dtype(c, bn1_accumulation_diverges); }});
+                                  [](RunContext& c) { return every_float_dtype(c, bn1_accumulation_diverges); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"BN-2", "ghost BatchNorm reproduces the accumulated BatchNorm result", 0.2,
-                                  [](RunContext& c) { return every_float_dtype(c, bn2_ghost_batch_norm); }});
+                                  [](RunContext& c) { return every_float_dtype(c, bn2_ghost_batch_norm); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"BN-3", "checkpointed BatchNorm updates its running statistics once", 0.2,
-                                  [](RunContext& c) { return every_float_dtype(c, bn3_checkpoint_running_stats); }});
+                                  [](RunContext& c) { return every_float_dtype(c, bn3_checkpoint_running_stats); }, ""});
 
 }  // namespace
 }  // namespace hr::props

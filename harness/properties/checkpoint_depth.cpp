@@ -384,10 +384,10 @@ namespace {
 HR_REGISTER_PROPERTY(PropertySpec{"CK-3", "activation peak against depth: exponent ~1 plain, <= 0.65 with sqrt(L)",
                                   0.5, [](RunContext& c) {
                                     return ck3_depth_exponents(c.device, DType::f32, c.preset, c.seed);
-                                  }});
+                                  }, ""});
 HR_REGISTER_SWEEP(SweepSpec{"CK-3", "peak activation and pass bytes against depth, per checkpoint schedule", 0.5,
                             [](RunContext& c) { return depth_points(c.device, DType::f32, c.preset, c.seed); },
-                            {}});
+                            {}, ""});
 HR_REGISTER_SWEEP(SweepSpec{"BM-CK", "checkpoint granularity: step time, overhead against none, activation and total "
                                      "peaks",
                             1.0,
@@ -395,7 +395,7 @@ HR_REGISTER_SWEEP(SweepSpec{"BM-CK", "checkpoint granularity: step time, overhea
                               return run_checkpoint_bench(
                                   c.device, checkpoint_bench_config(c.preset, c.device.kind()), c.seed);
                             },
-                            {}});
+                            {}, ""});
 
 }  // namespace
 }  // namespace hr::props

@@ -572,15 +572,15 @@ std::vector<Measurement> ga6_keyed_dropout(Device& dev, DType dtype, Preset pres
 namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"CK-1", "checkpointed gradients with dropout equal the plain run's bit for bit", 0.5,
-                                  [](RunContext& c) { return every_float_dtype(c, ck1_bitwise_replay); }});
+                                  [](RunContext& c) { return every_float_dtype(c, ck1_bitwise_replay); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"CK-2", "a fresh dropout state on recompute changes the gradients, and is caught",
-                                  0.3, [](RunContext& c) { return every_float_dtype(c, ck2_fresh_rng); }});
+                                  0.3, [](RunContext& c) { return every_float_dtype(c, ck2_fresh_rng); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"CK-4", "checkpointed segments run their forward exactly twice (counted inside)",
-                                  0.3, [](RunContext& c) { return every_float_dtype(c, ck4_forward_counts); }});
+                                  0.3, [](RunContext& c) { return every_float_dtype(c, ck4_forward_counts); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"CK-5", "every dropout site's mask replays: gradients and masks bit for bit", 0.4,
-                                  [](RunContext& c) { return every_float_dtype(c, ck5_every_site); }});
+                                  [](RunContext& c) { return every_float_dtype(c, ck5_every_site); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"GA-6", "dropout under accumulation: per-sample keyed masks give the full batch",
-                                  1.0, [](RunContext& c) { return every_float_dtype(c, ga6_keyed_dropout); }});
+                                  1.0, [](RunContext& c) { return every_float_dtype(c, ga6_keyed_dropout); }, ""});
 
 }  // namespace
 }  // namespace hr::props

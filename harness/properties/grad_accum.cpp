@@ -645,13 +645,13 @@ std::vector<Measurement> ga4_variable_length(Device& dev, DType dtype, Preset pr
 namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"GA-1", "accumulated gradient equals the full-batch gradient", 1.0,
-                                  [](RunContext& c) { return every_float_dtype(c, ga1_accumulated_gradient); }});
+                                  [](RunContext& c) { return every_float_dtype(c, ga1_accumulated_gradient); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"GA-2", "without the division by K the gradient is K times too large, and caught",
-                                  1.0, [](RunContext& c) { return every_float_dtype(c, ga2_no_division); }});
+                                  1.0, [](RunContext& c) { return every_float_dtype(c, ga2_no_division); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"GA-3", "one optimizer step from accumulated gradients equals the large-batch step",
-                                  1.5, [](RunContext& c) { return every_float_dtype(c, ga3_optimizer_step); }});
+                                  1.5, [](RunContext& c) { return every_float_dtype(c, ga3_optimizer_step); }, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"GA-4", "padded rows: window token count normalises, per-micro-batch means do not",
-                                  1.5, [](RunContext& c) { return every_float_dtype(c, ga4_variable_length); }});
+                                  1.5, [](RunContext& c) { return every_float_dtype(c, ga4_variable_length); }, ""});
 
 }  // namespace
 }  // namespace hr::props

@@ -244,9 +244,9 @@ std::vector<Measurement> lr4_frozen(RunContext& ctx) {
 }  // namespace
 
 HR_REGISTER_PROPERTY(PropertySpec{"LR-1", "LoRA at initialisation (B = 0) leaves the model's output unchanged", 0.2,
-                                  lr1_identity});
-HR_REGISTER_PROPERTY(PropertySpec{"LR-2", "LoRA merged weights give the adapter path's output", 0.3, lr2_merged});
+                                  lr1_identity, ""});
+HR_REGISTER_PROPERTY(PropertySpec{"LR-2", "LoRA merged weights give the adapter path's output", 0.3, lr2_merged, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"LR-4", "LoRA's frozen base owns no gradient and no optimizer state", 0.2,
-                                  lr4_frozen});
+                                  lr4_frozen, ""});
 
 }  // namespace hr::props

@@ -77,7 +77,7 @@ std::vector<SweepPoint> run_lora_sweep(RunContext& ctx) {
 }
 
 HR_REGISTER_SWEEP(SweepSpec{"BM-LR", "full fine-tuning against LoRA: bytes per consumer and step time", 1.0,
-                            run_lora_sweep, {}});
+                            run_lora_sweep, {}, ""});
 
 }  // namespace
 }  // namespace hr::props

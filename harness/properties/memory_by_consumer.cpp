@@ -345,7 +345,7 @@ std::vector<Measurement> mem1_memory_model(RunContext& ctx) {
 }
 
 HR_REGISTER_PROPERTY(PropertySpec{"MEM-1", "analytical memory per consumer against the tracker", 1.0,
-                                  mem1_memory_model});
+                                  mem1_memory_model, ""});
 
 // ---- MEM-2 ---------------------------------------------------------------------------
 
@@ -659,6 +659,6 @@ std::vector<Measurement> mem2_practical_test(RunContext& ctx) {
 }
 
 HR_REGISTER_PROPERTY(PropertySpec{"MEM-2", "out-of-memory triage: activations or the other three consumers", 1.0,
-                                  mem2_practical_test});
+                                  mem2_practical_test, ""});
 
 }  // namespace hr

@@ -181,7 +181,7 @@ HR_REGISTER_SWEEP(SweepSpec{"BM-MB", "micro-batch sweep at a fixed effective bat
                                                           microbatch_sweep_config(ctx.preset, ctx.device.kind()),
                                                           ctx.seed);
                             },
-                            remeasure_microbatch_point});
+                            remeasure_microbatch_point, ""});
 
 }  // namespace
 }  // namespace hr::props

@@ -1080,24 +1080,24 @@ std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-1", "fp16 underflow of small gradients, and the loss scale that prevents it",
                                       0.3, [](hr::RunContext& c) {
                                         return hr::props::mp1_fp16_underflow(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-2", "bf16 keeps the same small gradients without a loss scale", 0.2,
                                       [](hr::RunContext& c) {
                                         return hr::props::mp2_bf16_range(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-3", "the dynamic loss scaler: skip, back off, grow", 0.5,
                                       [](hr::RunContext& c) {
                                         return hr::props::mp3_loss_scaler(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});
 HR_REGISTER_PROPERTY(hr::PropertySpec{"GA-5", "an overflowing micro-batch skips its whole window", 0.2,
                                       [](hr::RunContext& c) {
                                         return hr::props::ga5_overflow_in_window(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-4", "fp32 master weights keep updates under an fp16 ulp", 0.1,
                                       [](hr::RunContext& c) {
                                         return hr::props::mp4_master_weights(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});
 HR_REGISTER_PROPERTY(hr::PropertySpec{"MP-5", "16-bit activations take half the bytes of fp32", 0.3,
                                       [](hr::RunContext& c) {
                                         return hr::props::mp5_activation_bytes(c.device, c.preset, c.seed);
-                                      }});
+                                      }, ""});

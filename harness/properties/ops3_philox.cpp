@@ -282,6 +282,6 @@ std::vector<Measurement> run_ops3(RunContext& ctx) {
 }  // namespace
 
 HR_REGISTER_PROPERTY(PropertySpec{kId, "Philox stream bit-identical to cuRAND and across host and device", 1.0,
-                                  run_ops3});
+                                  run_ops3, ""});
 
 }  // namespace hr

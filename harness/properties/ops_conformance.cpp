@@ -464,6 +464,6 @@ std::vector<Measurement> run_ops_conformance(RunContext& ctx) {
 
 HR_REGISTER_PROPERTY(PropertySpec{
     "OPS-1", "op forwards against float64 on this device; ops and a training step twice bitwise (DET-1)", 2.0,
-    run_ops_conformance});
+    run_ops_conformance, ""});
 
 }  // namespace hr

@@ -593,12 +593,12 @@ std::vector<Measurement> q8_save_reload(RunContext& ctx) {
 }
 
 HR_REGISTER_PROPERTY(PropertySpec{"Q8-1", "block-wise dynamic 8-bit quantisation: round trip within half a gap", 0.5,
-                                  q8_round_trip});
-HR_REGISTER_PROPERTY(PropertySpec{"Q8-2", "8-bit AdamW tracks fp32 AdamW one step at a time", 1.0, q8_tracking});
+                                  q8_round_trip, ""});
+HR_REGISTER_PROPERTY(PropertySpec{"Q8-2", "8-bit AdamW tracks fp32 AdamW one step at a time", 1.0, q8_tracking, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"Q8-3", "8-bit AdamW over a long run: final loss within 5% of fp32 AdamW", 1.5,
-                                  q8_long_horizon});
-HR_REGISTER_PROPERTY(PropertySpec{"Q8-4", "8-bit AdamW state bytes measured by the tracker", 0.1, q8_state_bytes});
-HR_REGISTER_PROPERTY(PropertySpec{"Q8-5", "8-bit AdamW state saved and reloaded exactly", 0.2, q8_save_reload});
+                                  q8_long_horizon, ""});
+HR_REGISTER_PROPERTY(PropertySpec{"Q8-4", "8-bit AdamW state bytes measured by the tracker", 0.1, q8_state_bytes, ""});
+HR_REGISTER_PROPERTY(PropertySpec{"Q8-5", "8-bit AdamW state saved and reloaded exactly", 0.2, q8_save_reload, ""});
 
 }  // namespace
 }  // namespace hr::props

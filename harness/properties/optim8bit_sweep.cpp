@@ -74,7 +74,7 @@ std::vector<SweepPoint> run_optimizer_sweep(RunContext& ctx) {
 }
 
 HR_REGISTER_SWEEP(SweepSpec{"BM-OPT", "fp32 AdamW against 8-bit AdamW: optimizer step time and state bytes", 2.0,
-                            run_optimizer_sweep, {}});
+                            run_optimizer_sweep, {}, ""});
 
 }  // namespace
 }  // namespace hr::props

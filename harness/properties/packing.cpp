@@ -202,7 +202,7 @@ namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"PK-1", "a packed sequence trains as if alone; no boundary mask or no restarted "
                                           "positions is caught (PK-2)",
-                                  2.0, [](RunContext& c) { return every_float_dtype(c, pk1_packing); }});
+                                  2.0, [](RunContext& c) { return every_float_dtype(c, pk1_packing); }, ""});
 
 }  // namespace
 }  // namespace hr::props

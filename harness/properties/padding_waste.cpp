@@ -270,9 +270,9 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /
 }
 
 HR_REGISTER_PROPERTY(PropertySpec{"PK-3", "fraction of pad tokens: pad-to-max, pad-to-longest, bucketing, packing",
-                                  0.2, [](RunContext& c) { return pk3_padding(c.device, c.preset, c.seed); }});
+                                  0.2, [](RunContext& c) { return pk3_padding(c.device, c.preset, c.seed); }, ""});
 HR_REGISTER_SWEEP(SweepSpec{"BM-PK", "pad-to-max against bucketing against packing: useful tokens/s and memory", 2.0,
-                            [](RunContext& c) { return run_packing_bench(c.device, c.preset, c.seed); }, {}});
+                            [](RunContext& c) { return run_packing_bench(c.device, c.preset, c.seed); }, {}, ""});
 
 }  // namespace
 }  // namespace hr::props

@@ -313,13 +313,13 @@ namespace {
 
 HR_REGISTER_PROPERTY(PropertySpec{"PK-4", "memory-efficient attention equals naive in the model; peak bytes against T: "
                                           "exponent ~2 naive, ~1 memory-efficient",
-                                  1.0, [](RunContext& c) { return pk4_attention(c.device, DType::f32, c.preset, c.seed); }});
+                                  1.0, [](RunContext& c) { return pk4_attention(c.device, DType::f32, c.preset, c.seed); }, ""});
 HR_REGISTER_SWEEP(SweepSpec{"PK-4", "peak activation and pass bytes against sequence length, naive and memory-efficient "
                                     "attention",
-                            0.5, [](RunContext& c) { return seq_points(c.device, DType::f32, c.preset, c.seed); }, {}});
+                            0.5, [](RunContext& c) { return seq_points(c.device, DType::f32, c.preset, c.seed); }, {}, ""});
 HR_REGISTER_SWEEP(SweepSpec{"BM-SEQ", "step time and activation peak against sequence length, naive and "
                                       "memory-efficient attention",
-                            2.0, [](RunContext& c) { return run_seq_bench(c.device, c.preset, c.seed); }, {}});
+                            2.0, [](RunContext& c) { return run_seq_bench(c.device, c.preset, c.seed); }, {}, ""});
 
 }  // namespace
 }  // namespace hr::props

@@ -662,13 +662,13 @@ std::vector<Measurement> fit_checks(RunContext& ctx) {
 }
 
 HR_REGISTER_SWEEP(SweepSpec{"TRADE", "the field guide's order applied cumulatively: memory saved against time paid",
-                            1.0, trade_points_with_fit, {}});
+                            1.0, trade_points_with_fit, {}, ""});
 HR_REGISTER_SWEEP(SweepSpec{"BM-FIT", "the largest micro-batch that fits a memory budget, per row of the trade table",
-                            1.0, [](RunContext& ctx) { return fit_run(ctx).fit; }, {}});
+                            1.0, [](RunContext& ctx) { return fit_run(ctx).fit; }, {}, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"TRADE", "the loss after a few steps stays near the baseline's, per technique", 22.0,
-                                  trade_checks});
+                                  trade_checks, ""});
 HR_REGISTER_PROPERTY(PropertySpec{"BM-FIT", "the largest micro-batch found equals the memory model's", 12.0,
-                                  fit_checks});
+                                  fit_checks, ""});
 
 }  // namespace
 }  // namespace hr::props

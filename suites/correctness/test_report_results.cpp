@@ -237,15 +237,15 @@ TEST(ReportRunner, APropertyThatThrowsIsRecordedAndTheRunGoesOn) {
   ScopedSpecs scope;
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-1", "throws", 0.1, [](hr::RunContext&) -> std::vector<hr::Measurement> {
                                                         throw hr::Error("deliberate failure");
-                                                      }});
+                                                      }, ""});
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-2", "passes", 0.1, [](hr::RunContext& ctx) {
                                                         if (ctx.progress) ctx.progress("a note");
                                                         return std::vector<hr::Measurement>{
                                                             hr::make_check("ZZTEST-2", "", 0.5, 1.0)};
-                                                      }});
+                                                      }, ""});
   hr::sweep_registry().push_back(hr::SweepSpec{"ZZTEST-S", "sweep throws", 0.1, [](hr::RunContext&) -> std::vector<hr::SweepPoint> {
                                                  throw std::runtime_error("sweep broke");
-                                               }});
+                                               }, {}, ""});
   auto dev = hr::make_cpu_device();
   hr::RunOptions opt;
   opt.only = "^ZZTEST-";
@@ -285,12 +285,12 @@ TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
                                                             hr::make_check("ZZTEST-3", "a", 0.5, 1.0),
                                                             hr::make_check("ZZTEST-3", "b", 2.0, 1.0),
                                                             hr::make_negative_control("ZZTEST-3", "c", 0.5, 1.0)};
-                                                      }});
+                                                      }, ""});
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-4", "slow", 0.1, [](hr::RunContext&) {
                                                         std::this_thread::sleep_for(std::chrono::milliseconds(2600));
                                                         return std::vector<hr::Measurement>{
                                                             hr::make_check("ZZTEST-4", "", 0.5, 1.0)};
-                                                      }});
+                                                      }, ""});
   auto dev = hr::make_cpu_device();
   hr::RunOptions opt;
   opt.only = "^ZZTEST-[34]$";
@@ -313,8 +313,8 @@ TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
 // property" and ZZTEST-B "beta property".
 void add_alpha_and_beta_specs() {
   auto none = [](hr::RunContext&) { return std::vector<hr::Measurement>{}; };
-  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none});
-  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-A", "alpha property", 0.1, none, ""});
+  hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-B", "beta property", 0.1, none, ""});
 }
 
 TEST(ReportRunner, OnlyFiltersByIdAndTitleAndRejectsABadRegex) {

@@ -106,12 +106,14 @@ std::vector<std::vector<int32_t>> make_lm_sequences(const TransformerConfig& cfg
 }
 
 Batch make_packed_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int64_t seq_len,
-                           const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task) {
+                           const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task, PackPlan* placed) {
   PackPlan plan = pack_first_fit_decreasing(lengths, seq_len, rows);
   // The caller asked for `rows` rows: the ones packing did not need are all padding.
   plan.row_fill.resize(static_cast<size_t>(rows), 0);
   plan.rows = rows;
-  return make_packed_batch(dev, cfg, plan, make_lm_sequences(cfg, lengths, seed, task), {}, -1, task.pad_id);
+  Batch b = make_packed_batch(dev, cfg, plan, make_lm_sequences(cfg, lengths, seed, task), {}, -1, task.pad_id);
+  if (placed != nullptr) *placed = std::move(plan);
+  return b;
 }
 
 Batch make_mlp_batch(Device& dev, const MlpConfig& cfg, int64_t rows, uint64_t seed, const MlpTaskSpec& task) {

@@ -22,6 +22,7 @@
 namespace hr {
 
 class TrainStep;
+struct PackPlan;
 
 struct LengthDistribution {
   int64_t p95 = 900;
@@ -57,8 +58,10 @@ std::vector<std::vector<int32_t>> make_lm_sequences(const TransformerConfig& cfg
 // count up within a row; a sequence's last token and the row's tail have target
 // ignore_index; the unused tail is padding in its own segment. Throws when the
 // sequences need more than `rows` rows. (harness/data/packing.hpp: the steps.)
+// placed (optional): where each sequence went.
 Batch make_packed_lm_batch(Device& dev, const TransformerConfig& cfg, int64_t rows, int64_t seq_len,
-                           const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task = {});
+                           const std::vector<int64_t>& lengths, uint64_t seed, const LmTask& task = {},
+                           PackPlan* placed = nullptr);
 
 struct MlpTaskSpec {
   uint64_t task_seed = 11;  // fixes the teacher

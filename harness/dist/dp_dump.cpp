@@ -49,10 +49,7 @@ int64_t dump_rank(Device& dev, Communicator& comm, const StepConfig& cfg, const 
     for (const auto& [name, g] : local.gradients()) grads.push_back(safetensors_entry(name, g));
     put(at / "gradients.safetensors", grads);
     zero.step(local.params(), s);
-    std::vector<SafetensorsEntry> weights;
-    for (const Param& p : local.params().all()) weights.push_back(safetensors_entry(p.name, p.master));
-    for (const auto& [name, t] : local.model().buffers()) weights.push_back(safetensors_entry(name, t));
-    put(at / "weights.safetensors", weights);
+    put(at / "weights.safetensors", weight_entries(local, false));
     put(at / "optimizer_state.safetensors",
         {safetensors_entry("exp_avg", zero.exp_avg()), safetensors_entry("exp_avg_sq", zero.exp_avg_sq())});
   }

@@ -575,8 +575,8 @@ DumpBatch make_dump_batch(Device& dev, const StepConfig& cfg, const DumpOptions&
   std::vector<int64_t> lengths = opt.lengths;
   if (opt.layout == DumpLayout::packed) {
     if (lengths.empty()) lengths = packed_lengths(cfg.batch, cfg.seq_len, seed);
-    d.batch = make_packed_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, lengths, seed);
-    const PackPlan plan = pack_first_fit_decreasing(lengths, cfg.seq_len, cfg.batch);
+    PackPlan plan;
+    d.batch = make_packed_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, lengths, seed, {}, &plan);
     rows.assign(lengths.size(), 0);
     offsets.assign(lengths.size(), 0);
     for (const PackedSequence& s : plan.placed) {
@@ -614,6 +614,16 @@ std::vector<SafetensorsEntry> flat_entries(TrainStep& step, const std::vector<fl
   return out;
 }
 
+std::vector<SafetensorsEntry> weight_entries(TrainStep& step, bool with_compute) {
+  std::vector<SafetensorsEntry> w;
+  for (const Param& p : step.params().all()) w.push_back(safetensors_entry(p.name, p.master));
+  if (with_compute)
+    for (const Param& p : step.params().all())
+      if (p.compute.dtype() != p.master.dtype()) w.push_back(safetensors_entry(p.name + ".compute", p.compute));
+  for (const auto& [name, t] : step.model().buffers()) w.push_back(safetensors_entry(name, t));
+  return w;
+}
+
 void write_dump_file(const std::string& path, const std::vector<SafetensorsEntry>& entries) {
   write_safetensors(path, entries, file_metadata());
 }
@@ -636,18 +646,7 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   };
 
   TrainStep step(dev, cfg);
-  // The weights, before anything runs, or after a step: masters, 16-bit compute
-  // copies when they are a copy, buffers.
-  auto weights = [&](bool with_compute) {
-    std::vector<SafetensorsEntry> w;
-    for (const Param& p : step.params().all()) w.push_back(safetensors_entry(p.name, p.master));
-    if (with_compute)
-      for (const Param& p : step.params().all())
-        if (p.compute.dtype() != p.master.dtype()) w.push_back(safetensors_entry(p.name + ".compute", p.compute));
-    for (const auto& [name, t] : step.model().buffers()) w.push_back(safetensors_entry(name, t));
-    return w;
-  };
-  put(dir / "weights.safetensors", weights(false));
+  put(dir / "weights.safetensors", weight_entries(step, false));
 
   std::vector<DropoutRecord> draws;
   step.dropout_stream().log = &draws;
@@ -716,7 +715,7 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
     put(at / "gradients.safetensors", grads);
     if (!masks.empty()) put(at / "dropout_masks.safetensors", masks);
     if (opt.steps > 0) {
-      put(at / "weights.safetensors", weights(true));
+      put(at / "weights.safetensors", weight_entries(step, true));
       std::vector<SafetensorsEntry> state;
       for (const auto& [name, t] : step.optimizer().state()) state.push_back(safetensors_entry(name, t));
       if (cfg.optimizer.kind == OptimizerKind::adamw8bit) {

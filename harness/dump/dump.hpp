@@ -97,13 +97,18 @@ struct DumpBatch {
 };
 DumpBatch make_dump_batch(Device& dev, const StepConfig& cfg, const DumpOptions& opt, uint64_t seed);
 
-// The rows [begin, end) of a dumped batch, as a rank's batch.safetensors holds them.
+// A batch's tensors as batch.safetensors holds them (a rank's: its slice of the batch).
 std::vector<SafetensorsEntry> batch_entries(const Batch& batch);
 
 // A flat vector of the trainable parameters' values (their order, each row-major)
 // as one entry per parameter, named and shaped as the parameters.
 class TrainStep;
 std::vector<SafetensorsEntry> flat_entries(TrainStep& step, const std::vector<float>& flat);
+
+// The parameters as weights.safetensors holds them: fp32 masters under their names,
+// with_compute the 16-bit compute copies too (as <name>.compute, where they are a
+// copy), then the model's buffers.
+std::vector<SafetensorsEntry> weight_entries(TrainStep& step, bool with_compute);
 
 // The files' metadata every dump writes.
 void write_dump_file(const std::string& path, const std::vector<SafetensorsEntry>& entries);

@@ -266,6 +266,14 @@ TEST(Dump, LoraWritesAdaptersAndOnlyTheirGradients) {
   std::filesystem::remove_all(dir);
 }
 
+// An F32 entry's values.
+std::vector<float> f32_values(const ReadTensor& t) {
+  EXPECT_EQ(t.dtype, "F32");
+  std::vector<float> v(t.bytes.size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
 nlohmann::json read_conventions(const std::string& dir) {
   std::ifstream in(dir + "/conventions.json");
   return nlohmann::json::parse(in);
@@ -357,11 +365,7 @@ TEST(Dump, AnInjectedOverflowIsSkippedAndBacksTheScaleOff) {
   for (const auto& [name, t] : s1) EXPECT_EQ(t.bytes, s2.at(name).bytes) << name;
   int64_t nonfinite = 0;
   for (const auto& [name, t] : read_safetensors(dir + "/step_2/gradients.safetensors"))
-    for (size_t b = 0; b < t.bytes.size(); b += 4) {
-      float v;
-      std::memcpy(&v, t.bytes.data() + b, 4);
-      nonfinite += std::isfinite(v) ? 0 : 1;
-    }
+    for (float v : f32_values(t)) nonfinite += std::isfinite(v) ? 0 : 1;
   EXPECT_GT(nonfinite, 0);
   std::filesystem::remove_all(dir);
 }
@@ -386,11 +390,9 @@ TEST(Dump, EightBitStateHoldsCodesAbsmaxAndBothMaps) {
                                    std::pair{"maps.exp_avg_sq", q8::MapKind::dynamic_unsigned}}) {
     const ReadTensor& m = state.at(name);
     ASSERT_EQ(m.shape, (std::vector<int64_t>{256}));
-    for (int i = 0; i < 256; ++i) {
-      float v;
-      std::memcpy(&v, m.bytes.data() + 4 * i, 4);
-      EXPECT_EQ(v, static_cast<float>(q8::map_value(kind, i))) << name << " " << i;
-    }
+    const std::vector<float> values = f32_values(m);
+    for (int i = 0; i < 256; ++i)
+      EXPECT_EQ(values[static_cast<size_t>(i)], static_cast<float>(q8::map_value(kind, i))) << name << " " << i;
   }
   const nlohmann::json conv = read_conventions(dir);
   EXPECT_EQ(conv["optimizer"]["block_size"], q8::kDefaultBlock);
@@ -451,11 +453,7 @@ TEST(Dump, LoraWithADrawnBHasNonZeroAGradients) {
     double a_norm = 0;
     for (const auto& [name, t] : grads)
       if (name.find("lora_A") != std::string::npos)
-        for (size_t b = 0; b < t.bytes.size(); b += 4) {
-          float v;
-          std::memcpy(&v, t.bytes.data() + b, 4);
-          a_norm += static_cast<double>(v) * v;
-        }
+        for (float v : f32_values(t)) a_norm += static_cast<double>(v) * v;
     if (std > 0) EXPECT_GT(a_norm, 0.0);
     else EXPECT_EQ(a_norm, 0.0);
     const nlohmann::json conv = read_conventions(dir);

@@ -128,6 +128,7 @@ table.matrix td.prop small{display:block;color:var(--muted);font-size:11px}
 ul.glance{margin:14px 0 0;padding-left:20px}ul.glance li{margin:2px 0}ul.glance li.bad{color:var(--bad)}
 th small,table.trade td small{font-weight:400;color:var(--muted);font-size:11px}
 td.mono,td .mono{overflow-wrap:anywhere}
+td.cfg{min-width:160px}
 td.cell.ok{background:#f0fdf4!important;color:var(--ok)}td.cell.bad{background:#fef2f2!important;color:var(--bad);font-weight:650}
 td.cell.neg{background:#eff6ff!important;color:var(--neg)}td.cell.na{color:var(--na)}
 td.cell small{display:block;color:var(--muted);font-size:11px}

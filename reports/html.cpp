@@ -23,6 +23,18 @@ std::string esc(std::string_view s) {
   return out;
 }
 
+std::string esc_breakable(std::string_view s) {
+  std::string out;
+  size_t from = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '_' && s[i] != '/') continue;
+    out += esc(s.substr(from, i + 1 - from));
+    out += "<wbr>";
+    from = i + 1;
+  }
+  return out + esc(s.substr(from));
+}
+
 std::string fmt_num(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

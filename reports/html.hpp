@@ -10,6 +10,10 @@ namespace hr::report {
 
 // Escapes & < > " ' for use in HTML text and attribute values (and SVG/XML).
 std::string esc(std::string_view s);
+// esc() for text cells: a line may also break after each '_' and '/' (<wbr>), so
+// that a long identifier ("loss_diff_over_reference_progress") does not set its
+// column's width. Not for attribute values.
+std::string esc_breakable(std::string_view s);
 
 // Compact number: "0", "1.5e-07", "0.0123", "12.3", "1,234", "1.23M".
 std::string fmt_num(double v);

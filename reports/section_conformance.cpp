@@ -197,12 +197,13 @@ std::string conformance_section(const Results& r) {
   });
   s += fmt::format(R"(<details{}><summary>All {} measurements: error against tolerance</summary>)",
                    all.size() <= 40 ? " open" : "", all.size());
-  s += R"(<div class="scroll"><table><thead><tr><th>ID</th><th>Backend</th><th>dtype</th><th>Model</th><th>Config</th><th>Metric</th>)"
+  s += R"(<div class="scroll"><table><thead><tr><th>ID</th><th>Run on</th><th>Config</th><th>Metric</th>)"
        R"(<th class="num">Error</th><th class="num">Tolerance</th><th class="num">Headroom</th><th>Control</th><th>Result</th><th>Tolerance from</th></tr></thead><tbody>)";
   for (const auto* m : all) {
     s += fmt::format(
-        R"(<tr><td class="nw"><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>)",
-        esc(m->id), esc(m->backend), esc(m->dtype), esc(m->model), esc(config_label(m->config)), esc(m->metric),
+        R"(<tr><td class="nw"><b>{}</b></td><td class="nw">{} {}<br><small>{}</small></td><td class="mono cfg">{}</td><td>{}</td><td class="num">{}</td><td class="num nw">{}{}</td><td class="num">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>)",
+        esc(m->id), esc(m->backend), esc(m->dtype), esc(m->model), esc(config_label(m->config)),
+        esc_breakable(m->metric),
         esc(fmt_num(m->error)), m->negative_control ? "&gt; " : "&le; ", esc(fmt_num(m->tolerance)),
         esc(ratio_text(headroom_ratio(*m))), esc(m->control.empty() ? "-" : m->control), status_badge(*m),
         esc(is_error_measurement(*m) ? m->details.value("error", std::string()) : m->tolerance_reason));

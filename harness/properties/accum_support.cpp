@@ -146,6 +146,43 @@ void describe(Measurement& m, const Device& dev, DType dtype, const std::string&
   m.model = model;
 }
 
+CheckFamily::CheckFamily(std::vector<Measurement>& out, const Device& dev, DType dtype, std::string model,
+                         std::string id, std::string title, double tolerance, std::string metric, std::string reason)
+    : out_(out),
+      dev_(dev),
+      dtype_(dtype),
+      model_(std::move(model)),
+      id_(std::move(id)),
+      title_(std::move(title)),
+      tolerance_(tolerance),
+      metric_(std::move(metric)),
+      reason_(std::move(reason)) {}
+
+Measurement& CheckFamily::add(Measurement m, nlohmann::json config, nlohmann::json details) {
+  describe(m, dev_, dtype_, model_);
+  m.config = std::move(config);
+  m.metric = metric_;
+  m.tolerance_reason = reason_;
+  // A control's own details (make_negative_control's "not_caught") stay beside the caller's.
+  for (auto& [k, v] : details.items()) m.details[k] = std::move(v);
+  out_.push_back(std::move(m));
+  return out_.back();
+}
+
+Measurement& CheckFamily::check(double error, nlohmann::json config, nlohmann::json details) {
+  return add(make_check(id_, title_, error, tolerance_), std::move(config), std::move(details));
+}
+
+Measurement& CheckFamily::gross(std::string title, double error, nlohmann::json config, nlohmann::json details) {
+  return add(make_negative_control(id_, std::move(title), error, tolerance_, name()), std::move(config),
+             std::move(details));
+}
+
+Measurement& CheckFamily::subtle(std::string title, double error, nlohmann::json config, nlohmann::json details) {
+  return add(make_subtle_control(id_, std::move(title), error, tolerance_, name()), std::move(config),
+             std::move(details));
+}
+
 std::vector<Measurement> every_float_dtype(RunContext& ctx, PerDTypeProperty fn) {
   std::vector<Measurement> out;
   for (DType d : kFloatDTypes) {

@@ -67,6 +67,37 @@ TensorsCompare compare_tensors(const NamedValues& got, const NamedValues& ref, c
 // The measurement fields every property here fills the same way.
 void describe(Measurement& m, const Device& dev, DType dtype, const std::string& model);
 
+// A check and the negative controls aimed at it, written once. Every measurement it
+// adds to `out` carries the device, dtype and model (describe), the check's metric,
+// tolerance and the tolerance's reason; each control names the check it must trip
+// (Measurement::control_of). The reference returned is out.back(), valid until the
+// next measurement is added.
+class CheckFamily {
+ public:
+  CheckFamily(std::vector<Measurement>& out, const Device& dev, DType dtype, std::string model, std::string id,
+              std::string title, double tolerance, std::string metric, std::string reason);
+
+  Measurement& check(double error, nlohmann::json config = nlohmann::json::object(),
+                     nlohmann::json details = nlohmann::json::object());
+  Measurement& gross(std::string title, double error, nlohmann::json config = nlohmann::json::object(),
+                     nlohmann::json details = nlohmann::json::object());
+  Measurement& subtle(std::string title, double error, nlohmann::json config = nlohmann::json::object(),
+                      nlohmann::json details = nlohmann::json::object());
+
+  // check_name(id, title): what the controls name.
+  std::string name() const { return check_name(id_, title_); }
+
+ private:
+  Measurement& add(Measurement m, nlohmann::json config, nlohmann::json details);
+
+  std::vector<Measurement>& out_;
+  const Device& dev_;
+  DType dtype_;
+  std::string model_, id_, title_;
+  double tolerance_;
+  std::string metric_, reason_;
+};
+
 // A registered property's body: fn on the run's device for fp32, fp16 and bf16.
 using PerDTypeProperty = std::vector<Measurement> (*)(Device&, DType, Preset, uint64_t);
 std::vector<Measurement> every_float_dtype(RunContext& ctx, PerDTypeProperty fn);

@@ -75,38 +75,21 @@ StepConfig ck3_config(DType dtype, Preset preset, int64_t depth) {
 
 SweepPoint measure_depth_point(Device& dev, DType dtype, Preset preset, int64_t depth, DepthSchedule s,
                                uint64_t seed, const CheckpointPolicy& faults) {
-  SweepPoint p;
-  p.sweep = "CK-3";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(dtype);
-  p.model = "transformer";
   // depth and the schedule only: the report draws one series per schedule.
-  p.config = nlohmann::json{{"depth", depth}, {"checkpoint", depth_schedule_name(s)}};
+  SweepPoint p = sweep_point("CK-3", dev, dtype, "transformer", {{"depth", depth}, {"checkpoint", depth_schedule_name(s)}});
   StepConfig cfg = ck3_config(dtype, preset, depth);
   cfg.checkpoint = faults;
   cfg.checkpoint.every_k_blocks = depth_schedule_k(s, depth);
   cfg.init_seed = seed;
-  try {
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
-    dev.synchronize();
-    dev.memory().reset_peak();
-    const MemorySnapshot before = dev.memory().snapshot();
-    step.forward_backward(batch);
-    dev.synchronize();
-    p.memory = dev.memory().snapshot();
-    const double act = static_cast<double>(p.memory.peak(Consumer::activations));
-    const double pass = static_cast<double>(p.memory.total_peak_bytes - before.total_current_bytes);
-    p.metrics["activation_peak_bytes"] = act;
-    p.metrics["pass_peak_bytes"] = pass;
+    peak_point(dev, p, [&] { step.forward_backward(batch); });
     p.metrics["every_k_blocks"] = cfg.checkpoint.every_k_blocks;
     p.metrics["segments"] = cfg.checkpoint.every_k_blocks > 0
                                 ? (depth + cfg.checkpoint.every_k_blocks - 1) / cfg.checkpoint.every_k_blocks
                                 : 1;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 
@@ -315,50 +298,33 @@ CheckpointBench checkpoint_bench_smoke_config() {
 
 SweepPoint measure_checkpoint_point(Device& dev, const CheckpointBench& b, const std::string& granularity,
                                     int64_t every_k, uint64_t seed) {
-  SweepPoint p;
-  p.sweep = "BM-CK";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(b.base.precision.compute);
-  p.model = "transformer";
-  p.config = nlohmann::json{{"checkpoint", granularity},
-                            {"every_k_blocks", every_k},
-                            {"layers", b.base.transformer.layers},
-                            {"d_model", b.base.transformer.d_model},
-                            {"seq_len", b.base.seq_len},
-                            {"batch", b.base.batch}};
+  SweepPoint p = sweep_point("BM-CK", dev, b.base.precision.compute, "transformer",
+                             {{"checkpoint", granularity},
+                              {"every_k_blocks", every_k},
+                              {"layers", b.base.transformer.layers},
+                              {"d_model", b.base.transformer.d_model},
+                              {"seq_len", b.base.seq_len},
+                              {"batch", b.base.batch}});
   StepConfig cfg = b.base;
   cfg.checkpoint.every_k_blocks = every_k;
   cfg.init_seed = seed;
-  TimingOptions timing = b.timing;
-  timing.injected_slowdown = injected_slowdown(p.sweep, p.config);
-  try {
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
     step.step(batch);  // first-touch allocations out of the timed region
-    dev.synchronize();
-    dev.memory().reset_peak();
-    const MemorySnapshot before = dev.memory().snapshot();
     step.model().reset_block_forward_counts();
-    p.time = time_region(dev, [&] { step.step(batch); }, timing);
-    p.memory = dev.memory().snapshot();
+    const MemorySnapshot before = time_point(dev, p, b.timing, [&] { step.step(batch); });
     const std::vector<int64_t>& counts = step.model().block_forward_counts();
     int64_t runs = 0;
     for (int64_t c : counts) runs += c;
-    const double steps = static_cast<double>(timing.warmup + p.time->reps);
+    const double steps = static_cast<double>(b.timing.warmup + p.time->reps);
     p.metrics["step_time_s"] = p.time->median_s;
-    p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
-    p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
-    p.metrics["pass_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes - before.total_current_bytes);
+    record_peak_bytes(p, before);
     // Block forwards per step over the blocks: 1 plain, 2 when every block is in a
     // checkpointed segment (counted inside the blocks, CK-4).
     p.metrics["block_forwards_per_block_step"] =
         static_cast<double>(runs) / (steps * static_cast<double>(cfg.transformer.layers));
-    p.metrics["noisy"] = p.time->noisy;
-    if (timing.injected_slowdown != 1.0) p.metrics["injected_slowdown"] = timing.injected_slowdown;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 

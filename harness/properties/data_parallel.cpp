@@ -7,6 +7,7 @@
 // each. DP-3 compares ZeRO-1 with the unsharded AdamW step, bitwise, and reads the
 // optimizer-state bytes per rank from the memory tracker.
 #include "harness/properties/data_parallel.hpp"
+#include "harness/properties/sweep_support.hpp"
 
 #include <fmt/format.h>
 
@@ -225,13 +226,9 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
 SweepPoint comm_point(const Communicator& comm, const Device& dev, const char* model, const std::string& sync,
                       int64_t micro_batches, const dist::CommStats& grads, const dist::CommStats& all,
                       int64_t parameters) {
-  SweepPoint p;
-  p.sweep = "DP-COMM";
-  p.backend = backend_name(dev.kind());
-  p.dtype = "fp32";
-  p.model = model;
-  p.config = {{"ranks", comm.size()}, {"engine", comm.engine()}, {"sync", sync},
-              {"micro_batches_per_rank", micro_batches}};
+  SweepPoint p = sweep_point("DP-COMM", dev, DType::f32, model,
+                             {{"ranks", comm.size()}, {"engine", comm.engine()}, {"sync", sync},
+                              {"micro_batches_per_rank", micro_batches}});
   p.metrics = {{"gradient_payload_bytes_per_step", grads.payload_bytes},
                {"gradient_bus_bytes_per_step", grads.bus_bytes},
                {"payload_bytes_per_step", all.payload_bytes},
@@ -361,12 +358,8 @@ void mem_points(Device& dev, Communicator& comm, const char* model, const char* 
   v.push_back(static_cast<double>(mine.total_peak_bytes));
   const std::vector<double> all = gather_doubles(comm, dev, v);
   for (int r = 0; r < comm.size(); ++r) {
-    SweepPoint p;
-    p.sweep = "DP-MEM";
-    p.backend = backend_name(dev.kind());
-    p.dtype = "fp32";
-    p.model = model;
-    p.config = {{"ranks", comm.size()}, {"rank", r}, {"optimizer", variant}, {"engine", comm.engine()}};
+    SweepPoint p = sweep_point("DP-MEM", dev, DType::f32, model,
+                               {{"ranks", comm.size()}, {"rank", r}, {"optimizer", variant}, {"engine", comm.engine()}});
     const double* x = all.data() + static_cast<size_t>(r) * v.size();
     for (int i = 0; i < kNumConsumers; ++i) {
       p.memory.current_bytes[i] = static_cast<size_t>(x[i]);
@@ -583,16 +576,13 @@ std::vector<SweepPoint> bm_dp(Device& dev, Communicator& comm, Preset preset) {
       dbuf = Tensor::from_host(dev, host, {static_cast<int64_t>(count)}, DType::f32, Consumer::workspace);
       buf = dbuf.data();
     }
-    SweepPoint p;
-    p.sweep = "BM-DP";
-    p.backend = backend_name(dev.kind());
-    p.dtype = "fp32";
-    p.model = "op:all_reduce";
-    p.config = {{"engine", comm.engine()}, {"ranks", n}, {"bytes", bytes}};
+    SweepPoint p =
+        sweep_point("BM-DP", dev, DType::f32, "op:all_reduce", {{"engine", comm.engine()}, {"ranks", n}, {"bytes", bytes}});
     p.time = time_collective([&] { comm.all_reduce_sum(buf, count, dist::CommDType::f32); });
     const double algbw = static_cast<double>(bytes) / p.time->median_s / 1e9;
     p.metrics = {{"algbw_GBps", algbw}, {"busbw_GBps", algbw * dist::all_reduce_bus_factor(n)},
-                 {"definition", "nccl-tests: algbw = bytes / time; busbw = algbw x 2 (N - 1) / N"}};
+                 {"definition", "nccl-tests: algbw = bytes / time; busbw = algbw x 2 (N - 1) / N"},
+                 {"noisy", p.time->noisy}};
     out.push_back(std::move(p));
   }
 
@@ -603,17 +593,14 @@ std::vector<SweepPoint> bm_dp(Device& dev, Communicator& comm, Preset preset) {
   const StepConfig cfg = case_config(c, mb, preset);
   const Batch batch = accum_batch(dev, case_config(c, kEffectiveBatch, preset), 99);
   DataParallelStep dp(dev, comm, cfg, DpSync::once_per_window);
-  SweepPoint s;
-  s.sweep = "BM-DP";
-  s.backend = backend_name(dev.kind());
-  s.dtype = "fp32";
-  s.model = c.model;
-  s.config = {{"engine", comm.engine()}, {"ranks", n}, {"global_batch", kEffectiveBatch}, {"micro_batch", mb},
-              {"what", "data-parallel step (no optimizer)"}};
+  SweepPoint s = sweep_point("BM-DP", dev, DType::f32, c.model,
+                             {{"engine", comm.engine()}, {"ranks", n}, {"global_batch", kEffectiveBatch},
+                              {"micro_batch", mb}, {"what", "data-parallel step (no optimizer)"}});
   dist::CommStats step_comm;
   s.time = time_collective([&] { step_comm = dp.reduce_gradients(batch).comm; });
   s.metrics = {{"payload_bytes_per_step", step_comm.payload_bytes}, {"bus_bytes_per_step", step_comm.bus_bytes},
-               {"tokens_per_s", static_cast<double>(kEffectiveBatch * cfg.seq_len) / s.time->median_s}};
+               {"tokens_per_s", static_cast<double>(kEffectiveBatch * cfg.seq_len) / s.time->median_s},
+               {"noisy", s.time->noisy}};
   out.push_back(std::move(s));
   return out;
 }

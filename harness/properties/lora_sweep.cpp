@@ -9,6 +9,7 @@
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/registry.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/timing.hpp"
@@ -17,39 +18,26 @@ namespace hr::props {
 namespace {
 
 SweepPoint measure_lora_point(Device& dev, const StepConfig& cfg, uint64_t seed) {
-  SweepPoint p;
-  p.sweep = "BM-LR";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(cfg.precision.compute);
-  p.model = model_kind_name(cfg.model);
   const bool lora = cfg.adapters.kind == AdapterKind::lora;
-  p.config = {{"technique", lora ? fmt::format("LoRA r{} (q, v)", cfg.adapters.rank) : "full fine-tuning"},
-              {"lora_rank", lora ? cfg.adapters.rank : 0},
-              {"d_model", cfg.transformer.d_model},
-              {"layers", cfg.transformer.layers},
-              {"seq_len", cfg.seq_len},
-              {"batch", cfg.batch},
-              {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}};
-  try {
+  SweepPoint p =
+      sweep_point("BM-LR", dev, cfg.precision.compute, model_kind_name(cfg.model),
+                  {{"technique", lora ? fmt::format("LoRA r{} (q, v)", cfg.adapters.rank) : "full fine-tuning"},
+                   {"lora_rank", lora ? cfg.adapters.rank : 0},
+                   {"d_model", cfg.transformer.d_model},
+                   {"layers", cfg.transformer.layers},
+                   {"seq_len", cfg.seq_len},
+                   {"batch", cfg.batch},
+                   {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}});
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
     step.step(batch);  // optimizer state and first-touch allocations out of the timed region
-    dev.synchronize();
-    dev.memory().reset_peak();
-    TimingOptions timing;
-    timing.reference_work = dev.kind() == BackendKind::cpu;
-    apply_injected_slowdown(p.sweep, p.config, timing, p.metrics);
-    p.time = time_region(dev, [&] { step.step(batch); }, timing);
-    p.memory = dev.memory().snapshot();
+    time_point(dev, p, TimingOptions{}, [&] { step.step(batch); });
     p.metrics["step_time_s"] = p.time->median_s;
     p.metrics["tokens_per_s"] = static_cast<double>(cfg.batch * cfg.seq_len) / p.time->median_s;
     p.metrics["trainable_parameters"] = static_cast<double>(step.params().trainable_numel());
     p.metrics["parameters"] = static_cast<double>(step.params().numel());
-    p.metrics["noisy"] = p.time->noisy;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 

@@ -5,7 +5,6 @@
 // This measures it on the device at hand, with bytes per consumer beside it.
 #include "harness/properties/microbatch_sweep.hpp"
 
-#include <cblas.h>  // openblas_set_num_threads
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -70,45 +69,24 @@ MicroBatchSweep microbatch_sweep_smoke_config() {
   return s;
 }
 
-OneBlasThread::OneBlasThread(const Device& dev) : active_(dev.kind() == BackendKind::cpu) {
-  if (!active_) return;
-  saved_ = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-}
-
-OneBlasThread::~OneBlasThread() {
-  if (active_) openblas_set_num_threads(saved_);
-}
-
 SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing) {
-  const OneBlasThread one_blas_thread(dev);
-  SweepPoint p;
-  p.sweep = "BM-MB";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(cfg.precision.compute);
-  p.model = model_kind_name(cfg.model);
-  p.config = nlohmann::json{{"micro_batch", cfg.micro_batch},
-                            {"accum_steps", cfg.accum_steps()},
-                            {"effective_batch", cfg.batch},
-                            {"seq_len", cfg.seq_len},
-                            {"d_model", cfg.transformer.d_model},
-                            {"layers", cfg.transformer.layers},
-                            // The rest of the model, so that a peer (ci/peer/torch_step.py)
-                            // can build the same one from the point alone.
-                            {"vocab", cfg.transformer.vocab},
-                            {"heads", cfg.transformer.heads},
-                            {"max_positions", cfg.transformer.max_positions},
-                            {"mlp_ratio", cfg.transformer.mlp_ratio},
-                            {"dropout", cfg.transformer.dropout},
-                            {"attention", cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
-                            {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}};
-  TimingOptions timed = timing;
-  timed.injected_slowdown = injected_slowdown(p.sweep, p.config);
-  // On the CPU, the machine's speed after each step, so that comparisons can
-  // judge the step relative to it (harness/timing.hpp).
-  timed.reference_work = dev.kind() == BackendKind::cpu;
-  if (timed.injected_slowdown != 1.0) p.metrics["injected_slowdown"] = timed.injected_slowdown;
-  try {
+  SweepPoint p = sweep_point("BM-MB", dev, cfg.precision.compute, model_kind_name(cfg.model),
+                             {{"micro_batch", cfg.micro_batch},
+                              {"accum_steps", cfg.accum_steps()},
+                              {"effective_batch", cfg.batch},
+                              {"seq_len", cfg.seq_len},
+                              {"d_model", cfg.transformer.d_model},
+                              {"layers", cfg.transformer.layers},
+                              // The rest of the model, so that a peer (ci/peer/torch_step.py)
+                              // can build the same one from the point alone.
+                              {"vocab", cfg.transformer.vocab},
+                              {"heads", cfg.transformer.heads},
+                              {"max_positions", cfg.transformer.max_positions},
+                              {"mlp_ratio", cfg.transformer.mlp_ratio},
+                              {"dropout", cfg.transformer.dropout},
+                              {"attention", cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
+                              {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}});
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
     // The warm-up step (first-touch allocations and optimizer state out of the timed
@@ -118,21 +96,13 @@ SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t
     const size_t syncs_before = dev.host_syncs();
     step.step(batch);
     p.metrics["host_syncs_per_step"] = static_cast<double>(dev.host_syncs() - syncs_before);
-    dev.synchronize();
-    dev.memory().reset_peak();
-    p.time = time_region(dev, [&] { step.step(batch); }, timed);
-    p.memory = dev.memory().snapshot();
+    time_point(dev, p, timing, [&] { step.step(batch); });
     const double tokens = static_cast<double>(cfg.batch * cfg.seq_len);
     p.metrics["tokens_per_step"] = tokens;
     p.metrics["step_time_s"] = p.time->median_s;
     p.metrics["tokens_per_s"] = tokens / p.time->median_s;
     p.metrics["samples_per_s"] = static_cast<double>(cfg.batch) / p.time->median_s;
-    p.metrics["noisy"] = p.time->noisy;
-    if (dev.kind() == BackendKind::cpu) p.metrics["blas_threads"] = 1;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 

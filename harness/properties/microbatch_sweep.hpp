@@ -10,29 +10,12 @@
 #include <optional>
 #include <vector>
 
+#include "harness/properties/sweep_support.hpp"
 #include "harness/registry.hpp"
 #include "harness/step/step_config.hpp"
 #include "harness/timing.hpp"
 
 namespace hr::props {
-
-// On the CPU, the timed steps of a point run BLAS on one thread. With two threads
-// on a machine shared with other work, each product waits for whichever thread is
-// descheduled: on a 2-core machine under a load of ~8 the same quick step took a
-// median of 0.25-1.4 s of wall clock, and a run of the sweep 9.6-23 s of CPU time
-// (one thread: 0.28-0.37 s, 8.7-9.2 s), too unsteady for any comparison. These
-// products are small, so one thread costs little when the machine is idle.
-class OneBlasThread {
- public:
-  explicit OneBlasThread(const Device& dev);
-  ~OneBlasThread();
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  bool active_;
-  int saved_ = 1;
-};
 
 struct MicroBatchSweep {
   StepConfig base;                    // batch = the effective batch; micro_batch set per point
@@ -46,11 +29,9 @@ MicroBatchSweep microbatch_sweep_config(Preset preset, BackendKind backend);
 // A tiny configuration for smoke runs (benchmarks under ctest).
 MicroBatchSweep microbatch_sweep_smoke_config();
 
-// One point: builds the step, runs one warm-up step, then times steps with
-// time_region; memory peaks are those of the timed steps (reset after warm-up).
-// On the CPU, BLAS runs on one thread for the point (metrics "blas_threads"): a
-// multithreaded BLAS on a shared machine makes step times swing several-fold.
-// Out of memory (budget or device) gives status "out_of_memory" with the reason.
+// One point: builds the step, runs one warm-up step, then times steps through
+// time_point (sweep_support.hpp): peaks of the timed steps, one BLAS thread on the
+// CPU, the settings recorded. Out of memory gives status "out_of_memory".
 SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing);
 
 // Every point, then each point's "relative_per_sample_throughput" (its samples/s

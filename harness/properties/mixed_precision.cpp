@@ -138,7 +138,6 @@ nlohmann::json mp_config(double loss_scale) {
   return nlohmann::json{{"loss_multiplier", kMpLossMultiplier}, {"loss_scale", loss_scale}};
 }
 
-void describe_mp(Measurement& m, const Device& dev, DType dtype) { describe(m, dev, dtype, "mlp"); }
 
 // The fp32 gradients MP-1 and MP-2 measure against, and the batch.
 struct Reference {
@@ -164,36 +163,20 @@ StepConfig at_dtype(StepConfig c, DType d) {
 
 // ---- MP-1 ----
 namespace {
-// What every MP-1/MP-2 measurement of the real 16-bit step carries: device, dtype,
-// the scale it ran at, its metric and reason, `details`, and the fault if any.
-Measurement step_measurement(Measurement m, const Device& dev, DType dtype, double at_scale, const char* metric,
-                             const char* reason, nlohmann::json details, const char* fault) {
-  describe_mp(m, dev, dtype);
-  m.config = mp_config(at_scale);
-  m.metric = metric;
-  m.tolerance_reason = reason;
-  m.details = std::move(details);
-  if (*fault) m.details["fault"] = fault;
-  return m;
+// The details of an MP-1/MP-2 measurement on the real 16-bit step's lost gradient
+// values (lost_in_run) or its gradients against fp32 (compare_tensors): `base`, the
+// counts or the per-tensor errors, and the fault if any.
+nlohmann::json lost_details(nlohmann::json base, const Underflow& u, const char* fault) {
+  base["lost"] = u.flushed;
+  base["counted_values"] = u.nonzero;
+  if (*fault) base["fault"] = fault;
+  return base;
 }
-
-// A check or control on the real 16-bit step's lost gradient values (lost_in_run).
-Measurement lost_fraction_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
-                                      const Underflow& u, nlohmann::json details, const char* fault) {
-  details["lost"] = u.flushed;
-  details["counted_values"] = u.nonzero;
-  return step_measurement(std::move(m), dev, dtype, at_scale, "lost_fraction", tol::kMpUnderflowFractionReason,
-                          std::move(details), fault);
-}
-
-// A check or control on the real 16-bit step's gradients against fp32 (compare_tensors);
-// `details` adds to the worst tensor and the per-tensor errors.
-Measurement grad_error_measurement(Measurement m, const Device& dev, DType dtype, double at_scale,
-                                   const TensorsCompare& t, nlohmann::json details, const char* fault) {
-  details["worst_tensor"] = t.worst;
-  details["per_tensor_rel_l2"] = t.per_tensor;
-  return step_measurement(std::move(m), dev, dtype, at_scale, "max_tensor_rel_l2", tol::kMpGradRelL2Reason,
-                          std::move(details), fault);
+nlohmann::json error_details(nlohmann::json base, const TensorsCompare& t, const char* fault) {
+  base["worst_tensor"] = t.worst;
+  base["per_tensor_rel_l2"] = t.per_tensor;
+  if (*fault) base["fault"] = fault;
+  return base;
 }
 
 constexpr const char* kMp1ErrorTitle = "unscaled gradients of the fp16 step at loss scale 2^16 match fp32";
@@ -247,38 +230,25 @@ std::vector<Measurement> mp1_fp16_underflow(Device& dev, Preset preset, uint64_t
   // real fp16 step's gradients.
   const double small = tol::kMpSubtleLossScale;
   details["flushed_fraction_at_2^2"] = underflow_of(ref.g32, DType::f16, small).fraction();
-  const double ftol = tol::kMpUnderflowFraction;
-  const std::string lost_check = check_name("MP-1", kMp1LostTitle);
-  auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
-    out.push_back(lost_fraction_measurement(std::move(m), dev, DType::f16, at_scale, u, details, fault));
-  };
-  lost_measurement(make_check("MP-1", kMp1LostTitle, lost_scaled.fraction(), ftol), scale, lost_scaled, "");
-  lost_measurement(make_negative_control("MP-1", "the fp16 step with its loss scale held at 1 loses gradient values",
-                                         lost_plain.fraction(), ftol, lost_check),
-                   1.0, lost_plain, "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)");
-  lost_measurement(
-      make_subtle_control("MP-1",
-                          fmt::format("the fp16 step with its loss scale held at 2^{} loses gradient values",
-                                      std::ilogb(small)),
-                          lost_small.fraction(), ftol, lost_check),
-      small, lost_small, "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)");
+  const char* held_at_1 = "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)";
+  const char* held_small = "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)";
+  CheckFamily lost(out, dev, DType::f16, "mlp", "MP-1", kMp1LostTitle, tol::kMpUnderflowFraction, "lost_fraction",
+                   tol::kMpUnderflowFractionReason);
+  lost.check(lost_scaled.fraction(), mp_config(scale), lost_details(details, lost_scaled, ""));
+  lost.gross("the fp16 step with its loss scale held at 1 loses gradient values", lost_plain.fraction(),
+             mp_config(1.0), lost_details(details, lost_plain, held_at_1));
+  lost.subtle(fmt::format("the fp16 step with its loss scale held at 2^{} loses gradient values", std::ilogb(small)),
+              lost_small.fraction(), mp_config(small), lost_details(details, lost_small, held_small));
 
-  const double etol = tol::kMpGradRelL2(DType::f16);
-  const std::string error_check = check_name("MP-1", kMp1ErrorTitle);
-  auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const Underflow& zeros,
-                               const char* fault) {
-    out.push_back(grad_error_measurement(std::move(m), dev, DType::f16, at_scale, t,
-                                         {{"run_zero_fraction", zeros.fraction()}}, fault));
-  };
-  error_measurement(make_check("MP-1", kMp1ErrorTitle, c_scaled.max_rel_l2, etol), scale, c_scaled, run_scaled, "");
-  error_measurement(make_negative_control("MP-1", "the fp16 step without a loss scale is flagged", c_plain.max_rel_l2,
-                                          etol, error_check),
-                    1.0, c_plain, run_plain, "the scaler's scale held at 1 (LossScalerConfig::fault_fixed_scale)");
-  error_measurement(
-      make_subtle_control("MP-1", fmt::format("the fp16 step at a loss scale held at 2^{} is flagged", std::ilogb(small)),
-                          c_small.max_rel_l2, etol, error_check),
-      small, c_small, zeros_in_run(ref.g32, g_small),
-      "the scaler's scale held at 2^2 (LossScalerConfig::fault_fixed_scale)");
+  CheckFamily error(out, dev, DType::f16, "mlp", "MP-1", kMp1ErrorTitle, tol::kMpGradRelL2(DType::f16),
+                    "max_tensor_rel_l2", tol::kMpGradRelL2Reason);
+  auto zeros = [](const Underflow& u) { return nlohmann::json{{"run_zero_fraction", u.fraction()}}; };
+  error.check(c_scaled.max_rel_l2, mp_config(scale), error_details(zeros(run_scaled), c_scaled, ""));
+  error.gross("the fp16 step without a loss scale is flagged", c_plain.max_rel_l2, mp_config(1.0),
+              error_details(zeros(run_plain), c_plain, held_at_1));
+  error.subtle(fmt::format("the fp16 step at a loss scale held at 2^{} is flagged", std::ilogb(small)),
+               c_small.max_rel_l2, mp_config(small),
+               error_details(zeros(zeros_in_run(ref.g32, g_small)), c_small, held_small));
   return out;
 }
 
@@ -301,44 +271,31 @@ std::vector<Measurement> mp2_bf16_range(Device& dev, Preset preset, uint64_t see
     return gradients_at(dev, b, ref.batch);
   };
   const NamedValues g_plain = fp16_by_mistake(1.0), g_small = fp16_by_mistake(small);
-  const double ftol = tol::kMpUnderflowFraction;
-  const double etol = tol::kMpGradRelL2(DType::bf16);
-  const std::string lost_check = check_name("MP-2", kMp2LostTitle), error_check = check_name("MP-2", kMp2ErrorTitle);
   const nlohmann::json host{{"flushed_fraction_bf16_storage", underflow_of(ref.g32, DType::bf16, 1.0).fraction()},
                             {"flushed_fraction_fp16_storage", underflow_of(ref.g32, DType::f16, 1.0).fraction()}};
-
-  auto lost_measurement = [&](Measurement m, double at_scale, const Underflow& u, const char* fault) {
-    out.push_back(lost_fraction_measurement(std::move(m), dev, DType::bf16, at_scale, u, host, fault));
-  };
-  auto error_measurement = [&](Measurement m, double at_scale, const TensorsCompare& t, const char* fault) {
-    out.push_back(grad_error_measurement(std::move(m), dev, DType::bf16, at_scale, t, nlohmann::json::object(), fault));
-  };
   const char* gross_fault = "fp16 computed for bf16, scale held at 1 (fault_compute_fp16, fault_fixed_scale)";
   const char* subtle_fault = "fp16 computed for bf16, scale held at 2^2 (fault_compute_fp16, fault_fixed_scale)";
   const Underflow lost_plain = lost_in_run(ref.g32, g_plain), lost_small = lost_in_run(ref.g32, g_small);
-  lost_measurement(make_check("MP-2", kMp2LostTitle, lost.fraction(), ftol), 1.0, lost, "");
-  lost_measurement(make_negative_control("MP-2", "the step computing in fp16 by mistake, unscaled, loses gradient values",
-                                         lost_plain.fraction(), ftol, lost_check),
-                   1.0, lost_plain, gross_fault);
-  lost_measurement(
-      make_subtle_control("MP-2",
-                          fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} loses gradient "
-                                      "values",
-                                      std::ilogb(small)),
-                          lost_small.fraction(), ftol, lost_check),
-      small, lost_small, subtle_fault);
+  CheckFamily lost_values(out, dev, DType::bf16, "mlp", "MP-2", kMp2LostTitle, tol::kMpUnderflowFraction,
+                          "lost_fraction", tol::kMpUnderflowFractionReason);
+  lost_values.check(lost.fraction(), mp_config(1.0), lost_details(host, lost, ""));
+  lost_values.gross("the step computing in fp16 by mistake, unscaled, loses gradient values", lost_plain.fraction(),
+                    mp_config(1.0), lost_details(host, lost_plain, gross_fault));
+  lost_values.subtle(
+      fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} loses gradient values",
+                  std::ilogb(small)),
+      lost_small.fraction(), mp_config(small), lost_details(host, lost_small, subtle_fault));
 
   const TensorsCompare c_plain = compare_tensors(g_plain, ref.g32), c_small = compare_tensors(g_small, ref.g32);
-  error_measurement(make_check("MP-2", kMp2ErrorTitle, c.max_rel_l2, etol), 1.0, c, "");
-  error_measurement(make_negative_control("MP-2", "the step computing in fp16 by mistake, unscaled, is flagged",
-                                          c_plain.max_rel_l2, etol, error_check),
-                    1.0, c_plain, gross_fault);
-  error_measurement(
-      make_subtle_control("MP-2",
-                          fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} is flagged",
-                                      std::ilogb(small)),
-                          c_small.max_rel_l2, etol, error_check),
-      small, c_small, subtle_fault);
+  CheckFamily error(out, dev, DType::bf16, "mlp", "MP-2", kMp2ErrorTitle, tol::kMpGradRelL2(DType::bf16),
+                    "max_tensor_rel_l2", tol::kMpGradRelL2Reason);
+  const nlohmann::json none = nlohmann::json::object();
+  error.check(c.max_rel_l2, mp_config(1.0), error_details(none, c, ""));
+  error.gross("the step computing in fp16 by mistake, unscaled, is flagged", c_plain.max_rel_l2, mp_config(1.0),
+              error_details(none, c_plain, gross_fault));
+  error.subtle(fmt::format("the step computing in fp16 by mistake at a loss scale of 2^{} is flagged",
+                           std::ilogb(small)),
+               c_small.max_rel_l2, mp_config(small), error_details(none, c_small, subtle_fault));
   return out;
 }
 
@@ -528,28 +485,21 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
   // (default_behaviour); its controls are the scaler's own switches: a scale held
   // at 1 (gross), growth one clean step late (subtle: one behaviour of five).
   {
-    const std::string defaults_check =
-        check_name("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)");
-    for (int kind : {0, 1, 2}) {
-      LossScalerConfig d;
-      if (kind == 1) d.fault_fixed_scale = 1;
-      if (kind == 2) d.fault_growth_off_by_one = true;
-      nlohmann::json seen;
-      const double wrong = default_behaviour(d, &seen);
-      Measurement m =
-          kind == 0 ? make_check("MP-3", "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)", wrong,
-                                 tol::kBitwiseMismatches)
-          : kind == 1 ? make_negative_control("MP-3", "a default scaler held at a scale of 1 is flagged", wrong,
-                                              tol::kBitwiseMismatches, defaults_check)
-                      : make_subtle_control("MP-3", "a default scaler growing one clean step late is flagged", wrong,
-                                            tol::kBitwiseMismatches, defaults_check);
-      describe_mp(m, dev, DType::f16);
-      m.metric = "behaviours_differing";
-      m.tolerance_reason = "MP-3: PyTorch GradScaler's defaults, exactly";
-      m.details = std::move(seen);
-      if (kind) m.config = nlohmann::json{{"fault", kind == 1 ? "fixed_scale 1" : "growth_off_by_one"}};
-      out.push_back(m);
-    }
+    CheckFamily defaults(out, dev, DType::f16, "mlp", "MP-3",
+                         "the scaler's defaults are GradScaler's (2^16, 2.0, 0.5, 2000)", tol::kBitwiseMismatches,
+                         "behaviours_differing", "MP-3: PyTorch GradScaler's defaults, exactly");
+    nlohmann::json seen;
+    double wrong = default_behaviour(LossScalerConfig{}, &seen);
+    defaults.check(wrong, nlohmann::json::object(), seen);
+    LossScalerConfig held;
+    held.fault_fixed_scale = 1;
+    wrong = default_behaviour(held, &seen);
+    defaults.gross("a default scaler held at a scale of 1 is flagged", wrong, {{"fault", "fixed_scale 1"}}, seen);
+    LossScalerConfig late;
+    late.fault_growth_off_by_one = true;
+    wrong = default_behaviour(late, &seen);
+    defaults.subtle("a default scaler growing one clean step late is flagged", wrong, {{"fault", "growth_off_by_one"}},
+                    seen);
   }
 
   StepConfig cfg = scaler_config(preset);
@@ -558,80 +508,47 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
 
   // Injected inf / NaN into every gradient tensor and the loss.
   {
+    CheckFamily skip(out, dev, DType::f16, "mlp", "MP-3",
+                     "an inf or NaN in any gradient tensor or the loss skips the step untouched",
+                     tol::kBitwiseMismatches, "violations", tol::kMpScalerReason);
     nlohmann::json log;
     const double v = injection_sweep(dev, cfg, batch, &log);
-    Measurement m = make_check("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched",
-                               v, tol::kBitwiseMismatches);
-    describe_mp(m, dev, DType::f16);
-    m.config = nlohmann::json{{"growth_interval", cfg.precision.scaler.growth_interval}, {"injections", log.size()}};
-    m.metric = "violations";
-    m.tolerance_reason = tol::kMpScalerReason;
-    m.details = nlohmann::json{{"injections", log}};
-    out.push_back(m);
+    skip.check(v, {{"growth_interval", cfg.precision.scaler.growth_interval}, {"injections", log.size()}},
+               {{"injections", log}});
 
     StepConfig broken = cfg;
     broken.precision.overflow_fault = OverflowFault::no_skip;
-    nlohmann::json blog;
-    Measurement g = make_negative_control("MP-3", "a step that applies non-finite gradients is flagged",
-                                          injection_sweep(dev, broken, batch, &blog), tol::kBitwiseMismatches, check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips the step untouched"));
-    describe_mp(g, dev, DType::f16);
-    g.config = nlohmann::json{{"overflow_fault", "no_skip"}};
-    g.metric = "violations";
-    g.tolerance_reason = tol::kMpScalerReason;
-    out.push_back(g);
+    skip.gross("a step that applies non-finite gradients is flagged", injection_sweep(dev, broken, batch, &log),
+               {{"overflow_fault", "no_skip"}});
 
     // Subtle: the step is skipped and untouched, but the growth counter survives the
     // overflow: one violation per injection.
     StepConfig kept = cfg;
     kept.precision.scaler.fault_tracker_kept = true;
-    nlohmann::json klog;
-    Measurement s = make_subtle_control("MP-3", "an overflow that leaves the growth counter is flagged",
-                                        injection_sweep(dev, kept, batch, &klog), tol::kBitwiseMismatches,
-                                        check_name("MP-3", "an inf or NaN in any gradient tensor or the loss skips "
-                                                           "the step untouched"));
-    describe_mp(s, dev, DType::f16);
-    s.config = nlohmann::json{{"fault", "tracker_kept"}};
-    s.metric = "violations";
-    s.tolerance_reason = tol::kMpScalerReason;
-    out.push_back(s);
+    skip.subtle("an overflow that leaves the growth counter is flagged", injection_sweep(dev, kept, batch, &log),
+                {{"fault", "tracker_kept"}});
   }
 
   // The trajectory: backoff at each overflow, growth after the interval.
   {
+    CheckFamily trajectory(out, dev, DType::f16, "mlp", "MP-3",
+                           "the scale backs off at each overflow and grows after the interval",
+                           tol::kBitwiseMismatches, "steps_differing", tol::kMpScalerReason);
     nlohmann::json traj;
     const double mism = run_trajectory(dev, cfg, batch, &traj);
-    Measurement m = make_check("MP-3", "the scale backs off at each overflow and grows after the interval", mism,
-                               tol::kBitwiseMismatches);
-    describe_mp(m, dev, DType::f16);
-    m.config = nlohmann::json{{"growth_interval", cfg.precision.scaler.growth_interval},
-                              {"steps", tol::kMpTrajectorySteps}};
-    m.metric = "steps_differing";
-    m.tolerance_reason = tol::kMpScalerReason;
-    m.details = nlohmann::json{{"trajectory", traj}};
-    out.push_back(m);
+    trajectory.check(mism, {{"growth_interval", cfg.precision.scaler.growth_interval}, {"steps", tol::kMpTrajectorySteps}},
+                     {{"trajectory", traj}});
 
     StepConfig late = cfg;
     late.precision.scaler.fault_growth_off_by_one = true;
-    nlohmann::json tl;
-    Measurement s = make_subtle_control("MP-3", "growing one clean step late (an off-by-one counter) is flagged",
-                                        run_trajectory(dev, late, batch, &tl), tol::kBitwiseMismatches, check_name("MP-3", "the scale backs off at each overflow and grows after the interval"));
-    describe_mp(s, dev, DType::f16);
-    s.config = nlohmann::json{{"fault", "growth_off_by_one"}};
-    s.metric = "steps_differing";
-    s.tolerance_reason = tol::kMpScalerReason;
-    s.details = nlohmann::json{{"trajectory", tl}};
-    out.push_back(s);
+    const double late_mism = run_trajectory(dev, late, batch, &traj);
+    trajectory.subtle("growing one clean step late (an off-by-one counter) is flagged", late_mism,
+                      {{"fault", "growth_off_by_one"}}, {{"trajectory", traj}});
 
     StepConfig stuck = cfg;
     stuck.precision.scaler.fault_no_backoff = true;
-    nlohmann::json gl;
-    Measurement g = make_negative_control("MP-3", "a scale that never backs off is flagged",
-                                          run_trajectory(dev, stuck, batch, &gl), tol::kBitwiseMismatches, check_name("MP-3", "the scale backs off at each overflow and grows after the interval"));
-    describe_mp(g, dev, DType::f16);
-    g.config = nlohmann::json{{"fault", "no_backoff"}};
-    g.metric = "steps_differing";
-    g.tolerance_reason = tol::kMpScalerReason;
-    out.push_back(g);
+    trajectory.gross("a scale that never backs off is flagged", run_trajectory(dev, stuck, batch, &traj),
+                     {{"fault", "no_backoff"}});
   }
 
   // One overflow in a run of SGD steps equals fp32 leaving that step out.
@@ -649,40 +566,25 @@ std::vector<Measurement> mp3_loss_scaler(Device& dev, Preset preset, uint64_t se
     const NamedValues u16 = updates_over(dev, c16, batches, hit, false);
     const NamedValues u32 = updates_over(dev, c32, batches, hit, true);
     const NamedValues u32_all = updates_over(dev, c32, batches, -1, false);
+    CheckFamily equal(out, dev, DType::f16, "mlp", "MP-3", "a run with one overflowing step equals fp32 skipping that step",
+                      tol::kMpGradRelL2(DType::f16), "max_tensor_update_rel_l2", tol::kMpGradRelL2Reason);
+    const nlohmann::json config{{"steps", tol::kMpEquivalenceSteps}, {"overflow_step", hit}, {"optimizer", "sgd"}};
     const TensorsCompare c = compare_tensors(u16, u32);
-    Measurement m = make_check("MP-3", "a run with one overflowing step equals fp32 skipping that step",
-                               c.max_rel_l2, tol::kMpGradRelL2(DType::f16));
-    describe_mp(m, dev, DType::f16);
-    m.config = nlohmann::json{{"steps", tol::kMpEquivalenceSteps}, {"overflow_step", hit}, {"optimizer", "sgd"}};
-    m.metric = "max_tensor_update_rel_l2";
-    m.tolerance_reason = tol::kMpGradRelL2Reason;
-    m.details = nlohmann::json{{"worst_tensor", c.worst}, {"per_tensor_rel_l2", c.per_tensor}};
-    out.push_back(m);
+    equal.check(c.max_rel_l2, config, {{"worst_tensor", c.worst}, {"per_tensor_rel_l2", c.per_tensor}});
 
-    const TensorsCompare ca = compare_tensors(u16, u32_all);
-    Measurement g = make_negative_control("MP-3", "against fp32 applying every step, the skipped step is seen",
-                                          ca.max_rel_l2, tol::kMpGradRelL2(DType::f16), check_name("MP-3", "a run with one overflowing step equals fp32 skipping that step"));
-    describe_mp(g, dev, DType::f16);
-    g.config = m.config;
-    g.config["fp32_skips"] = false;
-    g.metric = "max_tensor_update_rel_l2";
-    g.tolerance_reason = tol::kMpGradRelL2Reason;
-    out.push_back(g);
+    nlohmann::json all_steps = config;
+    all_steps["fp32_skips"] = false;
+    equal.gross("against fp32 applying every step, the skipped step is seen", compare_tensors(u16, u32_all).max_rel_l2,
+                all_steps);
 
     // Subtle, a switch of the step: the overflowing micro-batch dropped and the other
     // K - 1 applied, so the skipped step moves the parameters by (K-1)/K of an update.
     StepConfig dropped = c16;
     dropped.precision.overflow_fault = OverflowFault::skip_micro_batch;
-    const TensorsCompare cd = compare_tensors(updates_over(dev, dropped, batches, hit, false), u32);
-    Measurement s = make_subtle_control("MP-3", "a step applying all but the overflowing micro-batch is seen",
-                                        cd.max_rel_l2, tol::kMpGradRelL2(DType::f16),
-                                        check_name("MP-3", m.title));
-    describe_mp(s, dev, DType::f16);
-    s.config = m.config;
-    s.config["overflow_fault"] = "skip_micro_batch";
-    s.metric = "max_tensor_update_rel_l2";
-    s.tolerance_reason = tol::kMpGradRelL2Reason;
-    out.push_back(s);
+    nlohmann::json dropped_config = config;
+    dropped_config["overflow_fault"] = "skip_micro_batch";
+    equal.subtle("a step applying all but the overflowing micro-batch is seen",
+                 compare_tensors(updates_over(dev, dropped, batches, hit, false), u32).max_rel_l2, dropped_config);
   }
   return out;
 }
@@ -846,49 +748,40 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
                           {"overflow_fault", fault}};
   };
 
-  // Every GA-5 measurement: the fp16 MLP, bitwise counts, the scaler's reason.
-  auto add = [&](Measurement m, const char* fault, const char* metric, const Window& w) {
-    describe(m, dev, DType::f16, "mlp");
-    m.config = config(fault);
-    m.metric = metric;
-    m.tolerance_reason = tol::kMpScalerReason;
-    m.details = w.details;
-    out.push_back(std::move(m));
-  };
+  // The four checks of GA-5 on the fp16 MLP, each with its controls.
   const double bound = tol::kBitwiseMismatches;
+  const char* kSkipTitle = "one overflowing micro-batch skips the whole window, state untouched";
+  CheckFamily skip(out, dev, DType::f16, "mlp", "GA-5", kSkipTitle, bound, "violations", tol::kMpScalerReason);
+  CheckFamily leak(out, dev, DType::f16, "mlp", "GA-5", "nothing of the skipped window leaks into the next one", bound,
+                   "gradient_elements_differing", tol::kMpScalerReason);
+  CheckFamily unscale(out, dev, DType::f16, "mlp", "GA-5", kGa5UnscaleTitle, tol::kMpGradRelL2(DType::f16),
+                      "rel_l2 of the unscaled gradients against fp32", tol::kMpGradRelL2Reason);
+  CheckFamily scale(out, dev, DType::f16, "mlp", "GA-5", kGa5ScaleTitle, bound, "micro_batches_off_scale",
+                    tol::kMpScalerReason);
+  auto faulted = [&](auto set_fault) {
+    StepConfig c = cfg;
+    set_fault(c);
+    return run(c);
+  };
+
   const Window ok = run(cfg);
-  add(make_check("GA-5", "one overflowing micro-batch skips the whole window, state untouched",
-                 ok.skip_violations + (fp32_finite ? 0 : 1), bound),
-      "none", "violations", ok);
-  add(make_check("GA-5", "nothing of the skipped window leaks into the next one", ok.leaked, bound), "none",
-      "gradient_elements_differing", ok);
-  add(make_check("GA-5", kGa5UnscaleTitle, ok.unscale_error, tol::kMpGradRelL2(DType::f16)), "none",
-      "rel_l2 of the unscaled gradients against fp32", ok);
-  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
-  add(make_check("GA-5", kGa5ScaleTitle, ok.scale_violations, bound), "none", "micro_batches_off_scale", ok);
+  skip.check(ok.skip_violations + (fp32_finite ? 0 : 1), config("none"), ok.details);
+  leak.check(ok.leaked, config("none"), ok.details);
+  unscale.check(ok.unscale_error, config("none"), ok.details);
+  scale.check(ok.scale_violations, config("none"), ok.details);
 
-  StepConfig drop = cfg;
-  drop.precision.overflow_fault = OverflowFault::skip_micro_batch;
-  const Window dw = run(drop);
-  add(make_negative_control("GA-5", "dropping the overflowing micro-batch and applying the rest is flagged",
-                            dw.skip_violations, bound, check_name("GA-5", "one overflowing micro-batch skips the whole window, state untouched")),
-      "skip_micro_batch", "violations", dw);
+  const Window dw = faulted([](StepConfig& c) { c.precision.overflow_fault = OverflowFault::skip_micro_batch; });
+  skip.gross("dropping the overflowing micro-batch and applying the rest is flagged", dw.skip_violations,
+             config("skip_micro_batch"), dw.details);
 
-  StepConfig keep = cfg;
-  keep.precision.overflow_fault = OverflowFault::keep_last_grad;
-  const Window kw = run(keep);
-  add(make_subtle_control("GA-5", "one tensor's gradient kept across the skipped window is flagged", kw.leaked,
-                          bound, check_name("GA-5", "nothing of the skipped window leaks into the next one")),
-      "keep_last_grad", "gradient_elements_differing", kw);
+  const Window kw = faulted([](StepConfig& c) { c.precision.overflow_fault = OverflowFault::keep_last_grad; });
+  leak.subtle("one tensor's gradient kept across the skipped window is flagged", kw.leaked, config("keep_last_grad"),
+              kw.details);
 
   // Gross, aimed at the unscale: the gradients also unscaled after every micro-batch.
-  StepConfig twice = cfg;
-  twice.fault_unscale_every_micro_batch = true;
-  const Window tw = run(twice);
-  add(make_negative_control("GA-5", "gradients unscaled after every micro-batch as well are flagged", tw.unscale_error,
-                            tol::kMpGradRelL2(DType::f16), check_name("GA-5", kGa5UnscaleTitle)),
-      "unscale_every_micro_batch", "rel_l2 of the unscaled gradients against fp32", tw);
-  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+  const Window tw = faulted([](StepConfig& c) { c.fault_unscale_every_micro_batch = true; });
+  unscale.gross("gradients unscaled after every micro-batch as well are flagged", tw.unscale_error,
+                config("unscale_every_micro_batch"), tw.details);
 
   // Subtle, aimed at the unscale: the unscaled gradients kept in fp16, so the
   // small ones lose their low bits (the reason the unscale is done in fp32). At
@@ -896,37 +789,30 @@ std::vector<Measurement> ga5_overflow_in_window(Device& dev, Preset preset, uint
   // the check also runs with every gradient 2^-12 as large, and the fault there.
   StepConfig small = cfg;
   small.loss_multiplier = tol::kGa5SmallGradientMultiplier;
+  auto small_config = [&](const char* fault) {
+    nlohmann::json j = config(fault);
+    j["loss_multiplier"] = small.loss_multiplier;
+    return j;
+  };
   const Window smw = run(small);
-  add(make_check("GA-5", kGa5UnscaleTitle, smw.unscale_error, tol::kMpGradRelL2(DType::f16)), "none",
-      "rel_l2 of the unscaled gradients against fp32", smw);
-  out.back().config["loss_multiplier"] = small.loss_multiplier;
-  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+  unscale.check(smw.unscale_error, small_config("none"), smw.details);
   StepConfig into16 = small;
   into16.fault_unscale_into_fp16 = true;
   const Window hw = run(into16);
-  add(make_subtle_control("GA-5", "gradients unscaled into fp16 are flagged", hw.unscale_error,
-                          tol::kMpGradRelL2(DType::f16), check_name("GA-5", kGa5UnscaleTitle)),
-      "unscale_into_fp16", "rel_l2 of the unscaled gradients against fp32", hw);
-  out.back().config["loss_multiplier"] = into16.loss_multiplier;
-  out.back().tolerance_reason = tol::kMpGradRelL2Reason;
+  unscale.subtle("gradients unscaled into fp16 are flagged", hw.unscale_error, small_config("unscale_into_fp16"),
+                 hw.details);
 
   // Subtle, aimed at the window's scale: the scaler updated at the overflowing
   // micro-batch, so window 3 runs at a quarter of the scale, not half (4 micro-batches).
-  StepConfig mid = cfg;
-  mid.precision.overflow_fault = OverflowFault::backoff_mid_window;
-  const Window mw = run(mid);
-  add(make_subtle_control("GA-5", "a scaler updated at the overflowing micro-batch is flagged", mw.scale_violations,
-                          bound, check_name("GA-5", kGa5ScaleTitle)),
-      "backoff_mid_window", "micro_batches_off_scale", mw);
+  const Window mw = faulted([](StepConfig& c) { c.precision.overflow_fault = OverflowFault::backoff_mid_window; });
+  scale.subtle("a scaler updated at the overflowing micro-batch is flagged", mw.scale_violations,
+               config("backoff_mid_window"), mw.details);
 
   // Subtle, aimed at the skip: the window is skipped and its state untouched, but the
   // scale stays where it was (one violation).
-  StepConfig stuck = cfg;
-  stuck.precision.scaler.fault_no_backoff = true;
-  const Window sw = run(stuck);
-  add(make_subtle_control("GA-5", "a skipped window that keeps its loss scale is flagged", sw.skip_violations, bound,
-                          check_name("GA-5", "one overflowing micro-batch skips the whole window, state untouched")),
-      "no_backoff", "violations", sw);
+  const Window sw = faulted([](StepConfig& c) { c.precision.scaler.fault_no_backoff = true; });
+  skip.subtle("a skipped window that keeps its loss scale is flagged", sw.skip_violations, config("no_backoff"),
+              sw.details);
   return out;
 }
 
@@ -974,35 +860,29 @@ std::vector<Measurement> mp4_master_weights(Device& dev, Preset preset, uint64_t
   cfg.optimizer.kind = OptimizerKind::sgd;
   cfg.optimizer.sgd.lr = static_cast<float>(tol::kMpMasterLr);
   const Batch batch = accum_batch(dev, cfg, seed);
-  const double bound = tol::kMpLostUpdateFraction;
-  auto measure = [&](Measurement m, const LostUpdates& r, const char* variant) {
-    describe(m, dev, DType::f16, "mlp");
-    m.config = nlohmann::json{{"lr", cfg.optimizer.sgd.lr}, {"optimizer", "sgd"}, {"weights", variant}};
-    m.metric = "lost_update_fraction";
-    m.tolerance_reason = tol::kMpLostUpdateReason;
-    m.details = nlohmann::json{{"updates_under_quarter_fp16_ulp", r.window}, {"lost", r.lost},
-                               {"per_tensor", r.per_tensor}};
-    out.push_back(std::move(m));
+  CheckFamily kept_updates(out, dev, DType::f16, "mlp", "MP-4",
+                           "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights",
+                           tol::kMpLostUpdateFraction, "lost_update_fraction", tol::kMpLostUpdateReason);
+  auto config = [&](const char* variant) {
+    return nlohmann::json{{"lr", cfg.optimizer.sgd.lr}, {"optimizer", "sgd"}, {"weights", variant}};
+  };
+  auto details = [](const LostUpdates& r) {
+    return nlohmann::json{{"updates_under_quarter_fp16_ulp", r.window}, {"lost", r.lost}, {"per_tensor", r.per_tensor}};
   };
   const LostUpdates kept = lost_updates(dev, cfg, batch);
-  measure(make_check("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights",
-                     kept.fraction(), bound),
-          kept, "fp32 masters");
+  kept_updates.check(kept.fraction(), config("fp32 masters"), details(kept));
 
   StepConfig none = cfg;
   none.precision.master_weights = false;
   const LostUpdates lost = lost_updates(dev, none, batch);
-  measure(make_negative_control("MP-4", "without fp32 master weights the small updates are lost, and flagged",
-                                lost.fraction(), bound, check_name("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights")),
-          lost, "fp16 only");
+  kept_updates.gross("without fp32 master weights the small updates are lost, and flagged", lost.fraction(),
+                     config("fp16 only"), details(lost));
 
   StepConfig one = cfg;
   one.precision.fault_no_master = tol::kMpNoMasterParam;
   const LostUpdates partial = lost_updates(dev, one, batch);
-  measure(make_subtle_control("MP-4", fmt::format("one tensor ({}) without an fp32 master is flagged",
-                                                  tol::kMpNoMasterParam),
-                              partial.fraction(), bound, check_name("MP-4", "updates under a quarter fp16 ulp of the weight are kept by fp32 master weights")),
-          partial, "fp32 masters but one");
+  kept_updates.subtle(fmt::format("one tensor ({}) without an fp32 master is flagged", tol::kMpNoMasterParam),
+                      partial.fraction(), config("fp32 masters but one"), details(partial));
   return out;
 }
 
@@ -1022,7 +902,11 @@ size_t activation_peak(Device& dev, const StepConfig& cfg, const Batch& batch) {
 
 std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64_t seed) {
   std::vector<Measurement> out;
-  const double bound = tol::kMpActivationRatioRel;
+  auto half_of_fp32 = [&](DType d, const char* model) {
+    return CheckFamily(out, dev, d, model, "MP-5", "activation bytes in 16 bits are half of fp32's",
+                       tol::kMpActivationRatioRel, "abs(ratio / 0.5 - 1)", tol::kMpActivationRatioReason);
+  };
+  auto off_half = [](double ratio) { return std::fabs(ratio / 0.5 - 1.0); };
   for (const char* model : {"mlp", "transformer"}) {
     const bool mlp = std::string(model) == "mlp";
     auto config = [&](DType d) {
@@ -1035,42 +919,23 @@ std::vector<Measurement> mp5_activation_bytes(Device& dev, Preset preset, uint64
     for (DType d : {DType::f16, DType::bf16}) {
       const double a16 = static_cast<double>(activation_peak(dev, config(d), batch));
       const double ratio = a16 / a32;
-      Measurement m = make_check("MP-5", "activation bytes in 16 bits are half of fp32's", std::fabs(ratio / 0.5 - 1.0),
-                                 bound);
-      describe(m, dev, d, model);
-      m.metric = "abs(ratio / 0.5 - 1)";
-      m.tolerance_reason = tol::kMpActivationRatioReason;
-      m.details = nlohmann::json{{"activation_bytes_fp32", a32}, {"activation_bytes_16bit", a16}, {"ratio", ratio}};
-      out.push_back(m);
+      half_of_fp32(d, model).check(off_half(ratio), nlohmann::json::object(),
+                                   {{"activation_bytes_fp32", a32}, {"activation_bytes_16bit", a16}, {"ratio", ratio}});
     }
     if (mlp) continue;
     // Controls (transformer, fp16): activations kept in fp32 (the step's autocast
     // fault: the ratio is 1), and one kept tensor per block counted elsewhere.
-    {
-      StepConfig f32_acts = config(DType::f16);
-      f32_acts.precision.fault_fp32_activations = true;
-      const double ratio = static_cast<double>(activation_peak(dev, f32_acts, batch)) / a32;
-      Measurement g = make_negative_control("MP-5", "a 16-bit run that keeps its activations in fp32 is flagged",
-                                            std::fabs(ratio / 0.5 - 1.0), bound, check_name("MP-5", "activation bytes in 16 bits are half of fp32's"));
-      describe(g, dev, DType::f16, model);
-      g.metric = "abs(ratio / 0.5 - 1)";
-      g.tolerance_reason = tol::kMpActivationRatioReason;
-      g.config = nlohmann::json{{"fault_fp32_activations", true}};
-      g.details = nlohmann::json{{"ratio", ratio}};
-      out.push_back(g);
-    }
+    CheckFamily controls = half_of_fp32(DType::f16, model);
+    StepConfig f32_acts = config(DType::f16);
+    f32_acts.precision.fault_fp32_activations = true;
+    const double fp32_ratio = static_cast<double>(activation_peak(dev, f32_acts, batch)) / a32;
+    controls.gross("a 16-bit run that keeps its activations in fp32 is flagged", off_half(fp32_ratio),
+                   {{"fault_fp32_activations", true}}, {{"ratio", fp32_ratio}});
     StepConfig c16 = config(DType::f16);
     c16.kept_label_fault = KeptLabelFault::block_hidden;
     const double ratio = static_cast<double>(activation_peak(dev, c16, batch)) / a32;
-    Measurement s = make_subtle_control(
-        "MP-5", "a 16-bit run whose MLP hidden activations are counted as workspace is flagged",
-        std::fabs(ratio / 0.5 - 1.0), bound, check_name("MP-5", "activation bytes in 16 bits are half of fp32's"));
-    describe(s, dev, DType::f16, model);
-    s.metric = "abs(ratio / 0.5 - 1)";
-    s.tolerance_reason = tol::kMpActivationRatioReason;
-    s.config = nlohmann::json{{"kept_label_fault", "block_hidden"}};
-    s.details = nlohmann::json{{"ratio", ratio}};
-    out.push_back(s);
+    controls.subtle("a 16-bit run whose MLP hidden activations are counted as workspace is flagged", off_half(ratio),
+                    {{"kept_label_fault", "block_hidden"}}, {{"ratio", ratio}});
   }
   return out;
 }

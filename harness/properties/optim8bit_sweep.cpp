@@ -9,6 +9,7 @@
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/step/train_step.hpp"
 
 namespace hr::props {
@@ -18,39 +19,26 @@ SweepPoint measure_optimizer_point(Device& dev, StepConfig cfg, OptimizerKind ki
                                    const TimingOptions& timing) {
   cfg.optimizer.kind = kind;
   cfg.optimizer.adamw8bit.block_size = block;
-  SweepPoint p;
-  p.sweep = "BM-OPT";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(cfg.precision.compute);
-  p.model = model_kind_name(cfg.model);
-  p.config = {{"optimizer", optimizer_kind_name(kind)},
-              {"block_size", kind == OptimizerKind::adamw8bit ? nlohmann::json(block) : nlohmann::json(nullptr)},
-              {"d_model", cfg.transformer.d_model},
-              {"layers", cfg.transformer.layers},
-              {"vocab", cfg.transformer.vocab}};
-  try {
+  SweepPoint p = sweep_point(
+      "BM-OPT", dev, cfg.precision.compute, model_kind_name(cfg.model),
+      {{"optimizer", optimizer_kind_name(kind)},
+       {"block_size", kind == OptimizerKind::adamw8bit ? nlohmann::json(block) : nlohmann::json(nullptr)},
+       {"d_model", cfg.transformer.d_model},
+       {"layers", cfg.transformer.layers},
+       {"vocab", cfg.transformer.vocab}});
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
     step.step(batch);  // gradients, and the state's first touch, out of the timed region
-    dev.synchronize();
-    dev.memory().reset_peak();
     int64_t t = 1;
-    TimingOptions timed = timing;
-    timed.reference_work = dev.kind() == BackendKind::cpu;
-    apply_injected_slowdown(p.sweep, p.config, timed, p.metrics);
-    p.time = time_region(dev, [&] { step.optimizer().step(step.params(), ++t); }, timed);
-    p.memory = dev.memory().snapshot();
+    time_point(dev, p, timing, [&] { step.optimizer().step(step.params(), ++t); });
     const double params = static_cast<double>(step.params().trainable_numel());
     const double state = static_cast<double>(step.optimizer().state_bytes());
     p.metrics["optimizer_step_s"] = p.time->median_s;
     p.metrics["state_bytes"] = state;
     p.metrics["state_bytes_per_parameter"] = state / params;
     p.metrics["parameters"] = params;
-    p.metrics["noisy"] = p.time->noisy;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 

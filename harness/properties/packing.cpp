@@ -46,6 +46,29 @@ StepConfig pk_config(DType dtype, bool memory_efficient) {
   return c;
 }
 
+StepConfig pk_bench_config(DType dtype, bool memory_efficient, Preset preset, int64_t seq_len) {
+  StepConfig c = pk_config(dtype, memory_efficient);
+  c.transformer.max_positions = c.seq_len = seq_len;
+  if (preset == Preset::full) {
+    c.transformer.d_model = 512;
+    c.transformer.heads = 8;
+    c.transformer.layers = 4;
+    c.transformer.vocab = 32768;
+  }
+  return c;
+}
+
+TimingOptions pk_bench_timing(Preset preset) {
+  TimingOptions timing;
+  if (preset == Preset::quick) {
+    timing.warmup = 1;
+    timing.min_reps = 3;
+    timing.max_reps = 5;
+    timing.min_total_s = 0.05;
+  }
+  return timing;
+}
+
 std::vector<int64_t> pk1_lengths(int64_t count, int64_t seq_len, uint64_t seed) {
   const int64_t lo = std::min<int64_t>(8, seq_len);
   std::vector<int64_t> out(static_cast<size_t>(count));

@@ -16,6 +16,11 @@ namespace hr::props {
 // The PK model: one head of 32 dimensions (a size the CUDA kernels take), rows of
 // 64 tokens, no dropout, loss divided by the batch's real tokens.
 StepConfig pk_config(DType dtype, bool memory_efficient);
+// The model BM-SEQ and BM-PK time: pk_config with rows of seq_len tokens; in the full
+// preset a model of d_model 512, 8 heads, 4 layers and a 32768-token vocabulary.
+// Its timing: the defaults in the full preset, 1 warm-up and 3-5 repetitions in the quick one.
+StepConfig pk_bench_config(DType dtype, bool memory_efficient, Preset preset, int64_t seq_len);
+TimingOptions pk_bench_timing(Preset preset);
 // Sequence lengths uniform in [8, seq_len]: every sequence has targets and rows mix
 // long and short ones.
 std::vector<int64_t> pk1_lengths(int64_t count, int64_t seq_len, uint64_t seed);

@@ -17,7 +17,7 @@
 #include "harness/check.hpp"
 #include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
-#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/properties/packing.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
@@ -125,27 +125,13 @@ constexpr uint64_t kPackingBenchDataSeed = 1;
 
 std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /*run seed: see above*/) {
   const uint64_t seed = kPackingBenchDataSeed;
-  const OneBlasThread one_blas_thread(dev);
   const DType dtype = dev.kind() == BackendKind::cuda ? DType::bf16 : DType::f32;
   const int64_t seq_len = preset == Preset::quick ? 128 : 2048;
   const int64_t n = preset == Preset::quick ? 128 : 512;
-  StepConfig cfg = pk_config(dtype, true);
-  cfg.transformer.max_positions = cfg.seq_len = seq_len;
-  if (preset == Preset::full) {
-    cfg.transformer.d_model = 512;
-    cfg.transformer.heads = 8;
-    cfg.transformer.layers = 4;
-    cfg.transformer.vocab = 32768;
-  }
+  StepConfig cfg = pk_bench_config(dtype, true, preset, seq_len);
   cfg.batch = cfg.micro_batch = kBatchRows;
   cfg.init_seed = seed;
-  TimingOptions timing;
-  if (preset == Preset::quick) {
-    timing.warmup = 1;
-    timing.min_reps = 3;
-    timing.max_reps = 5;
-    timing.min_total_s = 0.05;
-  }
+  const TimingOptions timing = pk_bench_timing(preset);
   const std::vector<int64_t> lengths = draw_lengths("long_tail", n, seq_len, seed);
   const auto seqs = make_lm_sequences(cfg.transformer, lengths, seed + 1);
   int64_t real = 0;
@@ -194,19 +180,13 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /
 
   std::vector<SweepPoint> out;
   for (auto& [name, batches] : strategies) {
-    SweepPoint p;
-    p.sweep = "BM-PK";
-    p.backend = backend_name(dev.kind());
-    p.dtype = dtype_name(dtype);
-    p.model = "transformer";
-    p.config = nlohmann::json{{"strategy", name},  {"distribution", "long_tail"}, {"seq_len", seq_len},
-                              {"sequences", n},    {"batch_rows", kBatchRows},    {"attention", "memory_efficient"},
-                              {"d_model", cfg.transformer.d_model}, {"data_seed", seed}};
+    SweepPoint p = sweep_point("BM-PK", dev, dtype, "transformer",
+                               {{"strategy", name},  {"distribution", "long_tail"}, {"seq_len", seq_len},
+                                {"sequences", n},    {"batch_rows", kBatchRows},    {"attention", "memory_efficient"},
+                                {"d_model", cfg.transformer.d_model}, {"data_seed", seed}});
     int64_t slots = 0;
     for (const Batch& b : batches) slots += b.rows() * b.seq_len();
-    TimingOptions timed = timing;
-    timed.injected_slowdown = injected_slowdown(p.sweep, p.config);
-    try {
+    measure_point(p, [&] {
       // One step per batch size (a last, smaller batch has its own), all from the same initial weights.
       std::map<int64_t, std::unique_ptr<TrainStep>> steps;
       for (const Batch& b : batches) {
@@ -221,8 +201,7 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /
         for (const Batch& b : batches) steps.at(b.rows())->step(b);
       };
       epoch();  // first-touch allocations out of the timed region
-      dev.synchronize();
-      p.time = time_region(dev, epoch, timed);
+      time_point(dev, p, timing, epoch);
       // Bytes as one model holds them: the steps of the other batch sizes are models
       // of their own (their weights, gradients and optimizer state would count once
       // per size), so each size runs alone with only its own step alive, and the
@@ -230,6 +209,7 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /
       std::vector<int64_t> sizes;
       for (const auto& [rows, st] : steps) sizes.push_back(rows);
       steps.clear();
+      p.memory = MemorySnapshot{};
       for (int64_t rows : sizes) {
         StepConfig c = cfg;
         c.batch = c.micro_batch = rows;
@@ -251,13 +231,7 @@ std::vector<SweepPoint> run_packing_bench(Device& dev, Preset preset, uint64_t /
       p.metrics["useful_tokens_per_s"] = static_cast<double>(real) / p.time->median_s;
       p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
       p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
-      p.metrics["noisy"] = p.time->noisy;
-      if (dev.kind() == BackendKind::cpu) p.metrics["blas_threads"] = 1;
-      if (timed.injected_slowdown != 1.0) p.metrics["injected_slowdown"] = timed.injected_slowdown;
-    } catch (const OutOfMemory& e) {
-      p.status = "out_of_memory";
-      p.reason = e.what();
-    }
+    });
     out.push_back(std::move(p));
   }
   double base = 0;

@@ -16,7 +16,6 @@
 #include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/properties/accum_support.hpp"
-#include "harness/properties/microbatch_sweep.hpp"
 #include "harness/properties/packing.hpp"
 #include "harness/properties/sweep_support.hpp"
 #include "harness/step/train_step.hpp"
@@ -44,30 +43,15 @@ const char* attention_name(bool memory_efficient) { return memory_efficient ? "m
 }  // namespace
 
 SweepPoint measure_seq_point(Device& dev, DType dtype, int64_t seq_len, bool memory_efficient, uint64_t seed) {
-  SweepPoint p;
-  p.sweep = "PK-4";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(dtype);
-  p.model = "transformer";
-  p.config = nlohmann::json{{"seq_len", seq_len}, {"attention", attention_name(memory_efficient)}};
+  SweepPoint p = sweep_point("PK-4", dev, dtype, "transformer",
+                             {{"seq_len", seq_len}, {"attention", attention_name(memory_efficient)}});
   StepConfig cfg = pk4_config(dtype, seq_len, memory_efficient);
   cfg.init_seed = seed;
-  try {
+  measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
-    dev.synchronize();
-    dev.memory().reset_peak();
-    const MemorySnapshot before = dev.memory().snapshot();
-    step.forward_backward(batch);
-    dev.synchronize();
-    p.memory = dev.memory().snapshot();
-    p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
-    p.metrics["pass_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes - before.total_current_bytes);
-    p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+    peak_point(dev, p, [&] { step.forward_backward(batch); });
+  });
   return p;
 }
 
@@ -244,63 +228,33 @@ std::vector<Measurement> pk4_attention(Device& dev, DType dtype, Preset preset, 
 }
 
 std::vector<SweepPoint> run_seq_bench(Device& dev, Preset preset, uint64_t seed) {
-  const OneBlasThread one_blas_thread(dev);
   const DType dtype = dev.kind() == BackendKind::cuda ? DType::bf16 : DType::f32;
-  TimingOptions timing;
-  if (preset == Preset::quick) {
-    timing.warmup = 1;
-    timing.min_reps = 3;
-    timing.max_reps = 5;
-    timing.min_total_s = 0.05;
-  }
+  const TimingOptions timing = pk_bench_timing(preset);
   const std::vector<int64_t> lens = preset == Preset::quick ? std::vector<int64_t>{128, 256, 512, 1024}
                                                             : std::vector<int64_t>{512, 1024, 2048, 4096, 8192};
   std::vector<SweepPoint> out;
   for (bool eff : {false, true}) {
     const size_t first = out.size();
     for (int64_t T : lens) {
-      SweepPoint p;
-      p.sweep = "BM-SEQ";
-      p.backend = backend_name(dev.kind());
-      p.dtype = dtype_name(dtype);
-      p.model = "transformer";
-      StepConfig cfg = pk_config(dtype, eff);
-      cfg.transformer.max_positions = cfg.seq_len = T;
-      if (preset == Preset::full) {
-        cfg.transformer.d_model = 512;
-        cfg.transformer.heads = 8;
-        cfg.transformer.layers = 4;
-        cfg.transformer.vocab = 32768;
-      }
+      StepConfig cfg = pk_bench_config(dtype, eff, preset, T);
       cfg.batch = cfg.micro_batch = 1;
       cfg.loss_norm = LossNormalization::mean_div_k;
       cfg.init_seed = seed;
-      p.config = nlohmann::json{{"seq_len", T},
-                                {"attention", attention_name(eff)},
-                                {"d_model", cfg.transformer.d_model},
-                                {"layers", cfg.transformer.layers},
-                                {"batch", cfg.batch}};
-      TimingOptions timed = timing;
-      timed.injected_slowdown = injected_slowdown(p.sweep, p.config);
-      try {
+      SweepPoint p = sweep_point("BM-SEQ", dev, dtype, "transformer",
+                                 {{"seq_len", T},
+                                  {"attention", attention_name(eff)},
+                                  {"d_model", cfg.transformer.d_model},
+                                  {"layers", cfg.transformer.layers},
+                                  {"batch", cfg.batch}});
+      measure_point(p, [&] {
         TrainStep step(dev, cfg);
         const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
         step.step(batch);  // first-touch allocations out of the timed region
-        dev.synchronize();
-        dev.memory().reset_peak();
-        p.time = time_region(dev, [&] { step.step(batch); }, timed);
-        p.memory = dev.memory().snapshot();
+        const MemorySnapshot before = time_point(dev, p, timing, [&] { step.step(batch); });
         p.metrics["step_time_s"] = p.time->median_s;
         p.metrics["tokens_per_s"] = static_cast<double>(T * cfg.batch) / p.time->median_s;
-        p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
-        p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
-        p.metrics["noisy"] = p.time->noisy;
-        if (dev.kind() == BackendKind::cpu) p.metrics["blas_threads"] = 1;
-        if (timed.injected_slowdown != 1.0) p.metrics["injected_slowdown"] = timed.injected_slowdown;
-      } catch (const OutOfMemory& e) {
-        p.status = "out_of_memory";
-        p.reason = e.what();
-      }
+        record_peak_bytes(p, before);
+      });
       out.push_back(std::move(p));
     }
     fit_series(out, first, "seq_len", "activation_peak_bytes", "activation_exponent");

@@ -1,11 +1,77 @@
-// Exponent fits and the last run's points, shared by CK-3 and PK-4 (see sweep_support.hpp).
+// How every sweep point is measured, the exponent fits and the last run's points (see sweep_support.hpp).
 #include "harness/properties/sweep_support.hpp"
+
+#include <cblas.h>  // openblas_{get,set}_num_threads
 
 #include <cmath>
 #include <map>
 #include <tuple>
 
+#include "harness/check.hpp"
+
 namespace hr::props {
+
+OneBlasThread::OneBlasThread(const Device& dev) : active_(dev.kind() == BackendKind::cpu) {
+  if (!active_) return;
+  saved_ = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+}
+
+OneBlasThread::~OneBlasThread() {
+  if (active_) openblas_set_num_threads(saved_);
+}
+
+SweepPoint sweep_point(const std::string& sweep, const Device& dev, DType dtype, const std::string& model,
+                       nlohmann::json config) {
+  SweepPoint p;
+  p.sweep = sweep;
+  p.backend = backend_name(dev.kind());
+  p.dtype = dtype_name(dtype);
+  p.model = model;
+  p.config = std::move(config);
+  return p;
+}
+
+void measure_point(SweepPoint& p, const std::function<void()>& measure) {
+  try {
+    measure();
+  } catch (const OutOfMemory& e) {
+    p.status = "out_of_memory";
+    p.reason = e.what();
+  }
+}
+
+MemorySnapshot time_point(Device& dev, SweepPoint& p, TimingOptions timing, const std::function<void()>& region) {
+  const bool cpu = dev.kind() == BackendKind::cpu;
+  const OneBlasThread one_blas_thread(dev);
+  timing.reference_work = cpu;
+  apply_injected_slowdown(p.sweep, p.config, timing, p.metrics);
+  dev.synchronize();
+  dev.memory().reset_peak();
+  const MemorySnapshot before = dev.memory().snapshot();
+  p.time = time_region(dev, region, timing);
+  p.memory = dev.memory().snapshot();
+  p.metrics["noisy"] = p.time->noisy;
+  if (cpu) p.metrics["blas_threads"] = openblas_get_num_threads();
+  return before;
+}
+
+MemorySnapshot peak_point(Device& dev, SweepPoint& p, const std::function<void()>& region) {
+  dev.synchronize();
+  dev.memory().reset_peak();
+  const MemorySnapshot before = dev.memory().snapshot();
+  region();
+  dev.synchronize();
+  p.memory = dev.memory().snapshot();
+  record_peak_bytes(p, before);
+  return before;
+}
+
+void record_peak_bytes(SweepPoint& p, const MemorySnapshot& before) {
+  p.metrics["activation_peak_bytes"] = static_cast<double>(p.memory.peak(Consumer::activations));
+  p.metrics["pass_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes - before.total_current_bytes);
+  p.metrics["total_peak_bytes"] = static_cast<double>(p.memory.total_peak_bytes);
+}
 
 std::optional<PowerFit> fit_series(std::vector<SweepPoint>& points, size_t first, const std::string& x_key,
                                    const std::string& y_metric, const std::string& exponent_key) {

@@ -16,7 +16,7 @@
 #include "harness/data/synthetic.hpp"
 #include "harness/faults.hpp"
 #include "harness/models/presets.hpp"
-#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/step/memory_model.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tolerances.hpp"
@@ -270,40 +270,30 @@ nlohmann::json consumers_json(const MemorySnapshot& m) {
 }
 
 SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& row, uint64_t seed) {
-  const OneBlasThread one_blas_thread(dev);
-  SweepPoint p;
-  p.sweep = "TRADE";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(row.cfg.precision.compute);
-  p.model = model_kind_name(row.cfg.model);
-  p.config = {{"technique", row.technique},
-              {"key", row.key},
-              {"rows", row.cfg.batch},
-              {"micro_batch", row.cfg.micro_batch},
-              {"accum_steps", row.cfg.accum_steps()},
-              {"seq_len", row.cfg.seq_len},
-              {"layout", row.layout == TradeLayout::packed ? "packed" : "pad_to_max"},
-              {"attention", row.cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
-              {"checkpoint_every_k", row.cfg.checkpoint.every_k_blocks},
-              {"optimizer", optimizer_kind_name(row.cfg.optimizer.kind)},
-              {"lora_rank", row.cfg.adapters.kind == AdapterKind::lora ? row.cfg.adapters.rank : 0}};
+  SweepPoint p = sweep_point("TRADE", dev, row.cfg.precision.compute, model_kind_name(row.cfg.model),
+                             {{"technique", row.technique},
+                              {"key", row.key},
+                              {"rows", row.cfg.batch},
+                              {"micro_batch", row.cfg.micro_batch},
+                              {"accum_steps", row.cfg.accum_steps()},
+                              {"seq_len", row.cfg.seq_len},
+                              {"layout", row.layout == TradeLayout::packed ? "packed" : "pad_to_max"},
+                              {"attention", row.cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
+                              {"checkpoint_every_k", row.cfg.checkpoint.every_k_blocks},
+                              {"optimizer", optimizer_kind_name(row.cfg.optimizer.kind)},
+                              {"lora_rank", row.cfg.adapters.kind == AdapterKind::lora ? row.cfg.adapters.rank : 0}});
   TimingOptions timing;
   timing.warmup = 1;
   timing.min_reps = 3;
   timing.max_reps = 5;
   timing.min_total_s = 0.3;
-  timing.reference_work = dev.kind() == BackendKind::cpu;
-  apply_injected_slowdown(p.sweep, p.config, timing, p.metrics);
-  try {
+  measure_point(p, [&] {
     const Batch batch = trade_batch(dev, s, row, seed);
     dev.synchronize();
     const size_t base = dev.memory().snapshot().total_current_bytes;
     TrainStep step(dev, row.cfg);
     step.step(batch);  // optimizer state and first touch outside the timed region
-    dev.synchronize();
-    dev.memory().reset_peak();
-    p.time = time_region(dev, [&] { step.step(batch); }, timing);
-    p.memory = dev.memory().snapshot();
+    time_point(dev, p, timing, [&] { step.step(batch); });
     const double useful = static_cast<double>(useful_tokens(s));
     const double slots = static_cast<double>(row.cfg.batch * row.cfg.seq_len);
     p.metrics["step_time_s"] = p.time->median_s;
@@ -315,12 +305,7 @@ SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& r
     p.metrics["peak_bytes_by_consumer"] = consumers_json(p.memory);
     p.metrics["batch_bytes"] = base;  // the data's bytes, alive through the step (workspace)
     p.metrics["trainable_parameters"] = static_cast<double>(step.params().trainable_numel());
-    p.metrics["noisy"] = p.time->noisy;
-    if (dev.kind() == BackendKind::cpu) p.metrics["blas_threads"] = 1;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 
@@ -364,14 +349,10 @@ double loss_error(const TradeLoss& row, const TradeLoss& ref) {
 
 SweepPoint fit_point(Device& dev, const TradeSetup& s, const TradeRow& row, size_t budget, bool use_budget,
                      uint64_t seed) {
-  SweepPoint p;
-  p.sweep = "BM-FIT";
-  p.backend = backend_name(dev.kind());
-  p.dtype = dtype_name(row.cfg.precision.compute);
-  p.model = model_kind_name(row.cfg.model);
-  p.config = {{"technique", row.technique}, {"key", row.key}, {"seq_len", row.cfg.seq_len},
-              {"budget_bytes", use_budget ? nlohmann::json(budget) : nlohmann::json("device memory")}};
-  try {
+  SweepPoint p = sweep_point("BM-FIT", dev, row.cfg.precision.compute, model_kind_name(row.cfg.model),
+                             {{"technique", row.technique}, {"key", row.key}, {"seq_len", row.cfg.seq_len},
+                              {"budget_bytes", use_budget ? nlohmann::json(budget) : nlohmann::json("device memory")}});
+  measure_point(p, [&] {
     const OneBlasThread one_blas_thread(dev);
     const FitResult f = find_largest_micro_batch(dev, row.cfg, use_budget ? std::optional<size_t>(budget) : std::nullopt,
                                                  kFitMaxMicroBatch, seed);
@@ -393,10 +374,7 @@ SweepPoint fit_point(Device& dev, const TradeSetup& s, const TradeRow& row, size
     p.metrics["safety_margin_bytes"] = static_cast<double>(limit) - static_cast<double>(f.peak_bytes_at_fit);
     p.metrics["safety_margin_fraction"] =
         limit > 0 ? 1.0 - static_cast<double>(f.peak_bytes_at_fit) / static_cast<double>(limit) : 0.0;
-  } catch (const OutOfMemory& e) {
-    p.status = "out_of_memory";
-    p.reason = e.what();
-  }
+  });
   return p;
 }
 

@@ -1,0 +1,126 @@
+// How every sweep point is measured (harness/properties/sweep_support.hpp): the
+// peak reset before the region, one BLAS thread inside it on the CPU and the
+// previous count after it, the injected slowdown applied and recorded, the
+// settings recorded, and out of memory turned into the point's status. Structure
+// and bytes only: no timing is asserted.
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "harness/check.hpp"
+#include "harness/properties/sweep_support.hpp"
+#include "harness/tensor.hpp"
+#include "suites/common/test_support.hpp"
+
+namespace {
+
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    ::setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+hr::TimingOptions two_reps() {
+  hr::TimingOptions t;
+  t.warmup = 0;
+  t.min_reps = 2;
+  t.max_reps = 2;
+  t.min_total_s = 0;
+  return t;
+}
+
+constexpr int64_t kElements = 1 << 16;  // 256 KiB of fp32
+
+TEST(SweepSupport, TimePointRunsItsRegionOnOneBlasThreadAndRestoresTheCount) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  const int saved = openblas_get_num_threads();
+  openblas_set_num_threads(2);
+  hr::SweepPoint p = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {{"x", 1}});
+  int inside = -1, runs = 0;
+  hr::props::time_point(dev, p, two_reps(), [&] {
+    inside = openblas_get_num_threads();
+    ++runs;
+  });
+  const int after = openblas_get_num_threads();
+  openblas_set_num_threads(saved);
+  EXPECT_EQ(inside, 1);
+  EXPECT_EQ(after, 2);
+  EXPECT_EQ(p.metrics["blas_threads"], 1);
+  ASSERT_TRUE(p.time.has_value());
+  EXPECT_EQ(p.time->reps, 2);
+  EXPECT_EQ(p.metrics["noisy"], p.time->noisy);
+  // On the CPU the machine's speed is tracked beside every repetition.
+  EXPECT_EQ(p.time->ref_cpu_samples_s.size(), 2u);
+  EXPECT_FALSE(p.metrics.contains("injected_slowdown"));
+  EXPECT_EQ(p.backend, "cpu");
+  EXPECT_EQ(p.dtype, "fp32");
+  EXPECT_EQ(p.status, "ok");
+}
+
+TEST(SweepSupport, TimePointAppliesAndRecordsTheInjectedSlowdownOfItsPointOnly) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  const ScopedEnv env(hr::kInjectSlowdownEnv, "TEST-SW:x=2:3");
+  for (int x : {1, 2}) {
+    hr::SweepPoint p = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {{"x", x}});
+    int runs = 0;
+    hr::props::time_point(dev, p, two_reps(), [&] { ++runs; });
+    if (x == 2) {
+      EXPECT_EQ(p.metrics["injected_slowdown"], 3.0);
+      EXPECT_EQ(runs, 2 * 3);  // the integer part of the factor repeats the region
+    } else {
+      EXPECT_FALSE(p.metrics.contains("injected_slowdown"));
+      EXPECT_EQ(runs, 2);
+    }
+  }
+}
+
+// The peaks are the region's: what was allocated and freed before it does not
+// count, what the region allocates does, under its consumer.
+TEST(SweepSupport, PeaksAreTheRegionsAlone) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  { hr::Tensor before = hr::Tensor::zeros(dev, {4 * kElements}, hr::DType::f32, hr::Consumer::activations); }
+  hr::SweepPoint timed = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {});
+  hr::props::time_point(dev, timed, two_reps(), [&] {
+    hr::Tensor t = hr::Tensor::zeros(dev, {kElements}, hr::DType::f32, hr::Consumer::activations);
+  });
+  EXPECT_EQ(timed.memory.peak(hr::Consumer::activations), static_cast<size_t>(kElements) * 4);
+
+  hr::SweepPoint bytes = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {});
+  const hr::Tensor held = hr::Tensor::zeros(dev, {kElements}, hr::DType::f32, hr::Consumer::weights);
+  hr::props::peak_point(dev, bytes, [&] {
+    hr::Tensor a = hr::Tensor::zeros(dev, {2 * kElements}, hr::DType::f32, hr::Consumer::activations);
+    hr::Tensor w = hr::Tensor::zeros(dev, {kElements}, hr::DType::f32, hr::Consumer::workspace);
+  });
+  EXPECT_EQ(bytes.metrics["activation_peak_bytes"].get<double>(), 2.0 * kElements * 4);
+  // The pass peak counts the region's bytes over what was held before it.
+  EXPECT_EQ(bytes.metrics["pass_peak_bytes"].get<double>(), 3.0 * kElements * 4);
+  EXPECT_GE(bytes.metrics["total_peak_bytes"].get<double>(), 4.0 * kElements * 4);
+  EXPECT_FALSE(bytes.time.has_value());
+}
+
+TEST(SweepSupport, OutOfMemoryBecomesThePointsStatusAndOtherErrorsPropagate) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::SweepPoint p = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {});
+  const auto budget = dev.memory().budget();
+  dev.memory().set_budget(dev.memory().snapshot().total_current_bytes + 1024);
+  hr::props::measure_point(p, [&] { hr::Tensor t = hr::Tensor::zeros(dev, {kElements}, hr::DType::f32, hr::Consumer::activations); });
+  dev.memory().set_budget(budget);
+  EXPECT_EQ(p.status, "out_of_memory");
+  EXPECT_FALSE(p.reason.empty());
+
+  hr::SweepPoint q = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {});
+  EXPECT_THROW(hr::props::measure_point(q, [] { throw hr::InvalidArgument("not a memory error"); }),
+               hr::InvalidArgument);
+  EXPECT_EQ(q.status, "ok");
+}
+
+}  // namespace

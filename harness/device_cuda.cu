@@ -73,6 +73,11 @@ class CudaDevice final : public Device {
     HR_CUBLAS_CHECK(cublasCreate(&blas_));
     HR_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     HR_CUBLAS_CHECK(cublasGetVersion(blas_, &record_.cublas_version));
+    // Bitwise repeatable: no routine may use atomics (cuBLAS's default, pinned here)
+    // and every product goes to one stream, so the same product gives the same bits
+    // on every run of a device of the same architecture and SM count (cuBLAS's
+    // reproducibility rule): DET-1 and the step digest of `headroom fleet` rely on it.
+    HR_CUBLAS_CHECK(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED));
     // Reference mode: products accumulate in fp32 throughout (no reduced-precision
     // reductions); fp32 products ask for CUBLAS_COMPUTE_32F, so no TF32 either.
     HR_CUBLAS_CHECK(cublasSetMathMode(

@@ -674,3 +674,20 @@ inline constexpr const char* kDataParallelOneRankSubtleReason =
     "~30x GA-1's fp32 bound";
 
 }  // namespace hr::tol
+
+namespace hr::tol {
+// ---- Fleet: a device slower than the others (harness/fleet/fleet.cpp) ----
+// A device is slow when its throughput lies below the fleet's median by more than
+// the floor AND by more than kFleetRobustZ robust deviations (the modified z-score
+// of Iglewicz and Hoaglin, 0.6745 (median - x) / MAD): the floor keeps the ordinary
+// spread of identical devices from being called slow, the z-score keeps one slow
+// device from hiding in a spread that it makes itself. GPUs: SuperBench's 5%
+// against the fleet. CPU ranks stand in for devices on one machine and are timed
+// one at a time; their run-to-run spread is larger.
+inline constexpr double kFleetSlowFloorGpu = 0.05;
+inline constexpr double kFleetSlowFloorCpu = 0.25;
+inline constexpr double kFleetRobustZ = 3.5;
+inline constexpr const char* kFleetSlowReason =
+    "below the fleet's median by more than the floor (GPU 5%, as SuperBench flags a node; CPU stand-ins 25%) and "
+    "by more than 3.5 median absolute deviations (harness/tolerances.hpp kFleetSlowFloor*, kFleetRobustZ)";
+}  // namespace hr::tol

@@ -615,6 +615,14 @@ int command_list(const ListCommand& c, std::ostream& out, std::ostream& err) {
   });
 }
 
+int command_fleet(const fleet::FleetOptions& opt, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] { return fleet::run_fleet(opt, out, err); });
+}
+
+int command_fleet_rank(const fleet::RankOptions& opt, bool child, std::ostream& err) {
+  return guarded(err, [&] { return child ? fleet::rank_work(opt) : fleet::run_rank(opt, err); });
+}
+
 int command_info(const std::string& backend, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     auto dev = open_device(backend);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/fleet/fleet.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/compare.hpp"
 
@@ -85,6 +86,10 @@ struct ListCommand {
 int command_list(const ListCommand& c, std::ostream& out, std::ostream& err);
 
 // `headroom info`: the device record as JSON; a backend that is not here is bad input (2).
+// `headroom fleet` and a rank of it (`headroom fleet-rank`, what mpirun starts):
+// harness/fleet/fleet.hpp.
+int command_fleet(const fleet::FleetOptions& opt, std::ostream& out, std::ostream& err);
+int command_fleet_rank(const fleet::RankOptions& opt, bool child, std::ostream& err);
 int command_info(const std::string& backend, std::ostream& out, std::ostream& err);
 int command_run(const RunCommand& c, std::ostream& out, std::ostream& err);
 int command_dump(const DumpCommand& c, std::ostream& out, std::ostream& err);

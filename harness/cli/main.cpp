@@ -8,6 +8,7 @@
 //   headroom info      the device record
 //   headroom list      every property and sweep, what it needs and how long it takes
 //   headroom plan      the cheapest techniques that fit a step on each card
+//   headroom fleet     every device of a node or cluster checked side by side
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -266,6 +267,48 @@ int main(int argc, char** argv) {
                    "                --cards harness/plan/samples/sample-cards.json\n"
                    "  (the sample cards' prices are placeholders: put your own in a copy)");
 
+  // ---- headroom fleet (harness/fleet/fleet.hpp) ----
+  hr::fleet::FleetOptions fleet;
+  auto* fleet_cmd = app.add_subcommand(
+      "fleet", "check every device of a node or cluster at once: the same fixed-seed steps bit for bit on each (silent "
+               "data corruption), throughput against the fleet's median, conformance; a row per device");
+  fleet_cmd->add_option("--ranks", fleet.ranks, "devices: one process each under mpirun (one GPU each, by local rank)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  fleet_cmd->add_option("--level", fleet.level,
+                        "1: op conformance, the step digest, throughput (~1 min a GPU); 2: and the quick preset; 3: "
+                        "the full preset and the fleet's all-reduce")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  fleet_cmd->add_option("--backend", fleet.backend, "cuda | cpu (CPU ranks stand in for devices) | auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  fleet_cmd->add_option("--seed", fleet.seed, "seed of the steps every device runs")->check(kSeed)->capture_default_str();
+  fleet_cmd->add_option("--out", fleet.out, "folder for fleet.json, fleet.html and each rank's record (shared by "
+                                            "every node)")
+      ->capture_default_str();
+  fleet_cmd->add_option("--baseline", fleet.baseline, "an earlier fleet.json: throughput is also judged against it");
+  fleet_cmd->add_option("--junit", fleet.junit, "also write JUnit XML here: a case per device and check");
+  fleet_cmd->add_option("--budget", fleet.budget_s,
+                        "seconds each device is given before it counts as hung (default: the level's: 1: 5 min on "
+                        "CPU ranks, 2 min on a GPU; 2: 20 / 10 min; 3: 4 h / 30 min)")
+      ->check(finite_in(0, true, 1e7, "(0, 1e7]"));
+  fleet_cmd->footer("Examples:\n"
+                    "  headroom fleet --ranks 8 --backend cuda --out fleet     # the 8 GPUs of this node, level 1\n"
+                    "  headroom fleet --ranks 4 --backend cpu --level 1        # 4 CPU ranks standing in for devices\n"
+                    "  HEADROOM_MPIRUN_ARGS='--hostfile hosts' headroom fleet --ranks 64 --level 2 --out /shared/fleet\n"
+                    "Exit status: 0 every device ok, 1 a device slow, wrong or failed, 2 the fleet could not start.");
+  hr::fleet::RankOptions rank;
+  bool rank_child = false;
+  auto* rank_cmd = app.add_subcommand("fleet-rank", "one rank of `headroom fleet` (what mpirun or srun starts)");
+  rank_cmd->group("");  // not listed: `headroom fleet` starts it
+  rank_cmd->add_option("--dir", rank.dir, "the fleet's folder")->required();
+  rank_cmd->add_option("--level", rank.level)->check(CLI::Range(1, 3));
+  rank_cmd->add_option("--seed", rank.seed)->check(kSeed);
+  rank_cmd->add_option("--backend", rank.backend)->check(CLI::IsMember({"cpu", "cuda"}));
+  rank_cmd->add_option("--budget", rank.budget_s)->check(finite_in(0, true, 1e7, "(0, 1e7]"));
+  rank_cmd->add_flag("--child", rank_child, "the work itself, under the rank's supervisor");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -293,6 +336,8 @@ int main(int argc, char** argv) {
   if (list_cmd->parsed()) return hr::command_list(list, std::cout, std::cerr);
   if (plan_cmd->parsed()) return hr::plan::command_plan(plan, std::cout, std::cerr);
 
+  if (fleet_cmd->parsed()) return hr::command_fleet(fleet, std::cout, std::cerr);
+  if (rank_cmd->parsed()) return hr::command_fleet_rank(rank, rank_child, std::cerr);
   if (info->parsed()) return hr::command_info(info_backend, std::cout, std::cerr);
   return 2;
 }

@@ -95,29 +95,25 @@ void remove_stale_scratch() {
 
 }  // namespace
 
-WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s) {
-  WorkerRun r;
-  const std::string why = dp_unavailable_reason();
-  if (!why.empty()) {
-    r.error = why;
+std::string log_tail(const std::string& path, size_t max_chars) { return tail(path, max_chars); }
+
+MpirunRun launch_mpirun(int ranks, const std::string& program, const std::vector<std::string>& args,
+                        double timeout_s, const std::string& log_path, const std::function<void()>& tick) {
+  MpirunRun r;
+  const std::string mpirun = find_mpirun();
+  if (mpirun.empty()) {
+    r.error = "mpirun not found (install openmpi-bin, or set HEADROOM_MPIRUN)";
     return r;
   }
-  remove_stale_scratch();
-  const fs::path dir = fs::temp_directory_path() / fmt::format("headroom-dp-{}-{}", ::getpid(),
-                                                               std::chrono::steady_clock::now().time_since_epoch().count());
-  fs::create_directories(dir);
-  const std::string out = (dir / "out.json").string(), log = (dir / "log.txt").string();
-  std::vector<std::string> argv{find_mpirun(), "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
+  std::vector<std::string> argv{mpirun, "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
                                 "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
   if (const char* extra = std::getenv("HEADROOM_MPIRUN_ARGS"); extra && *extra) {
     std::stringstream ss(extra);
     std::string a;
     while (ss >> a) argv.push_back(a);
   }
-  argv.push_back(find_dp_worker());
+  argv.push_back(program);
   argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--out");
-  argv.push_back(out);
   for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
 
   // Everything the child needs is made before the fork: this process has other
@@ -144,7 +140,7 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(143);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -157,21 +153,50 @@ WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double 
     return r;
   }
   int status = 0;
-  bool timed_out = false;
+  auto last_tick = t0;
   for (;;) {
     const pid_t w = ::waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - t0).count() > timeout_s) {
       ::kill(-pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      timed_out = true;
+      r.timed_out = true;
       break;
+    }
+    if (tick && now - last_tick >= std::chrono::milliseconds(200)) {
+      tick();
+      last_tick = now;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (timed_out) {
+  r.exit_code = WIFEXITED(status) && !r.timed_out ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s) {
+  WorkerRun r;
+  const std::string why = dp_unavailable_reason();
+  if (!why.empty()) {
+    r.error = why;
+    return r;
+  }
+  remove_stale_scratch();
+  const fs::path dir = fs::temp_directory_path() / fmt::format("headroom-dp-{}-{}", ::getpid(),
+                                                               std::chrono::steady_clock::now().time_since_epoch().count());
+  fs::create_directories(dir);
+  const std::string out = (dir / "out.json").string(), log = (dir / "log.txt").string();
+  std::vector<std::string> worker_args = args;
+  worker_args.push_back("--out");
+  worker_args.push_back(out);
+  const MpirunRun m = launch_mpirun(ranks, find_dp_worker(), worker_args, timeout_s, log);
+  r.command = m.command;
+  r.seconds = m.seconds;
+  const int code = m.exit_code;
+  if (!m.error.empty()) {
+    r.error = m.error;
+  } else if (m.timed_out) {
     r.error = fmt::format("{} ranks: no result within {:.0f} s; log: {}", ranks, timeout_s, tail(log, 2000));
   } else if ((code == 0 || code == 1) && fs::exists(out)) {
     try {

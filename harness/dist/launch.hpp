@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,26 @@ std::string find_dp_worker();
 // Empty when the DP entries can run here; otherwise why not (for a skip).
 std::string dp_unavailable_reason();
 
+// One mpirun launch: `mpirun -np ranks <options> program args...` with its output
+// (every rank's) in log_path. Options: --oversubscribe (more ranks than cores),
+// --bind-to none, the shared-memory transport only (`--mca btl self,vader`), waiting
+// ranks yielding their core (mpi_yield_when_idle: 4 ranks on 2 cores), the root
+// permission a container needs, then $HEADROOM_MPIRUN_ARGS (e.g. "--hostfile hosts"
+// across nodes), split at spaces. mpirun is in a process group of its own that dies
+// with this process; after timeout_s the whole group is killed. tick() (when set) is
+// called about every 0.2 s while it runs.
+struct MpirunRun {
+  int exit_code = -1;      // mpirun's exit status; -1 when it died of a signal or never ran
+  bool timed_out = false;
+  double seconds = 0;
+  std::string command;     // the command line, for the record
+  std::string error;       // why it did not run (no mpirun, fork failed)
+};
+MpirunRun launch_mpirun(int ranks, const std::string& program, const std::vector<std::string>& args,
+                        double timeout_s, const std::string& log_path, const std::function<void()>& tick = {});
+// The last max_chars characters of a log.
+std::string log_tail(const std::string& path, size_t max_chars);
+
 struct WorkerRun {
   bool ok = false;             // exit status 0 or 1 (1: a measurement failed) and JSON written
   std::string error;           // why not, with the tail of the log
@@ -33,12 +54,8 @@ struct WorkerRun {
   double seconds = 0;
 };
 
-// Runs `mpirun -np ranks <mpirun options> headroom-dp <args> --out FILE` and reads
-// FILE. Options: --oversubscribe (more ranks than cores), --bind-to none, the
-// shared-memory transport only (`--mca btl self,vader`), waiting ranks yielding
-// their core (mpi_yield_when_idle: 4 ranks on 2 cores), the root permission a
-// container needs, then $HEADROOM_MPIRUN_ARGS (e.g. "--hostfile hosts" across
-// nodes), split at spaces. Gives up after timeout_s.
+// Runs `mpirun -np ranks <mpirun options> headroom-dp <args> --out FILE` through
+// launch_mpirun and reads FILE. Gives up after timeout_s.
 WorkerRun run_dp_worker(int ranks, const std::vector<std::string>& args, double timeout_s);
 
 }  // namespace hr::dist

@@ -33,6 +33,14 @@ void apply_output_fault(const char* op, Tensor& out) {
       v[i] = static_cast<float>(v[i] * (1.0 + (i % 2 ? -f->output_rel_error : f->output_rel_error)));
     out.copy_from(Tensor::from_host(out.device(), v, out.shape(), out.dtype(), Consumer::workspace));
   }
+  if (f->flip_on_call > 0 && static_cast<int64_t>(++faults::slot<OpFault>().uses) == f->flip_on_call) {
+    std::vector<uint8_t> bytes = out.to_host_bytes();
+    const size_t width = dtype_size(out.dtype());
+    const size_t bit = static_cast<size_t>(std::clamp(f->flip_bit, 0, static_cast<int>(width * 8) - 1));
+    const size_t at = static_cast<size_t>(out.numel() / 2) * width;
+    bytes[at + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));  // little-endian: bit 0 is the lowest
+    out.from_host_bytes(bytes.data(), bytes.size());
+  }
   if (f->unstable_elements > 0 && faults::slot<OpFault>().uses++ % 2 == 1) {
     std::vector<uint8_t> bytes = out.to_host_bytes();
     const size_t width = dtype_size(out.dtype());

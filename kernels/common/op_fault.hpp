@@ -2,7 +2,7 @@
 // controls of OPS-1 (an op against float64) and DET-1 (an op twice, bitwise). The
 // fault acts inside the op's public entry point, after the backend computed, so the
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
-// matmul, layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
+// matmul (also the silent corruption of `headroom fleet`), layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
 // attention_forward (its output, and the memory-efficient form's saved log-sum-exp)
 // and batchnorm_backward (its contribution to dgamma).
 #pragma once
@@ -32,6 +32,11 @@ struct OpFault {
   // the one asked for (naive <-> memory-efficient), as a dispatch that ignores the
   // setting does (PK-4's exponent controls).
   bool swap_attention_forms = false;
+  // A silent data corruption (`headroom fleet`, HEADROOM_INJECT_SDC): on the op's
+  // flip_on_call-th call while set (1-based; 0: never), bit flip_bit of the middle
+  // element of its stored output flipped, once.
+  int64_t flip_on_call = 0;
+  int flip_bit = 12;
 };
 
 // Sets the op fault for its lifetime.

@@ -1,0 +1,398 @@
+// One rank of `headroom fleet` (see fleet.hpp): its place in the launch, its
+// supervisor, and the level's work on its device.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "harness/check.hpp"
+#include "harness/data/synthetic.hpp"
+#include "harness/fleet/digest.hpp"
+#include "harness/fleet/fleet.hpp"
+#include "harness/fleet/fleet_internal.hpp"
+#include "harness/output.hpp"
+#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/properties/sweep_support.hpp"
+#include "harness/results/results.hpp"
+#include "harness/results/runner.hpp"
+#include "harness/step/train_step.hpp"
+#include "harness/tensor.hpp"
+#include "kernels/common/op_fault.hpp"
+#include "kernels/matmul/matmul.hpp"
+
+namespace hr::fleet {
+namespace fs = std::filesystem;
+
+const Level& level(int number) {
+  // Entries that launch mpirun themselves stay out of a rank (no launch inside a
+  // launch); the fleet's own all-reduce is level 3's last part.
+  static const std::string kNoLaunch = "^(DP-1|DP-MEM|BM-DP)$";
+  static const Level kLevels[] = {
+      {1, "op conformance, the step digest twice, throughput", Preset::quick, "^(OPS-1|OPS-3)$", "", 300, 120,
+       false},
+      {2, "level 1 and the quick preset", Preset::quick, "", kNoLaunch, 1200, 600, false},
+      {3, "the full preset, then the fleet's all-reduce", Preset::full, "", kNoLaunch, 14400, 1800, true},
+  };
+  HR_ARG_CHECK(number >= 1 && number <= 3, "fleet: --level is 1, 2 or 3, got {}", number);
+  return kLevels[number - 1];
+}
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && x >= 0 && x < (1 << 24) ? static_cast<int>(x) : fallback;
+}
+
+}  // namespace
+
+RankPlace rank_place() {
+  RankPlace p;
+  struct Source {
+    const char *rank, *size, *local, *name;
+  };
+  const Source sources[] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
+                            {"PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIx"},
+                            {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI (Hydra)"},
+                            {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "Slurm"}};
+  for (const Source& s : sources) {
+    const int r = env_int(s.rank, -1);
+    if (r < 0) continue;
+    p.rank = r;
+    p.size = std::max(env_int(s.size, r + 1), r + 1);
+    p.local_rank = env_int(s.local, r);
+    p.launcher = s.name;
+    return p;
+  }
+  return p;
+}
+
+std::string rank_file(const std::string& dir, int rank) { return (fs::path(dir) / fmt::format("rank_{}.json", rank)).string(); }
+std::string work_file(const std::string& dir, int rank) {
+  return (fs::path(dir) / fmt::format("rank_{}.work.json", rank)).string();
+}
+std::string log_file(const std::string& dir, int rank) { return (fs::path(dir) / fmt::format("rank_{}.log", rank)).string(); }
+
+void touch_marker(const std::string& dir, const char* what, int rank) {
+  std::ofstream(fs::path(dir) / fmt::format(".{}_{}", what, rank)).put('\n');
+}
+
+bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    bool all = true;
+    for (int r = first; r < end && all; ++r) all = fs::exists(fs::path(dir) / fmt::format(".{}_{}", what, r));
+    if (all) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+namespace {
+
+void save(const std::string& path, const nlohmann::json& rec) { write_output(path, rec.dump(1) + "\n"); }
+
+TimingOptions fixed_timing() {
+  // The same work on every device: a fixed repetition count, never adaptive.
+  TimingOptions t;
+  t.warmup = 1;
+  t.min_reps = t.max_reps = 8;
+  t.min_total_s = 0;
+  return t;
+}
+
+// A throughput is judged from the fastest repetition: interference (another
+// process, the hypervisor) only ever slows a repetition down, so the fastest one is
+// what the device can do, and a device slow in every repetition is still slow.
+nlohmann::json point_json(const SweepPoint& p, const char* value_key) {
+  nlohmann::json j{{"status", p.status}, {"config", p.config}, {"metrics", p.metrics}};
+  if (p.status != "ok") j["reason"] = p.reason;
+  if (p.time) j["min_s"] = p.time->min_s, j["median_s"] = p.time->median_s, j["rel_spread"] = p.time->rel_spread;
+  j["value"] = p.status == "ok" ? p.metrics.value(value_key, 0.0) : 0.0;
+  return j;
+}
+
+// Tokens per second of one training step (BM-MB's transformer: quick on the CPU,
+// the full preset's on a GPU), no accumulation.
+nlohmann::json step_throughput(Device& dev, int rank) {
+  props::MicroBatchSweep s = props::microbatch_sweep_config(dev.kind() == BackendKind::cuda ? Preset::full : Preset::quick,
+                                                            dev.kind());
+  StepConfig cfg = s.base;
+  cfg.micro_batch = cfg.batch;
+  SweepPoint p = props::sweep_point("FLEET-STEP", dev, cfg.precision.compute, "transformer",
+                                    {{"rank", rank}, {"d_model", cfg.transformer.d_model},
+                                     {"layers", cfg.transformer.layers}, {"batch", cfg.batch}, {"seq_len", cfg.seq_len}});
+  props::measure_point(p, [&] {
+    TrainStep step(dev, cfg);
+    const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 1);
+    step.step(batch);
+    props::time_point(dev, p, fixed_timing(), [&] { step.step(batch); });
+    p.metrics["tokens_per_s"] = static_cast<double>(cfg.batch * cfg.seq_len) / p.time->min_s;
+  });
+  return point_json(p, "tokens_per_s");
+}
+
+// One square matrix product (fp32 n = 1024 on the CPU, bf16 n = 8192 on a GPU): TFLOP/s.
+nlohmann::json gemm_throughput(Device& dev, int rank) {
+  const bool gpu = dev.kind() == BackendKind::cuda;
+  const int64_t n = gpu ? 8192 : 1024;
+  const DType dt = gpu ? DType::bf16 : DType::f32;
+  SweepPoint p = props::sweep_point("FLEET-GEMM", dev, dt, "op:matmul", {{"rank", rank}, {"n", n}});
+  props::measure_point(p, [&] {
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> host(static_cast<size_t>(n * n));
+    for (float& x : host) x = u(gen);
+    const Tensor a = Tensor::from_host(dev, host, {n, n}, dt, Consumer::workspace);
+    const Tensor b = Tensor::from_host(dev, host, {n, n}, dt, Consumer::workspace);
+    Tensor c = Tensor::zeros(dev, {n, n}, dt, Consumer::workspace);
+    ops::matmul(a, false, b, true, c);
+    props::time_point(dev, p, fixed_timing(), [&] { ops::matmul(a, false, b, true, c); });
+    p.metrics["tflops"] = 2.0 * static_cast<double>(n) * n * n / p.time->min_s / 1e12;
+  });
+  return point_json(p, "tflops");
+}
+
+// A device-to-device copy (64 MiB on the CPU, 1 GiB on a GPU): GB/s read plus written.
+nlohmann::json copy_bandwidth(Device& dev, int rank) {
+  const int64_t floats = dev.kind() == BackendKind::cuda ? (int64_t{1} << 28) : (int64_t{1} << 24);
+  SweepPoint p = props::sweep_point("FLEET-COPY", dev, DType::f32, "op:copy", {{"rank", rank}, {"bytes", floats * 4}});
+  props::measure_point(p, [&] {
+    const Tensor a = Tensor::zeros(dev, {floats}, DType::f32, Consumer::workspace);
+    Tensor b = Tensor::zeros(dev, {floats}, DType::f32, Consumer::workspace);
+    b.copy_from(a);
+    props::time_point(dev, p, fixed_timing(), [&] { b.copy_from(a); });
+    p.metrics["GBps"] = 2.0 * static_cast<double>(floats * 4) / p.time->min_s / 1e9;
+  });
+  return point_json(p, "GBps");
+}
+
+// The conformance part of the level: its selection of the registered properties on
+// this device, the results kept beside the record.
+nlohmann::json conformance(Device& dev, const Level& lv, uint64_t seed, const std::string& results_path) {
+  RunOptions opt;
+  opt.preset = lv.preset;
+  opt.only = lv.only;
+  opt.skip = lv.skip;
+  opt.seed = seed;
+  Results r = run_suite(dev, opt, nullptr);
+  save_results(r, results_path);
+  nlohmann::json failed = nlohmann::json::array();
+  for (const Measurement& m : r.measurements)
+    if (!m.passed) failed.push_back(m.check.empty() ? m.id + ": " + m.title : m.check);
+  return {{"preset", preset_name(lv.preset)},
+          {"only", lv.only},
+          {"skip", lv.skip},
+          {"measurements", r.totals.measurements},
+          {"passed", r.totals.passed},
+          {"negative_controls", r.totals.negative_controls},
+          {"controls_caught", r.totals.negative_controls_caught},
+          {"errors", r.totals.errors},
+          {"failed", failed},
+          {"seconds", r.duration_s},
+          {"results", fs::path(results_path).filename().string()}};
+}
+
+}  // namespace
+
+int rank_work(const RankOptions& opt) {
+  const RankPlace place = rank_place();
+  const Level& lv = level(opt.level);
+  const std::string path = work_file(opt.dir, place.rank);
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json rec{{"schema", kRankSchema},     {"rank", place.rank},        {"size", place.size},
+                     {"local_rank", place.local_rank}, {"launcher", place.launcher}, {"host", host},
+                     {"pid", ::getpid()},          {"level", opt.level},        {"seed", opt.seed},
+                     {"backend", opt.backend},     {"build", build_record()},   {"phase", "device"}};
+  auto phase = [&](const char* name) {
+    rec["phase"] = name;
+    rec["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    save(path, rec);
+  };
+  try {
+    phase("device");
+    std::unique_ptr<Device> dev = make_device(opt.backend);
+    rec["device"] = dev->record();
+    touch_marker(opt.dir, "ready", place.rank);
+    // Every rank's device is up before anyone is timed (a rank still starting would
+    // share the host with the first one timed).
+    wait_markers(opt.dir, "ready", 0, place.size, 120);
+
+    phase("throughput");
+    // CPU ranks stand in for devices but share the machine's cores: they are timed
+    // one at a time, in rank order. GPUs are timed together.
+    const bool one_at_a_time = dev->kind() == BackendKind::cpu;
+    if (one_at_a_time) wait_markers(opt.dir, "timed", 0, place.rank, 300);
+    rec["throughput"] = {{"step", step_throughput(*dev, place.rank)},
+                         {"gemm", gemm_throughput(*dev, place.rank)},
+                         {"copy", copy_bandwidth(*dev, place.rank)},
+                         {"timed_alone", one_at_a_time}};
+    touch_marker(opt.dir, "timed", place.rank);
+    save(path, rec);
+    // Nobody works while another is timed.
+    wait_markers(opt.dir, "timed", 0, place.size, 600);
+
+    phase("digest");
+    if (env_int(kInjectExitEnv, -1) == place.rank) std::_Exit(3);  // the dead-rank control
+    while (env_int(kInjectHangEnv, -1) == place.rank) std::this_thread::sleep_for(std::chrono::seconds(1));
+
+    Digest first;
+    {
+      // The silent-corruption control: one bit of one matrix product's output
+      // flipped, in the first digest only (an intermittent fault).
+      std::optional<ops::ScopedOpFault> sdc;
+      if (env_int(kInjectSdcEnv, -1) == place.rank) {
+        ops::OpFault f;
+        f.op = "matmul";
+        f.flip_on_call = 20;
+        sdc.emplace(f);
+        rec["injected"] = "HEADROOM_INJECT_SDC: bit 12 of one element of the 20th matrix product flipped";
+      }
+      first = compute_digest(*dev, opt.seed);
+    }
+    const Digest again = compute_digest(*dev, opt.seed);
+    rec["digest"] = first;
+    rec["digest_repeat_sha256"] = again.sha256;
+    rec["self_difference"] = difference_json(first_difference(first, again));
+
+    phase("conformance");
+    rec["conformance"] = conformance(*dev, lv, opt.seed,
+                                     (fs::path(opt.dir) / fmt::format("rank_{}.results.json", place.rank)).string());
+    phase("done");
+    return 0;
+  } catch (const std::exception& e) {
+    rec["error"] = error_text(e);
+    save(path, rec);
+    return 3;
+  }
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_child = 0;
+void forward_term(int sig) {
+  if (g_child > 0) ::kill(-static_cast<pid_t>(g_child), SIGKILL);
+  ::_exit(128 + sig);
+}
+
+}  // namespace
+
+int run_rank(const RankOptions& opt, std::ostream& err) {
+  const RankPlace place = rank_place();
+  const Level& lv = level(opt.level);
+  HR_ARG_CHECK(opt.backend == "cpu" || opt.backend == "cuda", "fleet: the backend is cpu or cuda, got {}", opt.backend);
+  const BackendKind backend = opt.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu;
+  fs::create_directories(opt.dir);
+  const std::string work = work_file(opt.dir, place.rank), final_path = rank_file(opt.dir, place.rank);
+  const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(backend);
+
+  std::vector<std::string> argv{"/proc/self/exe", "fleet-rank", "--child", "--dir", opt.dir, "--level",
+                                std::to_string(opt.level), "--seed", std::to_string(opt.seed), "--backend", opt.backend};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0) env.emplace_back(*e);
+  // Each rank its own GPU: the local_rank-th of those visible (all, when none is named).
+  if (backend == BackendKind::cuda) {
+    std::string visible = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";
+    std::vector<std::string> ids;
+    for (size_t a = 0; !visible.empty() && a <= visible.size();) {
+      const size_t b = std::min(visible.find(',', a), visible.size());
+      ids.push_back(visible.substr(a, b - a));
+      a = b + 1;
+    }
+    const std::string mine = ids.empty() ? std::to_string(place.local_rank)
+                                         : ids[static_cast<size_t>(place.local_rank) % ids.size()];
+    env.push_back("CUDA_VISIBLE_DEVICES=" + mine);
+  }
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  const std::string log = log_file(opt.dir, place.rank);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(137);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2);
+    ::execve("/proc/self/exe", cargv.data(), cenv.data());
+    ::_exit(127);
+  }
+  nlohmann::json failure;
+  int status = 0;
+  if (pid < 0) {
+    failure = {{"phase", "launch"}, {"reason", "fork failed"}};
+  } else {
+    g_child = pid;
+    ::signal(SIGTERM, forward_term);
+    ::signal(SIGINT, forward_term);
+    bool timed_out = false;
+    for (;;) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > budget) {
+        ::kill(-pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    g_child = 0;
+    if (timed_out)
+      failure = {{"reason", fmt::format("no result within the level's budget of {:.0f} s: killed", budget)}};
+    else if (WIFSIGNALED(status))
+      failure = {{"reason", fmt::format("the process died of signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)))}};
+    else if (WEXITSTATUS(status) != 0)
+      failure = {{"reason", fmt::format("the process exited with status {}", WEXITSTATUS(status))}};
+  }
+  nlohmann::json rec;
+  try {
+    rec = read_json_file(work, "the rank's work record", kMaxResultsBytes);
+  } catch (const std::exception&) {
+    rec = {{"schema", kRankSchema}, {"rank", place.rank}, {"size", place.size}, {"phase", "start"}};
+  }
+  if (failure.is_null() && rec.value("phase", "") != "done")
+    failure = {{"reason", "the process ended before its work was done"}};
+  if (!failure.is_null()) {
+    failure["phase"] = rec.value("phase", "start");
+    if (rec.contains("error")) failure["reason"] = failure["reason"].get<std::string>() + ": " + rec["error"].get<std::string>();
+  }
+  rec["status"] = failure.is_null() ? "ok" : "failed";
+  if (!failure.is_null()) rec["failure"] = failure;
+  rec["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rec["log"] = fs::path(log).filename().string();
+  try {
+    save(final_path, rec);
+  } catch (const std::exception& e) {
+    err << "fleet-rank " << place.rank << ": " << e.what() << "\n";
+  }
+  // A failed rank no longer holds the others at their barriers.
+  touch_marker(opt.dir, "ready", place.rank);
+  touch_marker(opt.dir, "timed", place.rank);
+  std::error_code ec;
+  fs::remove(work, ec);
+  return 0;
+}
+
+}  // namespace hr::fleet

@@ -44,7 +44,7 @@ std::string check_cell(const json& d, const char* check) {
     for (const char* k : {"step", "gemm", "copy"}) {
       const json& m = c["metrics"].value(k, json::object());
       if (m.value("slow", false))
-        note += fmt::format("{}{} {:.0f}% below the median", note.empty() ? "" : "; ", k, 100 * m.value("deficit", 0.0));
+        note += fmt::format("{}{} {:.0f}% below the others", note.empty() ? "" : "; ", k, 100 * m.value("deficit", 0.0));
     }
     if (note.empty()) note = "within the floor";
   }
@@ -56,10 +56,11 @@ std::string check_cell(const json& d, const char* check) {
 std::string throughput_cell(const json& d, const char* key) {
   if (str_of(d, "status") != "ok") return R"(<td class="num">-</td>)";
   const json& m = d["checks"]["throughput"]["metrics"].value(key, json::object());
-  const double v = m.value("value", 0.0), med = m.value("fleet_median", 0.0);
+  const double v = m.value("value", 0.0), med = m.value("others_median", 0.0);
+  std::string note = med > 0 ? esc(fmt_pct(v / med - 1.0)) + " vs the others" : std::string("-");
+  if (!m.value("judged", true)) note += "; not judged";
   std::string s = fmt::format(R"(<td class="num{}">{}<small>{}</small></td>)", m.value("slow", false) ? " bad" : "",
-                              esc(fmt_num(v)),
-                              med > 0 ? esc(fmt_pct(v / med - 1.0)) + " vs median" : std::string("-"));
+                              esc(fmt_num(v)), note);
   return s;
 }
 
@@ -88,8 +89,9 @@ std::string render_fleet_report(const json& fleet) {
   h += R"(<p class="lead"><b>wrong</b>: the step digest (SHA-256 of the loss, every gradient and every updated weight )"
        R"(after each of a few fixed-seed steps with accumulation, checkpointing with dropout and fp16 loss scaling) differs )"
        R"(from the majority of devices of the same kind, driver and build, or from the device's own second run, or a )"
-       R"(conformance check failed. <b>slow</b>: a throughput below the fleet's median by more than the floor and by more )"
-       R"(than 3.5 median absolute deviations, or below the baseline's. <b>failed</b>: no complete record (crashed, hung )"
+       R"(conformance check failed. <b>slow</b>: a throughput below the median of the other devices by more than the floor )"
+       R"((GPU 5%, CPU stand-ins 15%) and by more than their own spread allows (3.5 deviations from their median absolute )"
+       R"(deviation), or below the baseline's by more than the floor. <b>failed</b>: no complete record (crashed, hung )"
        R"(past the level's budget, no device).</p>)";
   if (fleet.contains("all_reduce")) {
     const json& a = fleet["all_reduce"];

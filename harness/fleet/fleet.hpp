@@ -9,9 +9,10 @@
 // and the others go on. The driver then judges the records side by side:
 // - wrong: its step digest differs from the majority of devices of its kind, driver
 //   and build, or from its own second run, or a conformance check failed on it;
-// - slow: its step, GEMM or copy throughput lies below the fleet's median by more
-//   than the floor and by more than 3.5 robust deviations (median absolute
-//   deviation), or below the baseline's;
+// - slow: its step, GEMM or copy throughput (from its fastest repetition) lies
+//   below the other devices' median by more than the floor and by more than their
+//   spread allows (3.5 deviations from their median absolute deviation), or below
+//   the baseline's (harness/tolerances.hpp kFleetSlow*);
 // - failed: it gave no complete record (crashed, timed out, no device).
 // Writes fleet.json (headroom.fleet/1), fleet.html and, when asked, JUnit; exit 1
 // when any device is not ok.

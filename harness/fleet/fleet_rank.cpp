@@ -110,7 +110,7 @@ TimingOptions fixed_timing() {
   // The same work on every device: a fixed repetition count, never adaptive.
   TimingOptions t;
   t.warmup = 1;
-  t.min_reps = t.max_reps = 8;
+  t.min_reps = t.max_reps = 12;
   t.min_total_s = 0;
   return t;
 }

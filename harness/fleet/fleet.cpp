@@ -86,14 +86,16 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
   out << fmt::format("headroom fleet: {} ranks on {}, level {} ({}); each device has {} \n", opt.ranks, backend,
                      opt.level, lv.what, format_duration(budget));
 
-  // Follow the ranks: a line whenever one of them enters another phase.
+  // Follow the ranks: a line whenever one of them enters another phase, and one
+  // every half minute that says where they all are.
   std::vector<std::string> seen(static_cast<size_t>(opt.ranks));
   const auto t0 = std::chrono::steady_clock::now();
-  auto last_poll = t0;
+  auto last_poll = t0, last_line = t0;
   auto tick = [&] {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_poll < std::chrono::seconds(1)) return;
     last_poll = now;
+    const std::string at = format_duration(std::chrono::duration<double>(now - t0).count());
     for (int r = 0; r < opt.ranks; ++r) {
       nlohmann::json w = read_record(rank_file(dir, r));
       if (w.is_null()) w = read_record(work_file(dir, r));
@@ -102,9 +104,16 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
       if (w.contains("status")) phase = w["status"] == "ok" ? "done" : "failed (" + phase + ")";
       if (phase == seen[static_cast<size_t>(r)]) continue;
       seen[static_cast<size_t>(r)] = phase;
-      out << fmt::format("headroom fleet: rank {}: {} ({})\n", r, phase,
-                         format_duration(std::chrono::duration<double>(now - t0).count()))
-          << std::flush;
+      out << fmt::format("headroom fleet: rank {}: {} ({})\n", r, phase, at) << std::flush;
+      last_line = now;
+    }
+    if (now - last_line >= std::chrono::seconds(30)) {
+      std::map<std::string, int> where;
+      for (const std::string& p : seen) ++where[p.empty() ? "starting" : p];
+      std::string line;
+      for (const auto& [p, n] : where) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", n, p);
+      out << fmt::format("headroom fleet: {}: ranks at {}\n", at, line) << std::flush;
+      last_line = now;
     }
   };
   const std::string log = (fs::path(dir) / "mpirun.log").string();

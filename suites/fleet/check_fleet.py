@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""`headroom fleet` with CPU ranks standing in for devices, one scenario per call.
+
+    check_fleet.py HEADROOM SCENARIO WORK [--ranks N] [--layout LAYOUT_CHECK.py]
+
+Scenarios (each a fault switch in the code path, none in this script's arithmetic):
+  clean        every rank ok, one digest, exit 0
+  sdc          HEADROOM_INJECT_SDC=2: rank 2 alone is wrong, against the majority and
+               against its own repeat, at the same first (configuration, step, tensor)
+  slow         HEADROOM_INJECT_SLOWDOWN on rank 1's training step, 2x: slow, not wrong
+  slow_subtle  the same at 1.25x (20% below the others, against a 15% floor)
+  dead         HEADROOM_INJECT_FLEET_EXIT=3: rank 3 failed in its digest, the rest judged
+  hang         HEADROOM_INJECT_FLEET_HANG=0 with --budget 25: rank 0 failed at the budget
+Each checks fleet.json, the JUnit cases and the exit status; with --layout the
+report is also rendered in headless Chromium at 1280 and 1920 px.
+"""
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+SCENARIOS = {
+    "clean": ({}, []),
+    "sdc": ({"HEADROOM_INJECT_SDC": "2"}, []),
+    "slow": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:2"}, []),
+    "slow_subtle": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:1.25"}, []),
+    "dead": ({"HEADROOM_INJECT_FLEET_EXIT": "3"}, []),
+    "hang": ({"HEADROOM_INJECT_FLEET_HANG": "0"}, ["--budget", "25"]),
+}
+# What each scenario must flag: rank -> verdict; every other rank must be ok.
+EXPECTED = {"clean": {}, "sdc": {2: "wrong"}, "slow": {1: "slow"}, "slow_subtle": {1: "slow"}, "dead": {3: "failed"},
+            "hang": {0: "failed"}}
+
+failures = []
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    headroom, scenario, work = sys.argv[1:4]
+    args = sys.argv[4:]
+    ranks = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
+    layout = args[args.index("--layout") + 1] if "--layout" in args else None
+    env_extra, extra_args = SCENARIOS[scenario]
+    out = os.path.join(work, scenario)
+    junit = os.path.join(out, "junit.xml")
+    env = dict(os.environ)
+    for k in ("HEADROOM_INJECT_SDC", "HEADROOM_INJECT_SLOWDOWN", "HEADROOM_INJECT_FLEET_EXIT", "HEADROOM_INJECT_FLEET_HANG"):
+        env.pop(k, None)
+    env.update(env_extra)
+    cmd = [headroom, "fleet", "--ranks", str(ranks), "--backend", "cpu", "--level", "1", "--out", out, "--junit", junit]
+    r = subprocess.run(cmd + extra_args, env=env, capture_output=True, text=True, timeout=600)
+    print(r.stdout[-3000:])
+    if r.returncode == 2:
+        sys.exit(f"fleet: {' '.join(cmd)} could not run:\n{r.stderr[-3000:]}")
+    want = EXPECTED[scenario]
+    expect(r.returncode == (0 if not want else 1), f"exit status {r.returncode}, expected {0 if not want else 1}")
+    for line in r.stdout.splitlines():
+        expect(not line.lstrip().startswith("{"), f"a progress line is JSON: {line[:80]}")
+
+    fleet = json.load(open(os.path.join(out, "fleet.json")))
+    expect(fleet["schema"] == "headroom.fleet/1", "schema")
+    devices = {d["rank"]: d for d in fleet["devices"]}
+    expect(sorted(devices) == list(range(ranks)), f"ranks recorded: {sorted(devices)}")
+    for rank, d in sorted(devices.items()):
+        verdict = want.get(rank, "ok")
+        expect(d["verdict"] == verdict, f"rank {rank}: {d['verdict']}, expected {verdict}: {d.get('reasons')}")
+        if verdict == "ok":
+            expect(not d["reasons"], f"rank {rank} is ok but has reasons: {d['reasons']}")
+    # Flagged devices come first.
+    order = [d["verdict"] != "ok" for d in fleet["devices"]]
+    expect(order == sorted(order, reverse=True), "flagged devices are not listed first")
+    ok = [d for d in fleet["devices"] if d["status"] == "ok"]
+    for d in ok:
+        expect(d["checks"]["conformance"]["measurements"] > 0, f"rank {d['rank']} measured no conformance check")
+        expect(d["checks"]["conformance"]["verdict"] == "pass", f"rank {d['rank']} conformance")
+
+    if scenario in ("clean", "slow", "slow_subtle", "dead", "hang"):
+        shas = {d["checks"]["digest"]["sha256"] for d in ok}
+        expect(len(shas) == 1, f"the ok devices' digests differ: {shas}")
+        for d in ok:
+            expect(d["checks"]["digest"]["verdict"] == "pass" and d["checks"]["self_repeat"]["verdict"] == "pass",
+                   f"rank {d['rank']} digest or repeat")
+    if scenario == "sdc":
+        bad = devices[2]["checks"]
+        first = bad["digest"].get("first_difference") or {}
+        self_first = bad["self_repeat"].get("first_difference") or {}
+        expect(first.get("tensor") and first.get("step", 0) >= 1, f"no first differing tensor named: {first}")
+        expect(first == self_first, f"against the majority {first}, against itself {self_first}")
+        expect(bad["throughput"]["verdict"] == "pass", "the corrupted rank is also called slow")
+        expect(bad["digest"]["majority_sha256"] == devices[0]["checks"]["digest"]["sha256"], "majority digest")
+    if scenario.startswith("slow"):
+        c = devices[1]["checks"]
+        expect(c["digest"]["verdict"] == "pass" and c["self_repeat"]["verdict"] == "pass", "the slow rank is called wrong")
+        expect(c["throughput"]["metrics"]["step"]["slow"], "the slowed metric is not the one flagged")
+        factor = 2.0 if scenario == "slow" else 1.25
+        deficit = c["throughput"]["metrics"]["step"]["deficit"]
+        expect(abs(deficit - (1 - 1 / factor)) < 0.1, f"deficit {deficit:.3f}, injected {1 - 1 / factor:.3f}")
+    if scenario == "dead":
+        f = devices[3].get("failure", {})
+        expect(f.get("phase") == "digest" and "status 3" in f.get("reason", ""), f"failure recorded: {f}")
+    if scenario == "hang":
+        f = devices[0].get("failure", {})
+        expect("budget" in f.get("reason", ""), f"failure recorded: {f}")
+
+    # JUnit: a case per device and check, failing where the fleet flagged.
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    n_failed = sum(1 for d in fleet["devices"] if d["status"] != "ok")
+    expect(len(cases) == 5 * (ranks - n_failed) + n_failed, f"{len(cases)} JUnit cases")
+    failing = {c.get("classname") for c in cases if c.find("failure") is not None}
+    expect(failing == {f"fleet.rank_{r}" for r in want}, f"JUnit failing classes {failing}")
+
+    html = open(os.path.join(out, "fleet.html")).read()
+    expect(html.count("<tr><td class=\"nw\"><b>") == ranks, "the report has not one row per device")
+    if layout:
+        lr = subprocess.run([sys.executable, layout, headroom, os.path.join(out, "fleet.html"), os.path.join(out, "layout")],
+                            capture_output=True, text=True, timeout=600)
+        print(lr.stdout[-2000:])
+        expect(lr.returncode == 0, f"layout check: {lr.stdout[-800:]}{lr.stderr[-800:]}")
+
+    if failures:
+        sys.exit("fleet " + scenario + ":\n  " + "\n  ".join(failures))
+    print(f"fleet {scenario}: as expected ({fleet['summary']})")
+
+
+if __name__ == "__main__":
+    main()

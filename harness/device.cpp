@@ -35,6 +35,7 @@ void to_json(nlohmann::json& j, const DeviceRecord& r) {
     j["cublas_version"] = r.cublas_version;
     j["ecc"] = r.ecc;
     j["uuid"] = r.uuid;
+    j["pci_bus_id"] = r.pci_bus_id;
   }
 }
 

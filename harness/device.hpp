@@ -32,6 +32,7 @@ struct DeviceRecord {
   int driver_version = 0, runtime_version = 0, cublas_version = 0;
   bool ecc = false;
   std::string uuid;
+  std::string pci_bus_id;  // "0000:1b:00.0": where the card sits, for finding it in the node
 };
 void to_json(nlohmann::json& j, const DeviceRecord& r);
 

@@ -68,6 +68,8 @@ class CudaDevice final : public Device {
                   u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
                   u[14], u[15]);
     record_.uuid = uuid;
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) record_.pci_bus_id = bus;
 
     HR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HR_CUBLAS_CHECK(cublasCreate(&blas_));

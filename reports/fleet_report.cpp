@@ -109,6 +109,7 @@ std::string render_fleet_report(const json& fleet) {
     std::string who = esc(str_of(d, "device_name"));
     if (!str_of(d, "host").empty()) who += "<br><small>" + esc(str_of(d, "host"));
     if (!str_of(d, "uuid").empty()) who += " &middot; " + esc(str_of(d, "uuid"));
+    if (!str_of(d, "pci_bus_id").empty()) who += " &middot; bus " + esc(str_of(d, "pci_bus_id"));
     if (!str_of(d, "host").empty()) who += "</small>";
     std::string verdict = badge(str_of(d, "verdict"));
     if (str_of(d, "status") != "ok") {

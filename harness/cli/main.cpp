@@ -289,6 +289,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   fleet_cmd->add_option("--baseline", fleet.baseline, "an earlier fleet.json: throughput is also judged against it");
   fleet_cmd->add_option("--junit", fleet.junit, "also write JUnit XML here: a case per device and check");
+  fleet_cmd->add_flag("--judge", fleet.judge_only,
+                      "launch nothing: judge the records that ranks started elsewhere (srun ... headroom fleet-rank "
+                      "--dir OUT) left in --out; --ranks says how many there should be");
   fleet_cmd->add_option("--budget", fleet.budget_s,
                         "seconds each device is given before it counts as hung (default: the level's: 1: 5 min on "
                         "CPU ranks, 2 min on a GPU; 2: 20 / 10 min; 3: 4 h / 30 min)")

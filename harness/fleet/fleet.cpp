@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -74,17 +75,22 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
     err << "headroom fleet: cannot find this executable (/proc/self/exe)\n";
     return 2;
   }
-  if (dist::find_mpirun().empty()) {
+  if (!opt.judge_only && dist::find_mpirun().empty()) {
     err << "headroom fleet: mpirun not found (install openmpi-bin, or set HEADROOM_MPIRUN)\n";
     return 2;
   }
+  HR_ARG_CHECK(!opt.judge_only || fs::is_directory(opt.out), "fleet --judge: {} is not a folder of rank records",
+               opt.out);
   fs::create_directories(opt.out);
-  clear_previous(opt.out);
+  if (!opt.judge_only) clear_previous(opt.out);
   const std::string dir = fs::absolute(opt.out).string();
   HR_ARG_CHECK(opt.budget_s >= 0 && std::isfinite(opt.budget_s), "fleet: --budget must be a number of seconds >= 0");
   const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(kind);
-  out << fmt::format("headroom fleet: {} ranks on {}, level {} ({}); each device has {} \n", opt.ranks, backend,
-                     opt.level, lv.what, format_duration(budget));
+  if (opt.judge_only)
+    out << fmt::format("headroom fleet: judging the records of {} ranks in {}\n", opt.ranks, dir);
+  else
+    out << fmt::format("headroom fleet: {} ranks on {}, level {} ({}); each device has {}\n", opt.ranks, backend,
+                       opt.level, lv.what, format_duration(budget));
 
   // Follow the ranks: a line whenever one of them enters another phase, and one
   // every half minute that says where they all are.
@@ -119,12 +125,17 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
   const std::string log = (fs::path(dir) / "mpirun.log").string();
   const std::vector<std::string> args{"fleet-rank", "--dir", dir, "--level", std::to_string(opt.level), "--seed",
                                       std::to_string(opt.seed), "--backend", backend, "--budget", fmt::format("{}", budget)};
-  const dist::MpirunRun m = dist::launch_mpirun(opt.ranks, exe, args, budget + kLaunchMarginS, log, tick);
-  if (!m.error.empty()) {
-    err << "headroom fleet: " << m.error << "\n";
-    return 2;
+  dist::MpirunRun m;
+  if (opt.judge_only) {
+    m.command = "(the ranks were started elsewhere; judged with --judge)";
+  } else {
+    m = dist::launch_mpirun(opt.ranks, exe, args, budget + kLaunchMarginS, log, tick);
+    if (!m.error.empty()) {
+      err << "headroom fleet: " << m.error << "\n";
+      return 2;
+    }
+    tick();
   }
-  tick();
 
   std::vector<nlohmann::json> records;
   for (int r = 0; r < opt.ranks; ++r) {
@@ -141,6 +152,10 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
     }
     records.push_back(std::move(rec));
   }
+  if (!opt.judge_only &&
+      std::none_of(records.begin(), records.end(), [](const nlohmann::json& r) { return r.is_object(); }))
+    err << "headroom fleet: no rank wrote a record; mpirun exited with " << m.exit_code << ", its log ends:\n"
+        << dist::log_tail(log, 3000) << "\n";
   nlohmann::json fleet = judge_fleet(records, baseline, kind);
   fleet["level"] = opt.level;
   fleet["level_what"] = lv.what;

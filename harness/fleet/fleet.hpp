@@ -96,6 +96,9 @@ struct FleetOptions {
   std::string baseline;  // an earlier fleet.json, for throughput against it
   std::string junit;
   double budget_s = 0;   // each device's time limit; 0: the level's
+  // Launch nothing: judge the records that ranks started elsewhere (Slurm's srun
+  // running `headroom fleet-rank`) left in `out`; a rank without one is failed.
+  bool judge_only = false;
 };
 // Launches the ranks, waits for them (the level's budget and a margin), judges,
 // writes fleet.json and fleet.html (and JUnit), prints a line per device. Returns

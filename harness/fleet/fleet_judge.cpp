@@ -75,6 +75,7 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
       d["host"] = rec.value("host", "");
       d["device_name"] = dev.value("name", "");
       d["uuid"] = dev.value("uuid", "");
+      d["pci_bus_id"] = dev.value("pci_bus_id", "");
       d["ordinal"] = dev.value("ordinal", 0);
       d["sm_clock_khz"] = dev.value("sm_clock_khz", 0);
       d["memory_clock_khz"] = dev.value("memory_clock_khz", 0);

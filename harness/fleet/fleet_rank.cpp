@@ -225,6 +225,10 @@ nlohmann::json conformance(Device& dev, const Level& lv, uint64_t seed, const st
 int rank_work(const RankOptions& opt) {
   const RankPlace place = rank_place();
   const Level& lv = level(opt.level);
+  // The barriers give up well inside the budget: a rank whose node died must not
+  // take the others' budgets with it.
+  const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(opt.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu);
+  const double ready_wait = std::min(120.0, 0.2 * budget), timed_wait = std::min(600.0, 0.4 * budget);
   const std::string path = work_file(opt.dir, place.rank);
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -245,13 +249,18 @@ int rank_work(const RankOptions& opt) {
     touch_marker(opt.dir, "ready", place.rank);
     // Every rank's device is up before anyone is timed (a rank still starting would
     // share the host with the first one timed).
-    wait_markers(opt.dir, "ready", 0, place.size, 120);
+    nlohmann::json waits = nlohmann::json::array();
+    auto barrier = [&](const char* what, int end, double timeout) {
+      if (!wait_markers(opt.dir, what, 0, end, timeout))
+        waits.push_back(fmt::format("went on after {:.0f} s without every rank below {} at '{}'", timeout, end, what));
+    };
+    barrier("ready", place.size, ready_wait);
 
     phase("throughput");
     // CPU ranks stand in for devices but share the machine's cores: they are timed
     // one at a time, in rank order. GPUs are timed together.
     const bool one_at_a_time = dev->kind() == BackendKind::cpu;
-    if (one_at_a_time) wait_markers(opt.dir, "timed", 0, place.rank, 300);
+    if (one_at_a_time) barrier("timed", place.rank, timed_wait);
     rec["throughput"] = {{"step", step_throughput(*dev, place.rank)},
                          {"gemm", gemm_throughput(*dev, place.rank)},
                          {"copy", copy_bandwidth(*dev, place.rank)},
@@ -259,7 +268,8 @@ int rank_work(const RankOptions& opt) {
     touch_marker(opt.dir, "timed", place.rank);
     save(path, rec);
     // Nobody works while another is timed.
-    wait_markers(opt.dir, "timed", 0, place.size, 600);
+    barrier("timed", place.size, timed_wait);
+    if (!waits.empty()) rec["barrier_timeouts"] = waits;
 
     phase("digest");
     if (env_int(kInjectExitEnv, -1) == place.rank) std::_Exit(3);  // the dead-rank control
@@ -316,7 +326,8 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
   const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(backend);
 
   std::vector<std::string> argv{"/proc/self/exe", "fleet-rank", "--child", "--dir", opt.dir, "--level",
-                                std::to_string(opt.level), "--seed", std::to_string(opt.seed), "--backend", opt.backend};
+                                std::to_string(opt.level), "--seed", std::to_string(opt.seed), "--backend", opt.backend,
+                                "--budget", fmt::format("{}", budget)};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e)
     if (std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0) env.emplace_back(*e);

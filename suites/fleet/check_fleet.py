@@ -10,7 +10,7 @@ Scenarios (each a fault switch in the code path, none in this script's arithmeti
   slow         HEADROOM_INJECT_SLOWDOWN on rank 1's training step, 2x: slow, not wrong
   slow_subtle  the same at 1.25x (20% below the others, against a 15% floor)
   dead         HEADROOM_INJECT_FLEET_EXIT=3: rank 3 failed in its digest, the rest judged
-  hang         HEADROOM_INJECT_FLEET_HANG=0 with --budget 25: rank 0 failed at the budget
+  hang         HEADROOM_INJECT_FLEET_HANG=0 with --budget 40: rank 0 failed at the budget
 Each checks fleet.json, the JUnit cases and the exit status; with --layout the
 report is also rendered in headless Chromium at 1280 and 1920 px.
 """
@@ -26,7 +26,7 @@ SCENARIOS = {
     "slow": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:2"}, []),
     "slow_subtle": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:1.25"}, []),
     "dead": ({"HEADROOM_INJECT_FLEET_EXIT": "3"}, []),
-    "hang": ({"HEADROOM_INJECT_FLEET_HANG": "0"}, ["--budget", "25"]),
+    "hang": ({"HEADROOM_INJECT_FLEET_HANG": "0"}, ["--budget", "40"]),
 }
 # What each scenario must flag: rank -> verdict; every other rank must be ok.
 EXPECTED = {"clean": {}, "sdc": {2: "wrong"}, "slow": {1: "slow"}, "slow_subtle": {1: "slow"}, "dead": {3: "failed"},
@@ -114,6 +114,21 @@ def main():
     expect(len(cases) == 5 * (ranks - n_failed) + n_failed, f"{len(cases)} JUnit cases")
     failing = {c.get("classname") for c in cases if c.find("failure") is not None}
     expect(failing == {f"fleet.rank_{r}" for r in want}, f"JUnit failing classes {failing}")
+
+    if scenario == "clean":
+        # --judge launches nothing: the same records give the same verdict, and a rank
+        # that should be there and left no record is failed.
+        j = subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks), "--backend", "cpu", "--out", out],
+                           capture_output=True, text=True, timeout=120)
+        again = json.load(open(os.path.join(out, "fleet.json")))
+        expect(j.returncode == 0 and again["summary"] == fleet["summary"], f"--judge: {j.returncode} {again['summary']}")
+        j = subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks + 1), "--backend", "cpu", "--out", out],
+                           capture_output=True, text=True, timeout=120)
+        more = json.load(open(os.path.join(out, "fleet.json")))
+        extra = [d for d in more["devices"] if d["rank"] == ranks]
+        expect(j.returncode == 1 and extra and extra[0]["verdict"] == "failed", f"--judge, one rank more: {j.returncode}")
+        subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks), "--backend", "cpu", "--out", out],
+                       capture_output=True, text=True, timeout=120)
 
     html = open(os.path.join(out, "fleet.html")).read()
     expect(html.count("<tr><td class=\"nw\"><b>") == ranks, "the report has not one row per device")

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -202,7 +203,9 @@ nlohmann::json conformance(Device& dev, const Level& lv, uint64_t seed, const st
   opt.only = lv.only;
   opt.skip = lv.skip;
   opt.seed = seed;
-  Results r = run_suite(dev, opt, nullptr);
+  // The suite's progress lines go to the rank's log (its standard error): where a
+  // long level is, and where one stopped.
+  Results r = run_suite(dev, opt, &std::cerr);
   save_results(r, results_path);
   nlohmann::json failed = nlohmann::json::array();
   for (const Measurement& m : r.measurements)
@@ -386,7 +389,11 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
     if (timed_out)
       failure = {{"reason", fmt::format("no result within the level's budget of {:.0f} s: killed", budget)}};
     else if (WIFSIGNALED(status))
-      failure = {{"reason", fmt::format("the process died of signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)))}};
+      failure = {{"reason", fmt::format("the process died of signal {} ({}){}", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                                        WTERMSIG(status) == SIGKILL
+                                            ? ": not by its supervisor; the kernel's out-of-memory killer sends it "
+                                              "(see dmesg), or an operator"
+                                            : "")}};
     else if (WEXITSTATUS(status) != 0)
       failure = {{"reason", fmt::format("the process exited with status {}", WEXITSTATUS(status))}};
   }

@@ -21,6 +21,22 @@
 namespace hr {
 
 namespace test {
+// Sets an environment variable for one scope, and puts back what was there.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    ::setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
 // A fresh empty folder under the system temp dir, named after the running test and
 // removed at the end.
 struct TempDir {

@@ -16,18 +16,7 @@
 
 namespace {
 
-struct ScopedEnv {
-  std::string name, old;
-  bool had = false;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had) ::setenv(name.c_str(), old.c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
+using hr::test::ScopedEnv;
 
 hr::TimingOptions two_reps() {
   hr::TimingOptions t;

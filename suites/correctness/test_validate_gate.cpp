@@ -38,19 +38,7 @@ namespace fs = std::filesystem;
 
 using hr::test::TempDir;
 
-// Sets an environment variable for one scope.
-struct ScopedEnv {
-  std::string name, old;
-  bool had = false;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had) ::setenv(name.c_str(), old.c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
+using hr::test::ScopedEnv;
 
 hr::Measurement tagged(hr::Measurement m, const char* dtype = "fp32") {
   m.backend = "cpu";

@@ -53,6 +53,27 @@ std::optional<double> baseline_median(const nlohmann::json& baseline, const std:
   return median_of(v);
 }
 
+// What an ok record must hold to be judged; empty when it does, else what it lacks
+// (a record from another version, cut short or edited by hand is a failed device,
+// not a crash of the judgement).
+std::string incomplete(const nlohmann::json& rec) {
+  for (const char* k : {"digest", "throughput", "conformance", "device", "build"})
+    if (!rec.contains(k) || !rec[k].is_object()) return fmt::format("its record has no '{}'", k);
+  const nlohmann::json& d = rec["digest"];
+  if (!d.contains("sha256") || !d["sha256"].is_string() || !d.contains("configs") || !d["configs"].is_array())
+    return "its record's digest is not one";
+  for (const Metric& m : kMetrics)
+    if (!rec["throughput"].contains(m.key) || !rec["throughput"][m.key].is_object() ||
+        !rec["throughput"][m.key].value("value", nlohmann::json()).is_number())
+      return fmt::format("its record has no {} throughput", m.key);
+  if (!rec["conformance"].value("measurements", nlohmann::json()).is_number_integer() ||
+      !rec["conformance"].value("failed", nlohmann::json()).is_array())
+    return "its record's conformance is not one";
+  if (rec.contains("self_difference") && !rec["self_difference"].is_null() && !rec["self_difference"].is_object())
+    return "its record's self_difference is not one";
+  return "";
+}
+
 int verdict_order(const std::string& v) { return v == "failed" ? 0 : v == "wrong" ? 1 : v == "slow" ? 2 : 3; }
 
 }  // namespace
@@ -85,10 +106,17 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
       d["seconds"] = rec.value("seconds", 0.0);
       d["status"] = rec.value("status", "failed");
       if (rec.contains("injected")) d["injected"] = rec["injected"];
+      if (const std::string why = d["status"] == "ok" ? incomplete(rec) : ""; !why.empty()) {
+        d["status"] = "failed";
+        d["reasons"].push_back("not judged: " + why);
+      }
       if (d["status"] != "ok") {
-        const nlohmann::json& f = rec.value("failure", nlohmann::json::object());
-        d["failure"] = f;
-        d["reasons"].push_back(fmt::format("failed in {}: {}", f.value("phase", "?"), f.value("reason", "?")));
+        if (rec.contains("failure") && rec["failure"].is_object()) {
+          const nlohmann::json& f = rec["failure"];
+          d["failure"] = f;
+          d["reasons"].push_back(fmt::format("failed in {}: {}", f.value("phase", "?"), f.value("reason", "?")));
+        }
+        if (d["reasons"].empty()) d["reasons"].push_back("failed: its record says so without a reason");
       } else {
         groups[d["kind"].get<std::string>()].push_back(r);
       }

@@ -138,6 +138,19 @@ TEST(FleetJudge, ADeviceThatMeasuredNothingIsNotOk) {
   EXPECT_EQ(device(f, 1)["verdict"], "wrong");
 }
 
+TEST(FleetJudge, ARecordCutShortIsAFailedDeviceNotACrash) {
+  json no_digest = record(1, "aa", 100);
+  no_digest.erase("digest");
+  json bad_metric = record(2, "aa", 100);
+  bad_metric["throughput"]["gemm"]["value"] = "fast";
+  const json f = hr::fleet::judge_fleet({record(0, "aa", 100), no_digest, bad_metric, record(3, "aa", 100)}, nullptr,
+                                        hr::BackendKind::cpu);
+  EXPECT_EQ(device(f, 1)["verdict"], "failed");
+  EXPECT_EQ(device(f, 2)["verdict"], "failed");
+  EXPECT_NE(device(f, 1)["reasons"][0].get<std::string>().find("digest"), std::string::npos);
+  EXPECT_EQ(device(f, 0)["verdict"], "ok");
+}
+
 TEST(FleetJudge, JUnitHasACasePerDeviceAndCheck) {
   const json f = hr::fleet::judge_fleet({record(0, "aa", 100), nullptr, record(2, "bb", 100), record(3, "aa", 100)},
                                         nullptr, hr::BackendKind::cpu);

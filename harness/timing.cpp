@@ -26,10 +26,14 @@ double quantile(const std::vector<double>& sorted, double q) {
   const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
-// CPU time of the whole process (every thread), in seconds.
-double process_cpu_seconds() {
+// CPU time of the calling thread, in seconds. A timed region runs on this thread
+// alone (one BLAS thread, see time_region); the process's clock would also count
+// OpenBLAS's pool workers, which spin for a while after a product on more threads:
+// after one such product (a fleet rank's set-up), four repetitions of a 10.4 ms
+// single-threaded product each took 20.8 ms of process CPU time.
+double thread_cpu_seconds() {
   timespec ts{};
-  HR_CHECK(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+  HR_CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 }  // namespace
@@ -48,11 +52,11 @@ double reference_work_cpu_seconds() {
     return v;
   }();
   thread_local std::vector<float> c(static_cast<size_t>(kM) * kN);
-  const double cpu0 = process_cpu_seconds();
+  const double cpu0 = thread_cpu_seconds();
   for (int i = 0; i < kProducts; ++i)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kM, kN, kK, 1.0f, a.data(), kK, b.data(), kN, 0.0f,
                 c.data(), kN);
-  return process_cpu_seconds() - cpu0;
+  return thread_cpu_seconds() - cpu0;
 }
 
 TimeStats summarize_times(std::vector<double> samples) {
@@ -87,12 +91,17 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   const int runs_per_rep = static_cast<int>(std::floor(opt.injected_slowdown));
   const double wait_fraction = opt.injected_slowdown - runs_per_rep;
   const bool on_host = dev.kind() == BackendKind::cpu;
+  // The calling thread's clock sees all of the region's work only when BLAS runs on
+  // this thread alone (props::time_point holds one BLAS thread).
+  HR_ARG_CHECK(!on_host || openblas_get_num_threads() == 1,
+               "time_region on the CPU needs BLAS on one thread (it has {}): the region is timed by its thread's CPU "
+               "time", openblas_get_num_threads());
   auto timer = dev.make_timer();
   std::vector<double> samples, cpu_samples, ref_cpu_samples;
   double total = 0;
   while (static_cast<int>(samples.size()) < opt.max_reps &&
          (static_cast<int>(samples.size()) < opt.min_reps || total < opt.min_total_s)) {
-    const double cpu0 = on_host ? process_cpu_seconds() : 0.0;
+    const double cpu0 = on_host ? thread_cpu_seconds() : 0.0;
     timer->start();
     const auto host0 = std::chrono::steady_clock::now();
     for (int i = 0; i < runs_per_rep; ++i) fn();
@@ -105,15 +114,15 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
       const auto until = std::chrono::steady_clock::now() +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(one_run * wait_fraction);
       if (on_host) {
-        const double cpu_until = process_cpu_seconds() + one_run.count() * wait_fraction;
-        while (process_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + one_run * 10) {
+        const double cpu_until = thread_cpu_seconds() + one_run.count() * wait_fraction;
+        while (thread_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + one_run * 10) {
         }
       } else {
         std::this_thread::sleep_until(until);
       }
     }
     const double s = timer->stop_seconds();
-    if (on_host) cpu_samples.push_back(process_cpu_seconds() - cpu0);
+    if (on_host) cpu_samples.push_back(thread_cpu_seconds() - cpu0);
     // The machine's speed right after the repetition, outside the timed region.
     if (on_host && opt.reference_work) ref_cpu_samples.push_back(reference_work_cpu_seconds());
     samples.push_back(s);

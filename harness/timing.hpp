@@ -1,8 +1,9 @@
 // Timing a region on a Device: warm-up runs first, then repetitions each timed on
 // its own (CUDA events on the GPU, a steady clock on the CPU), summarised by the
 // median and the spread, with the samples kept so that a comparison can test two
-// runs' samples against each other. On the CPU each repetition's process CPU time
-// is kept too: other work on a shared machine stretches the wall clock by however
+// runs' samples against each other. On the CPU each repetition's CPU time (of the
+// timing thread, which does all of the region's work: BLAS on one thread) is kept
+// too: other work on a shared machine stretches the wall clock by however
 // much of the cores it takes, but not the CPU time the work itself needs. That CPU
 // time still moves with the machine's state (a busy sibling hyperthread, clocks):
 // on request a fixed reference work (OpenBLAS products on fixed buffers, no
@@ -28,8 +29,8 @@ struct TimeStats {
   double rel_spread = 0;      // (p90 - p10) / median; noise measure used by comparisons
   bool noisy = false;         // rel_spread above kNoisyRelSpread
   std::vector<double> samples_s;  // every repetition, in the order timed (results.json "samples_s")
-  // CPU backend: the process's CPU time (user + system, every thread) of each
-  // repetition, in the same order (results.json "cpu_samples_s"); empty on a GPU.
+  // CPU backend: the timing thread's CPU time (user + system) of each repetition,
+  // in the same order (results.json "cpu_samples_s"); empty on a GPU.
   std::vector<double> cpu_samples_s;
   // CPU backend with TimingOptions::reference_work: the CPU time of the reference
   // work run right after each repetition, in the same order (results.json
@@ -58,10 +59,12 @@ struct TimingOptions {
 
 // Runs the fixed reference work once (8 single-precision products 2048x192 by
 // 192x64 through CBLAS on fixed buffers, ~8 ms on one 2020s core, on the BLAS
-// threads as set) and returns the process CPU time it took.
+// threads as set: one inside time_region) and returns the calling thread's CPU
+// time it took.
 double reference_work_cpu_seconds();
 
-// Times fn() on `dev`; fn must enqueue all its work on the device's stream.
+// Times fn() on `dev`; fn must enqueue all its work on the device's stream. On the
+// CPU, BLAS must run on one thread (props::OneBlasThread; InvalidArgument if not).
 TimeStats time_region(Device& dev, const std::function<void()>& fn, const TimingOptions& opt = {});
 
 // The environment variable that injects a real slowdown into chosen sweep points,

@@ -18,4 +18,11 @@ std::string log_file(const std::string& dir, int rank);
 void touch_marker(const std::string& dir, const char* what, int rank);
 bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s);
 
+// A rank's throughputs are timed in kThroughputRounds rounds of
+// kThroughputRepsPerRound repetitions each (the fastest counts); timed_marker(k)
+// names the barrier of round k.
+inline constexpr int kThroughputRounds = 3;
+inline constexpr int kThroughputRepsPerRound = 4;
+inline std::string timed_marker(int round) { return "timed_r" + std::to_string(round); }
+
 }  // namespace hr::fleet

@@ -71,8 +71,8 @@ struct CompareRow {
   std::string sweep, backend, dtype, model;
   nlohmann::json config = nlohmann::json::object();
   // "step time" | "step cpu time" | "peak bytes" | "peak <consumer>" | "status" |
-  // "power". "step cpu time": a CPU-backend point judged on the process's CPU time
-  // per step (both runs recorded it); "power": sweep holds the property ID, config is
+  // "power". "step cpu time": a CPU-backend point judged on the timing thread's CPU
+  // time per step (both runs recorded it); "power": sweep holds the property ID, config is
   // empty, baseline / current are powers.
   std::string quantity;
   double baseline = std::numeric_limits<double>::quiet_NaN();

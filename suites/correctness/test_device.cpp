@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/check.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/timing.hpp"
 #include "suites/common/test_support.hpp"
 
@@ -62,6 +63,7 @@ TEST(Timing, TimeRegionRunsWarmupAndRepetitions) {
   opt.warmup = 3;
   opt.min_reps = 7;
   opt.max_reps = 7;
+  const hr::props::OneBlasThread one_blas_thread(*dev);
   const auto t = hr::time_region(*dev, [&] { ++calls; }, opt);
   EXPECT_EQ(calls, 10);
   EXPECT_EQ(t.reps, 7);

@@ -19,6 +19,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
+#include "harness/properties/sweep_support.hpp"
 #include "harness/timing.hpp"
 
 namespace {
@@ -375,6 +376,7 @@ TEST(ReportCompare, TheReferenceWorkIsRecordedOnRequest) {
   hr::TimingOptions opt;
   opt.warmup = 0;
   opt.min_reps = opt.max_reps = 5;
+  const hr::props::OneBlasThread one_blas_thread(*dev);
   EXPECT_TRUE(hr::time_region(*dev, region, opt).ref_cpu_samples_s.empty());
   opt.reference_work = true;
   const auto t = hr::time_region(*dev, region, opt);
@@ -425,6 +427,7 @@ TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
   hr::TimingOptions opt;
   opt.warmup = 0;
   opt.min_reps = opt.max_reps = 8;
+  const hr::props::OneBlasThread one_blas_thread(*dev);
   const double plain = hr::time_region(*dev, region, opt).median_s;
   EXPECT_EQ(calls, 8);
   opt.injected_slowdown = 2.0;

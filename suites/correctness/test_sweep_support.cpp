@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "harness/check.hpp"
 #include "harness/properties/sweep_support.hpp"
@@ -53,6 +54,44 @@ TEST(SweepSupport, TimePointRunsItsRegionOnOneBlasThreadAndRestoresTheCount) {
   EXPECT_EQ(p.backend, "cpu");
   EXPECT_EQ(p.dtype, "fp32");
   EXPECT_EQ(p.status, "ok");
+}
+
+// A CPU repetition's CPU time is its own thread's: OpenBLAS's pool workers, woken by
+// a product on two threads just before, spin for a while on the other core, and the
+// process's clock counted them (a single-threaded product then read about twice its
+// wall time). One thread's CPU time can never exceed the wall time it ran in. A
+// region timed with BLAS on more than one thread is refused.
+TEST(SweepSupport, ARepetitionsCpuTimeIsItsThreadsAloneAndNeverExceedsItsWallTime) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  const int saved = openblas_get_num_threads();
+  openblas_set_num_threads(2);
+  if (openblas_get_num_threads() < 2) {
+    openblas_set_num_threads(saved);
+    GTEST_SKIP() << "OpenBLAS runs one thread here: no pool to wake";
+  }
+  constexpr int n = 384;
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+    b[i] = static_cast<float>((i * 53) % 97) / 97.0f - 0.5f;
+  }
+  auto product = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  hr::TimingOptions t = two_reps();
+  EXPECT_THROW(hr::time_region(dev, product, t), hr::InvalidArgument);
+  product();  // the pool is awake
+  hr::SweepPoint p = hr::props::sweep_point("TEST-SW", dev, hr::DType::f32, "none", {{"x", 1}});
+  t.min_reps = t.max_reps = 4;
+  hr::props::time_point(dev, p, t, product);
+  openblas_set_num_threads(saved);
+  ASSERT_TRUE(p.time.has_value());
+  ASSERT_EQ(p.time->cpu_samples_s.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GT(p.time->cpu_samples_s[i], 0.0);
+    // The clocks' granularity (both read in microseconds or better) as the slack.
+    EXPECT_LE(p.time->cpu_samples_s[i], p.time->samples_s[i] + 1e-4) << "repetition " << i;
+  }
 }
 
 TEST(SweepSupport, TimePointAppliesAndRecordsTheInjectedSlowdownOfItsPointOnly) {

@@ -459,7 +459,7 @@ TEST(ValidateGate, ASweepWithoutItsOwnHookIsReMeasuredBeforeARegressionIsCalled)
   hr::ValidateCommand v;
   v.baseline = (dir.path / "base" / "results.json").string();
   v.run.out_dir = (dir.path / "slow").string();
-  const ScopedEnv slow(hr::kInjectSlowdownEnv, "BM-OPT:optimizer=adamw:2");
+  const ScopedEnv slow(hr::kInjectSlowdownEnv, "BM-OPT:optimizer=adamw:4");
   std::ostringstream out2, err2;
   EXPECT_EQ(hr::command_validate(v, out2, err2), 1) << out2.str();
   EXPECT_NE(err2.str().find("re-measuring BM-OPT"), std::string::npos) << err2.str();

@@ -10,6 +10,7 @@
 #include "harness/device.hpp"
 #include "harness/dump/dump.hpp"
 #include "suites/common/step_support.hpp"
+#include "suites/common/test_support.hpp"
 
 namespace {
 
@@ -26,8 +27,9 @@ class FaultInjection : public testing::TestWithParam<hr::ModelKind> {};
 TEST_P(FaultInjection, EveryAllocationOfAStepCanFailWithoutALeak) {
   auto dev = hr::make_cpu_device();
   const hr::StepConfig cfg = fault_config(GetParam());
-  const auto dir = std::filesystem::temp_directory_path() / "headroom_fault_injection";
-  std::filesystem::remove_all(dir);
+  // A folder of this test's own: the two models' cases run at once under ctest -j.
+  const hr::test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path / "dump";
 
   const auto before = dev->memory().snapshot();
   const hr::DumpResult reference = hr::dump_model(*dev, cfg, dir.string(), 7);
@@ -54,7 +56,6 @@ TEST_P(FaultInjection, EveryAllocationOfAStepCanFailWithoutALeak) {
   EXPECT_EQ(failed, allocations);
   std::cout << "fault injection (" << hr::model_kind_name(cfg.model) << "): " << failed << " of " << allocations << " allocations failed in turn, none leaked\n";
   EXPECT_EQ(hr::dump_model(*dev, cfg, dir.string(), 7).loss, reference.loss);
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FaultInjection, testing::Values(hr::ModelKind::mlp, hr::ModelKind::transformer),

@@ -20,6 +20,7 @@
 
 #include "harness/build_info.hpp"
 #include "harness/check.hpp"
+#include "harness/ctest_gpus.hpp"
 #include "harness/device.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/dump/dump.hpp"
@@ -94,6 +95,7 @@ std::string version_line() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hr::bind_ctest_gpus();  // under ctest --resource-spec-file: the GPUs CTest gave this test
   hr::rerun_with_one_blas_thread_under_a_memory_limit(argv);
   CLI::App app{"headroom: benchmark and conformance suite for memory-saving training techniques"};
   app.require_subcommand(1);

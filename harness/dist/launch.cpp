@@ -97,6 +97,54 @@ void remove_stale_scratch() {
 
 std::string log_tail(const std::string& path, size_t max_chars) { return tail(path, max_chars); }
 
+ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, const ChildOptions& opt) {
+  std::vector<std::string> args = argv, vars = env;
+  std::vector<char*> cargv, cenv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : vars) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  const char* log = opt.log_path.c_str();
+  const int death_signal = opt.death_signal;
+  ChildRun r;
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, death_signal);
+    if (::getppid() != parent) ::_exit(128 + death_signal);  // we are gone already
+    const int fd = ::open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) return r;
+  r.ran = true;
+  if (opt.started) opt.started(pid);
+  auto last_tick = t0;
+  for (;;) {
+    if (::waitpid(pid, &r.status, WNOHANG) == pid) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - t0).count() > opt.timeout_s) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &r.status, 0);
+      r.timed_out = true;
+      break;
+    }
+    if (opt.tick && now - last_tick >= std::chrono::milliseconds(200)) {
+      opt.tick();
+      last_tick = now;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
 MpirunRun launch_mpirun(int ranks, const std::string& program, const std::vector<std::string>& args,
                         double timeout_s, const std::string& log_path, const std::function<void()>& tick) {
   MpirunRun r;
@@ -116,62 +164,26 @@ MpirunRun launch_mpirun(int ranks, const std::string& program, const std::vector
   argv.insert(argv.end(), args.begin(), args.end());
   for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
 
-  // Everything the child needs is made before the fork: this process has other
-  // threads (BLAS, the progress heartbeat), so between fork and exec the child calls
-  // only async-signal-safe functions (no allocation, no setenv).
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
   // mpirun refuses to run as root (CI containers) unless told it is meant.
   std::vector<std::string> env{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
   for (char** e = environ; *e != nullptr; ++e)
     if (std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT=", 23) != 0 && std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=", 31) != 0)
       env.emplace_back(*e);
-  std::vector<char*> cenv;
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Its own process group (the timeout kills the whole group), and it dies with
-    // us: the kernel sends mpirun SIGTERM when this process ends, however it ends
-    // (mpirun passes it on to the ranks). If we are gone already, so is it.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(143);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    ::execve(cargv[0], cargv.data(), cenv.data());
-    ::_exit(127);
-  }
-  if (pid < 0) {
+  // The kernel sends mpirun SIGTERM when this process ends; mpirun passes it on to
+  // the ranks.
+  ChildOptions opt;
+  opt.log_path = log_path;
+  opt.timeout_s = timeout_s;
+  opt.death_signal = SIGTERM;
+  opt.tick = tick;
+  const ChildRun c = run_child(argv, env, opt);
+  if (!c.ran) {
     r.error = "fork failed";
     return r;
   }
-  int status = 0;
-  auto last_tick = t0;
-  for (;;) {
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - t0).count() > timeout_s) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      r.timed_out = true;
-      break;
-    }
-    if (tick && now - last_tick >= std::chrono::milliseconds(200)) {
-      tick();
-      last_tick = now;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.exit_code = WIFEXITED(status) && !r.timed_out ? WEXITSTATUS(status) : -1;
+  r.timed_out = c.timed_out;
+  r.seconds = c.seconds;
+  r.exit_code = WIFEXITED(c.status) && !r.timed_out ? WEXITSTATUS(c.status) : -1;
   return r;
 }
 

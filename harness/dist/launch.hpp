@@ -26,6 +26,28 @@ std::string find_dp_worker();
 // Empty when the DP entries can run here; otherwise why not (for a skip).
 std::string dp_unavailable_reason();
 
+// One child process: argv[0] executed with argv and env (every string prepared
+// before the fork: a process with other threads may call only async-signal-safe
+// functions between fork and exec), its standard output and error in log_path, in
+// a process group of its own, sent death_signal by the kernel when this process
+// ends however it ends (it dies with us). After timeout_s its whole group is killed
+// (SIGKILL). started(pid) is called once it runs; tick() about every 0.2 s while it
+// does. Shared by mpirun's launch and the fleet's rank supervisor.
+struct ChildOptions {
+  std::string log_path;
+  double timeout_s = 0;
+  int death_signal = 15;  // SIGTERM
+  std::function<void(int pid)> started;
+  std::function<void()> tick;
+};
+struct ChildRun {
+  bool ran = false;        // false: the fork failed
+  int status = 0;          // waitpid's status
+  bool timed_out = false;  // killed at timeout_s
+  double seconds = 0;
+};
+ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, const ChildOptions& opt);
+
 // One mpirun launch: `mpirun -np ranks <options> program args...` with its output
 // (every rank's) in log_path. Options: --oversubscribe (more ranks than cores),
 // --bind-to none, the shared-memory transport only (`--mca btl self,vader`), waiting

@@ -1,8 +1,6 @@
 // One rank of `headroom fleet` (see fleet.hpp): its place in the launch, its
 // supervisor, and the level's work on its device.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
+#include "harness/dist/launch.hpp"
 #include "harness/fleet/digest.hpp"
 #include "harness/fleet/fleet.hpp"
 #include "harness/fleet/fleet_internal.hpp"
@@ -378,56 +377,36 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
                                          : ids[static_cast<size_t>(place.local_rank) % ids.size()];
     env.push_back("CUDA_VISIBLE_DEVICES=" + mine);
   }
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
   const std::string log = log_file(opt.dir, place.rank);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(137);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2);
-    ::execve("/proc/self/exe", cargv.data(), cenv.data());
-    ::_exit(127);
-  }
-  nlohmann::json failure;
-  int status = 0;
-  if (pid < 0) {
-    failure = {{"phase", "launch"}, {"reason", "fork failed"}};
-  } else {
+  // The child dies with its supervisor (SIGKILL: a rank past its budget is not
+  // asked); a SIGTERM or SIGINT to the supervisor takes the child's group with it.
+  dist::ChildOptions copt;
+  copt.log_path = log;
+  copt.timeout_s = budget;
+  copt.death_signal = SIGKILL;
+  copt.started = [](int pid) {
     g_child = pid;
     ::signal(SIGTERM, forward_term);
     ::signal(SIGINT, forward_term);
-    bool timed_out = false;
-    for (;;) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) break;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > budget) {
-        ::kill(-pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    g_child = 0;
-    if (timed_out)
-      failure = {{"reason", fmt::format("no result within the level's budget of {:.0f} s: killed", budget)}};
-    else if (WIFSIGNALED(status))
-      failure = {{"reason", fmt::format("the process died of signal {} ({}){}", WTERMSIG(status), strsignal(WTERMSIG(status)),
-                                        WTERMSIG(status) == SIGKILL
-                                            ? ": not by its supervisor; the kernel's out-of-memory killer sends it "
-                                              "(see dmesg), or an operator"
-                                            : "")}};
-    else if (WEXITSTATUS(status) != 0)
-      failure = {{"reason", fmt::format("the process exited with status {}", WEXITSTATUS(status))}};
-  }
+  };
+  const dist::ChildRun child = dist::run_child(argv, env, copt);
+  g_child = 0;
+  nlohmann::json failure;
+  const int status = child.status;
+  if (!child.ran)
+    failure = {{"phase", "launch"}, {"reason", "fork failed"}};
+  else if (child.timed_out)
+    failure = {{"reason", fmt::format("no result within the level's budget of {:.0f} s: killed", budget)}};
+  else if (WIFSIGNALED(status))
+    failure = {{"reason", fmt::format("the process died of signal {} ({}){}", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                                      WTERMSIG(status) == SIGKILL
+                                          ? ": not by its supervisor; the kernel's out-of-memory killer sends it "
+                                            "(see dmesg), or an operator"
+                                          : "")}};
+  else if (WEXITSTATUS(status) != 0)
+    failure = {{"reason", fmt::format("the process exited with status {}", WEXITSTATUS(status))}};
   nlohmann::json rec;
   try {
     rec = read_json_file(work, "the rank's work record", kMaxResultsBytes);

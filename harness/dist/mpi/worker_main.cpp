@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/ctest_gpus.hpp"
 #include "harness/device.hpp"
 #include "harness/dist/dp_dump.hpp"
 #include "harness/dist/mpi/mpi_communicator.hpp"
@@ -150,6 +151,7 @@ bool summarize(const std::vector<hr::Measurement>& ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hr::bind_ctest_gpus();  // under ctest --resource-spec-file: the GPUs CTest gave this test
   hr::rerun_with_one_blas_thread_under_a_memory_limit(argv);
   hr::dist::MpiSession mpi(&argc, &argv);
   hr::dist::Communicator& world = mpi.comm();

@@ -36,10 +36,16 @@ double monotonic_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string g_slot_file;  // this process's slot record, when HEADROOM_CTEST_SLOT_LOG asked for one
+// This process's slot record, when HEADROOM_CTEST_SLOT_LOG asked for one. A
+// function's static: built on first use, whichever static initialiser calls first,
+// and destroyed after record_end (registered with atexit after it was built) ran.
+std::string& slot_file() {
+  static std::string path;
+  return path;
+}
 
 void record_end() {
-  std::ofstream(g_slot_file, std::ios::app) << fmt::format("end {:.6f}\n", monotonic_s());
+  std::ofstream(slot_file(), std::ios::app) << fmt::format("end {:.6f}\n", monotonic_s());
 }
 
 std::string command_line() {
@@ -84,13 +90,15 @@ std::vector<std::string> ctest_gpu_ids(const char* (*getenv_fn)(const char*)) {
   return ids;
 }
 
-std::string ctest_visible_devices(const std::vector<std::string>& ids, const std::string& visible) {
-  const std::vector<std::string> before = visible.empty() ? std::vector<std::string>{} : split(visible, ',');
+std::string ctest_visible_devices(const std::vector<std::string>& ids, const char* visible) {
+  // Set but empty: the runner hid every GPU, and none may be given back.
+  const std::vector<std::string> before =
+      visible == nullptr ? std::vector<std::string>{} : *visible == '\0' ? std::vector<std::string>{} : split(visible, ',');
   std::string out;
   for (const std::string& id : ids) {
     const size_t index = static_cast<size_t>(std::stoul(id));
     std::string device = id;
-    if (!before.empty()) {
+    if (visible != nullptr) {
       HR_ARG_CHECK(index < before.size(), "CTest gave GPU {} but CUDA_VISIBLE_DEVICES={} names {} device{}", id, visible,
                    before.size(), before.size() == 1 ? "" : "s");
       device = before[index];
@@ -105,9 +113,6 @@ std::vector<std::string> bind_ctest_gpus() {
   std::string binding;
   try {
     ids = ctest_gpu_ids([](const char* n) -> const char* { return std::getenv(n); });
-    // The allocation check's control: every test on one GPU, whatever CTest gave.
-    const char* forced = std::getenv("HEADROOM_INJECT_CTEST_SLOT");
-    if (!ids.empty() && forced != nullptr && all_digits(forced)) ids = {forced};
     if (!ids.empty()) {
       const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
       const char* bound = std::getenv("HEADROOM_CTEST_GPUS_BOUND");
@@ -116,7 +121,11 @@ std::vector<std::string> bind_ctest_gpus() {
         // rank of a test): mapping again would index the narrowed list.
         binding = visible;
       } else {
-        binding = ctest_visible_devices(ids, visible ? visible : "");
+        // The allocation check's control: the binding ignores what CTest gave and
+        // takes the GPU named here (the ids reported stay CTest's).
+        const char* forced = std::getenv("HEADROOM_INJECT_CTEST_SLOT");
+        const bool wrong = forced != nullptr && all_digits(forced);
+        binding = ctest_visible_devices(wrong ? std::vector<std::string>{forced} : ids, visible);
         ::setenv("CUDA_VISIBLE_DEVICES", binding.c_str(), 1);
         ::setenv("HEADROOM_CTEST_GPUS_BOUND", binding.c_str(), 1);
       }
@@ -126,12 +135,13 @@ std::vector<std::string> bind_ctest_gpus() {
     std::exit(2);
   }
   const char* log = std::getenv("HEADROOM_CTEST_SLOT_LOG");
-  if (log != nullptr && *log != '\0' && std::getenv("CTEST_RESOURCE_GROUP_COUNT") != nullptr && g_slot_file.empty()) {
-    g_slot_file = fmt::format("{}/{}.slot", log, ::getpid());
-    std::string id_list;
-    for (const std::string& id : ids) id_list += (id_list.empty() ? "" : ",") + id;
-    std::ofstream(g_slot_file) << fmt::format("command {}\nids {}\nvisible {}\nstart {:.6f}\n", command_line(), id_list,
-                                              binding, monotonic_s());
+  if (log != nullptr && *log != '\0' && std::getenv("CTEST_RESOURCE_GROUP_COUNT") != nullptr && slot_file().empty()) {
+    slot_file() = fmt::format("{}/{}.slot", log, ::getpid());
+    // What CTest gave (its variable as it is) and what the process now sees.
+    const char* given = std::getenv("CTEST_RESOURCE_GROUP_0_GPUS");
+    const char* now = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::ofstream(slot_file()) << fmt::format("command {}\nallocation {}\nvisible {}\nstart {:.6f}\n", command_line(),
+                                              given ? given : "", now ? now : "", monotonic_s());
     std::atexit(record_end);
   }
   return ids;

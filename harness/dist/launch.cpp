@@ -118,11 +118,14 @@ ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
+      if (fd > 2) ::close(fd);
     }
     ::execve(cargv[0], cargv.data(), cenv.data());
     ::_exit(127);
   }
   if (pid < 0) return r;
+  // Its group exists before any kill of it below (whichever of the two runs first).
+  ::setpgid(pid, pid);
   r.ran = true;
   if (opt.started) opt.started(pid);
   auto last_tick = t0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +36,7 @@ std::string dp_unavailable_reason();
 // does. Shared by mpirun's launch and the fleet's rank supervisor.
 struct ChildOptions {
   std::string log_path;
-  double timeout_s = 0;
+  double timeout_s = std::numeric_limits<double>::infinity();
   int death_signal = 15;  // SIGTERM
   std::function<void(int pid)> started;
   std::function<void()> tick;

@@ -43,6 +43,9 @@ inline constexpr const char* kInjectExitEnv = "HEADROOM_INJECT_FLEET_EXIT";
 // HEADROOM_INJECT_FLEET_HANG=R: rank R's work stops answering at the start of its
 // digest (sleeps until its supervisor kills it at the budget).
 inline constexpr const char* kInjectHangEnv = "HEADROOM_INJECT_FLEET_HANG";
+// HEADROOM_INJECT_FLEET_HANG_TIMED=R: the same in its second round of throughput,
+// while the other CPU ranks wait for it at their barriers.
+inline constexpr const char* kInjectHangTimedEnv = "HEADROOM_INJECT_FLEET_HANG_TIMED";
 
 // What a level runs and the time it is given per device (the supervisor's limit).
 struct Level {

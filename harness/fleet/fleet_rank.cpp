@@ -125,8 +125,8 @@ TimingOptions fixed_timing() {
 // phase and is timed by that thread's CPU time (time_region): with one window of
 // 12 repetitions on the process's clock, OpenBLAS's workers spinning after the
 // set-up's product put a healthy rank's GEMM 9-12% below the others' in 2 of 6
-// four-rank fleets; in rounds on the thread's clock, within 2.2% in 6 of 6. A
-// CPU rank is timed by its CPU time: a core the hypervisor lends to
+// four-rank fleets; in rounds on the thread's clock, within 2.2% in 6 of 6. CPU
+// time, not the wall clock: a core the hypervisor lends to
 // another machine for a while stops that clock too (the wall clock moved by up to
 // 35% between identical ranks on the 2-core CI machine, the CPU time by a few %).
 double best_s(const Device& dev, const TimeStats& t) {
@@ -246,10 +246,12 @@ nlohmann::json conformance(Device& dev, const Level& lv, uint64_t seed, const st
 int rank_work(const RankOptions& opt) {
   const RankPlace place = rank_place();
   const Level& lv = level(opt.level);
-  // The barriers give up well inside the budget: a rank whose node died must not
-  // take the others' budgets with it.
+  // The barriers give up well inside the budget: a rank whose node died or hung must
+  // not take the others' budgets with it. The throughput phase's barriers share one
+  // deadline (each of its up to 2 * rounds barriers waiting the whole wait would
+  // run past the budget behind one hung rank).
   const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(opt.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu);
-  const double ready_wait = std::min(120.0, 0.2 * budget), timed_wait = std::min(600.0, 0.4 * budget);
+  const double ready_wait = std::min(120.0, 0.2 * budget), timed_wait = std::min(900.0, 0.6 * budget);
   const std::string path = work_file(opt.dir, place.rank);
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -271,11 +273,18 @@ int rank_work(const RankOptions& opt) {
     // Every rank's device is up before anyone is timed (a rank still starting would
     // share the host with the first one timed).
     nlohmann::json waits = nlohmann::json::array();
-    auto barrier = [&](const char* what, int end, double timeout) {
-      if (!wait_markers(opt.dir, what, 0, end, timeout))
-        waits.push_back(fmt::format("went on after {:.0f} s without every rank below {} at '{}'", timeout, end, what));
+    auto barrier = [&](const std::string& what, int end, std::chrono::steady_clock::time_point deadline) {
+      const double left = std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+      if (!wait_markers(opt.dir, what.c_str(), 0, end, left))
+        waits.push_back(fmt::format("went on at {:.0f} s without every rank below {} at '{}'",
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), end,
+                                    what));
     };
-    barrier("ready", place.size, ready_wait);
+    const auto after = [](double s) {
+      return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(s));
+    };
+    barrier("ready", place.size, after(ready_wait));
 
     phase("throughput");
     // CPU ranks stand in for devices but share the machine's cores: they are timed
@@ -283,25 +292,31 @@ int rank_work(const RankOptions& opt) {
     // every rank finished the last one and those below it finished this one). GPUs
     // are timed together.
     const bool one_at_a_time = dev->kind() == BackendKind::cpu;
-    // The set-up's products too: no BLAS pool woken before a timed region.
-    const props::OneBlasThread one_blas_thread(*dev);
+    const auto timed_deadline = after(timed_wait);
     nlohmann::json best;
-    for (int round = 0; round < kThroughputRounds; ++round) {
-      if (one_at_a_time) {
-        if (round > 0) barrier(timed_marker(round - 1).c_str(), place.size, timed_wait);
-        barrier(timed_marker(round).c_str(), place.rank, timed_wait);
+    {
+      // The set-up's products too: no BLAS pool woken before a timed region.
+      const props::OneBlasThread one_blas_thread(*dev);
+      for (int round = 0; round < kThroughputRounds; ++round) {
+        if (one_at_a_time) {
+          if (round > 0) barrier(timed_marker(round - 1), place.size, timed_deadline);
+          barrier(timed_marker(round), place.rank, timed_deadline);
+        }
+        // The control of a rank that hangs while others wait for it at a barrier.
+        while (round == 1 && env_int(kInjectHangTimedEnv, -1) == place.rank)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        keep_best(best["step"], step_throughput(*dev, place.rank));
+        keep_best(best["gemm"], gemm_throughput(*dev, place.rank));
+        keep_best(best["copy"], copy_bandwidth(*dev, place.rank));
+        touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
       }
-      keep_best(best["step"], step_throughput(*dev, place.rank));
-      keep_best(best["gemm"], gemm_throughput(*dev, place.rank));
-      keep_best(best["copy"], copy_bandwidth(*dev, place.rank));
-      touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
     }
     best["timed_alone"] = one_at_a_time;
     best["rounds"] = kThroughputRounds;
     rec["throughput"] = std::move(best);
     save(path, rec);
     // Nobody works while another is timed.
-    barrier(timed_marker(kThroughputRounds - 1).c_str(), place.size, timed_wait);
+    barrier(timed_marker(kThroughputRounds - 1), place.size, timed_deadline);
     if (!waits.empty()) rec["barrier_timeouts"] = waits;
 
     phase("digest");
@@ -362,8 +377,12 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
                                 std::to_string(opt.level), "--seed", std::to_string(opt.seed), "--backend", opt.backend,
                                 "--budget", fmt::format("{}", budget)};
   std::vector<std::string> env;
+  // The child gets its own CUDA_VISIBLE_DEVICES below; CTest's allocation, if any,
+  // was bound in this process already and must not be bound again over it.
   for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0) env.emplace_back(*e);
+    if (std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0 && std::strncmp(*e, "CTEST_RESOURCE_GROUP_", 21) != 0 &&
+        std::strncmp(*e, "HEADROOM_CTEST_GPUS_BOUND=", 26) != 0)
+      env.emplace_back(*e);
   // Each rank its own GPU: the local_rank-th of those visible (all, when none is named).
   if (backend == BackendKind::cuda) {
     std::string visible = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";

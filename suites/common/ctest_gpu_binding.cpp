@@ -4,5 +4,10 @@
 #include "harness/ctest_gpus.hpp"
 
 namespace {
-const bool kBound = (hr::bind_ctest_gpus(), true);
+struct CtestGpuBinding {
+  CtestGpuBinding() { hr::bind_ctest_gpus(); }
+};
+// Early among this executable's initialisers (GCC's init_priority), so that none of
+// them can have started CUDA on another device first.
+__attribute__((init_priority(101))) const CtestGpuBinding kBinding;
 }  // namespace

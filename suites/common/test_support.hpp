@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -42,9 +43,9 @@ struct ScopedEnv {
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("headroom_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');  // a parameterised test's name: one folder, not two
+    path = std::filesystem::temp_directory_path() / ("headroom_test_" + std::to_string(::getpid()) + "_" + name);
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }

@@ -39,11 +39,12 @@ TEST(CtestGpus, IdsComeInGroupOrderOnceEach) {
 }
 
 TEST(CtestGpus, IdsIndexTheDevicesTheRunnerLeftVisible) {
-  EXPECT_EQ(hr::ctest_visible_devices({"3"}, ""), "3");
-  EXPECT_EQ(hr::ctest_visible_devices({"1", "0"}, ""), "1,0");
+  EXPECT_EQ(hr::ctest_visible_devices({"3"}, nullptr), "3");
+  EXPECT_EQ(hr::ctest_visible_devices({"1", "0"}, nullptr), "1,0");
   EXPECT_EQ(hr::ctest_visible_devices({"1"}, "4,6,7"), "6");
   EXPECT_EQ(hr::ctest_visible_devices({"2", "0"}, "GPU-aa,GPU-bb,GPU-cc"), "GPU-cc,GPU-aa");
   EXPECT_THROW(hr::ctest_visible_devices({"3"}, "4,6,7"), hr::InvalidArgument);
+  EXPECT_THROW(hr::ctest_visible_devices({"0"}, ""), hr::InvalidArgument);  // the runner hid every GPU
 }
 
 TEST(CtestGpus, MalformedAllocationsAreRefused) {
@@ -78,8 +79,8 @@ TEST(CtestGpus, TheBindingIsMadeOnceAndInherited) {
   ::unsetenv("HEADROOM_CTEST_GPUS_BOUND");
   {
     const ScopedEnv all("CUDA_VISIBLE_DEVICES", "4,6,7"), forced("HEADROOM_INJECT_CTEST_SLOT", "0");
-    EXPECT_EQ(hr::bind_ctest_gpus(), (std::vector<std::string>{"0"}));
-    EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "4");
+    EXPECT_EQ(hr::bind_ctest_gpus(), (std::vector<std::string>{"1"}));  // CTest's, as given
+    EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "4");             // but bound to slot 0
   }
   ::unsetenv("HEADROOM_CTEST_GPUS_BOUND");
 }

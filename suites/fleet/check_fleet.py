@@ -11,6 +11,9 @@ Scenarios (each a fault switch in the code path, none in this script's arithmeti
   slow_subtle  the same at 1.25x (20% below the others, against a 15% floor)
   dead         HEADROOM_INJECT_FLEET_EXIT=3: rank 3 failed in its digest, the rest judged
   hang         HEADROOM_INJECT_FLEET_HANG=0 with --budget 40: rank 0 failed at the budget
+  hang_timed   HEADROOM_INJECT_FLEET_HANG_TIMED=1 with --budget 40: rank 1 hangs in its second
+               round of throughput while the others wait for it at their barriers; it alone
+               is failed, the others go on at the barriers' deadline and are judged ok
 Each checks fleet.json, the JUnit cases and the exit status; with --layout the
 report is also rendered in headless Chromium at 1280 and 1920 px.
 """
@@ -27,10 +30,11 @@ SCENARIOS = {
     "slow_subtle": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:1.25"}, []),
     "dead": ({"HEADROOM_INJECT_FLEET_EXIT": "3"}, []),
     "hang": ({"HEADROOM_INJECT_FLEET_HANG": "0"}, ["--budget", "40"]),
+    "hang_timed": ({"HEADROOM_INJECT_FLEET_HANG_TIMED": "1"}, ["--budget", "40"]),
 }
 # What each scenario must flag: rank -> verdict; every other rank must be ok.
 EXPECTED = {"clean": {}, "sdc": {2: "wrong"}, "slow": {1: "slow"}, "slow_subtle": {1: "slow"}, "dead": {3: "failed"},
-            "hang": {0: "failed"}}
+            "hang": {0: "failed"}, "hang_timed": {1: "failed"}}
 
 failures = []
 
@@ -49,7 +53,8 @@ def main():
     out = os.path.join(work, scenario)
     junit = os.path.join(out, "junit.xml")
     env = dict(os.environ)
-    for k in ("HEADROOM_INJECT_SDC", "HEADROOM_INJECT_SLOWDOWN", "HEADROOM_INJECT_FLEET_EXIT", "HEADROOM_INJECT_FLEET_HANG"):
+    for k in ("HEADROOM_INJECT_SDC", "HEADROOM_INJECT_SLOWDOWN", "HEADROOM_INJECT_FLEET_EXIT", "HEADROOM_INJECT_FLEET_HANG",
+              "HEADROOM_INJECT_FLEET_HANG_TIMED"):
         env.pop(k, None)
     env.update(env_extra)
     cmd = [headroom, "fleet", "--ranks", str(ranks), "--backend", "cpu", "--level", "1", "--out", out, "--junit", junit]
@@ -79,7 +84,7 @@ def main():
         expect(d["checks"]["conformance"]["measurements"] > 0, f"rank {d['rank']} measured no conformance check")
         expect(d["checks"]["conformance"]["verdict"] == "pass", f"rank {d['rank']} conformance")
 
-    if scenario in ("clean", "slow", "slow_subtle", "dead", "hang"):
+    if scenario in ("clean", "slow", "slow_subtle", "dead", "hang", "hang_timed"):
         shas = {d["checks"]["digest"]["sha256"] for d in ok}
         expect(len(shas) == 1, f"the ok devices' digests differ: {shas}")
         for d in ok:
@@ -106,6 +111,13 @@ def main():
     if scenario == "hang":
         f = devices[0].get("failure", {})
         expect("budget" in f.get("reason", ""), f"failure recorded: {f}")
+    if scenario == "hang_timed":
+        f = devices[1].get("failure", {})
+        expect("budget" in f.get("reason", "") and f.get("phase") == "throughput", f"failure recorded: {f}")
+        # The others finished well inside their budget: the barriers' one deadline.
+        for r in (0, 2, 3):
+            expect(devices[r]["seconds"] < 0.9 * fleet["budget_s_per_device"],
+                   f"rank {r} took {devices[r]['seconds']:.0f} s of its {fleet['budget_s_per_device']} s budget")
 
     # JUnit: a case per device and check, failing where the fleet flagged.
     suite = ET.parse(junit).getroot().find("testsuite")

@@ -12,21 +12,11 @@
 #include <fstream>
 
 #include "harness/check.hpp"
+#include "harness/text.hpp"
 
 namespace hr {
 
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t a = 0;
-  for (;;) {
-    const size_t b = s.find(sep, a);
-    parts.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
-    if (b == std::string::npos) return parts;
-    a = b + 1;
-  }
-}
 
 bool all_digits(const std::string& s) {
   return !s.empty() && s.size() <= 6 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -93,7 +83,7 @@ std::vector<std::string> ctest_gpu_ids(const char* (*getenv_fn)(const char*)) {
 std::string ctest_visible_devices(const std::vector<std::string>& ids, const char* visible) {
   // Set but empty: the runner hid every GPU, and none may be given back.
   const std::vector<std::string> before =
-      visible == nullptr ? std::vector<std::string>{} : *visible == '\0' ? std::vector<std::string>{} : split(visible, ',');
+      visible == nullptr || *visible == '\0' ? std::vector<std::string>{} : split(visible, ',');
   std::string out;
   for (const std::string& id : ids) {
     const size_t index = static_cast<size_t>(std::stoul(id));

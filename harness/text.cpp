@@ -33,4 +33,15 @@ std::vector<std::string> wrap_text(const std::string& text, size_t width, size_t
   return lines;
 }
 
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t a = 0;
+  for (;;) {
+    const size_t b = s.find(sep, a);
+    parts.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) return parts;
+    a = b + 1;
+  }
+}
+
 }  // namespace hr

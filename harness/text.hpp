@@ -1,4 +1,5 @@
-// Text for people on a console: lines of at most a width, broken at spaces.
+// Text for people on a console: lines of at most a width, broken at spaces; and
+// lists in one string (CUDA_VISIBLE_DEVICES, CTest's allocations) cut at a separator.
 #pragma once
 
 #include <cstddef>
@@ -15,5 +16,8 @@ inline constexpr size_t kConsoleColumns = 120;
 // indent_first, the first too.
 std::vector<std::string> wrap_text(const std::string& text, size_t width, size_t indent = 0,
                                    bool indent_first = false);
+
+// `s` cut at every `sep`: each field, empty ones included ("" gives one empty field).
+std::vector<std::string> split(const std::string& s, char sep);
 
 }  // namespace hr

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <chrono>
@@ -97,6 +98,15 @@ void remove_stale_scratch() {
 
 std::string log_tail(const std::string& path, size_t max_chars) { return tail(path, max_chars); }
 
+std::vector<std::string> environment_except(const std::vector<std::string>& prefixes) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::none_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& p) { return std::strncmp(*e, p.c_str(), p.size()) == 0; }))
+      env.emplace_back(*e);
+  return env;
+}
+
 ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, const ChildOptions& opt) {
   std::vector<std::string> args = argv, vars = env;
   std::vector<char*> cargv, cenv;
@@ -168,10 +178,8 @@ MpirunRun launch_mpirun(int ranks, const std::string& program, const std::vector
   for (const auto& a : argv) r.command += (r.command.empty() ? "" : " ") + a;
 
   // mpirun refuses to run as root (CI containers) unless told it is meant.
-  std::vector<std::string> env{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT=", 23) != 0 && std::strncmp(*e, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=", 31) != 0)
-      env.emplace_back(*e);
+  std::vector<std::string> env = environment_except({"OMPI_ALLOW_RUN_AS_ROOT=", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="});
+  env.insert(env.begin(), {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"});
   // The kernel sends mpirun SIGTERM when this process ends; mpirun passes it on to
   // the ranks.
   ChildOptions opt;

@@ -48,6 +48,9 @@ struct ChildRun {
   double seconds = 0;
 };
 ChildRun run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, const ChildOptions& opt);
+// This process's environment ("NAME=value" each) without the entries that start with
+// any of `prefixes`: the base of a child's env.
+std::vector<std::string> environment_except(const std::vector<std::string>& prefixes);
 
 // One mpirun launch: `mpirun -np ranks <options> program args...` with its output
 // (every rank's) in log_path. Options: --oversubscribe (more ranks than cores),

@@ -29,6 +29,7 @@
 #include "harness/results/runner.hpp"
 #include "harness/step/train_step.hpp"
 #include "harness/tensor.hpp"
+#include "harness/text.hpp"
 #include "kernels/common/op_fault.hpp"
 #include "kernels/matmul/matmul.hpp"
 
@@ -376,22 +377,14 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
   std::vector<std::string> argv{"/proc/self/exe", "fleet-rank", "--child", "--dir", opt.dir, "--level",
                                 std::to_string(opt.level), "--seed", std::to_string(opt.seed), "--backend", opt.backend,
                                 "--budget", fmt::format("{}", budget)};
-  std::vector<std::string> env;
   // The child gets its own CUDA_VISIBLE_DEVICES below; CTest's allocation, if any,
   // was bound in this process already and must not be bound again over it.
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0 && std::strncmp(*e, "CTEST_RESOURCE_GROUP_", 21) != 0 &&
-        std::strncmp(*e, "HEADROOM_CTEST_GPUS_BOUND=", 26) != 0)
-      env.emplace_back(*e);
+  std::vector<std::string> env =
+      dist::environment_except({"CUDA_VISIBLE_DEVICES=", "CTEST_RESOURCE_GROUP_", "HEADROOM_CTEST_GPUS_BOUND="});
   // Each rank its own GPU: the local_rank-th of those visible (all, when none is named).
   if (backend == BackendKind::cuda) {
-    std::string visible = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";
-    std::vector<std::string> ids;
-    for (size_t a = 0; !visible.empty() && a <= visible.size();) {
-      const size_t b = std::min(visible.find(',', a), visible.size());
-      ids.push_back(visible.substr(a, b - a));
-      a = b + 1;
-    }
+    const std::string visible = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";
+    const std::vector<std::string> ids = visible.empty() ? std::vector<std::string>{} : split(visible, ',');
     const std::string mine = ids.empty() ? std::to_string(place.local_rank)
                                          : ids[static_cast<size_t>(place.local_rank) % ids.size()];
     env.push_back("CUDA_VISIBLE_DEVICES=" + mine);

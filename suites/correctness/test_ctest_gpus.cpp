@@ -8,6 +8,7 @@
 
 #include "harness/check.hpp"
 #include "harness/ctest_gpus.hpp"
+#include "harness/text.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -36,6 +37,14 @@ TEST(CtestGpus, IdsComeInGroupOrderOnceEach) {
            {"CTEST_RESOURCE_GROUP_2", "gpus"},
            {"CTEST_RESOURCE_GROUP_2_GPUS", "id:0,slots:1"}};
   EXPECT_EQ(hr::ctest_gpu_ids(lookup), (std::vector<std::string>{"5", "2", "0"}));
+}
+
+// The list splitter both the binding and the fleet's per-rank GPU use.
+TEST(CtestGpus, ListsSplitIntoEveryFieldEmptyOnesIncluded) {
+  EXPECT_EQ(hr::split("4,6,7", ','), (std::vector<std::string>{"4", "6", "7"}));
+  EXPECT_EQ(hr::split("a,,b,", ','), (std::vector<std::string>{"a", "", "b", ""}));
+  EXPECT_EQ(hr::split("", ','), (std::vector<std::string>{""}));
+  EXPECT_EQ(hr::split("id:1,slots:1;id:2,slots:1", ';'), (std::vector<std::string>{"id:1,slots:1", "id:2,slots:1"}));
 }
 
 TEST(CtestGpus, IdsIndexTheDevicesTheRunnerLeftVisible) {

@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
 
 #include "harness/check.hpp"
+
+HR_DEFINE_FAULT_SLOT(hr::ReadbackFault)
 
 namespace hr {
 
@@ -50,13 +53,61 @@ void* Device::allocate(size_t bytes, Consumer c) {
   return p;
 }
 
+struct ReadbackOrder {
+  std::mutex m;
+  Device* device = nullptr;     // nullptr once the device has retired its read-backs
+  uint64_t issued = 0;          // the newest read-back's number
+  uint64_t landed_through = 0;  // every read-back up to this number has landed
+};
+
+Device::Device(BackendKind k) : kind_(k), readbacks_(std::make_shared<ReadbackOrder>()) {
+  readbacks_->device = this;
+}
+
+Device::~Device() { retire_readbacks(); }
+
+void Device::retire_readbacks() noexcept {
+  const std::lock_guard<std::mutex> lock(readbacks_->m);
+  readbacks_->device = nullptr;
+  readbacks_->landed_through = readbacks_->issued;
+}
+
+Device::HostReadback::HostReadback(Device& dev) : order_(dev.readbacks_) {
+  const std::lock_guard<std::mutex> lock(order_->m);
+  sequence_ = ++order_->issued;
+}
+
+const void* Device::HostReadback::wait() {
+  const std::lock_guard<std::mutex> lock(order_->m);
+  if (sequence_ > order_->landed_through) {
+    if (landed()) {
+      order_->landed_through = sequence_;  // in order: every older one has landed too
+    } else if (faults::active<ReadbackFault>() != nullptr && faults::active<ReadbackFault>()->wait_own_only) {
+      order_->device->count_host_sync();
+      block();
+    } else {
+      // Not retired: a retired device marked every read-back landed.
+      Device& dev = *order_->device;
+      const uint64_t newest = order_->issued;
+      dev.count_host_sync();
+      dev.wait_for_newest_readback();
+      order_->landed_through = newest;
+    }
+  }
+  return bytes();
+}
+
 namespace {
 
 // A read-back that is complete when made: the CPU's memory is the host's.
 class ImmediateReadback final : public Device::HostReadback {
  public:
-  explicit ImmediateReadback(std::vector<unsigned char> bytes) : bytes_(std::move(bytes)) {}
-  const void* wait() override { return bytes_.data(); }
+  ImmediateReadback(Device& dev, std::vector<unsigned char> bytes) : HostReadback(dev), bytes_(std::move(bytes)) {}
+
+ protected:
+  bool landed() override { return true; }
+  void block() override {}
+  const void* bytes() const override { return bytes_.data(); }
 
  private:
   std::vector<unsigned char> bytes_;
@@ -67,7 +118,7 @@ class ImmediateReadback final : public Device::HostReadback {
 std::shared_ptr<Device::HostReadback> Device::read_back(const void* src, size_t bytes) {
   std::vector<unsigned char> host(bytes);
   if (bytes > 0) do_copy_to_host(host.data(), src, bytes);
-  return std::make_shared<ImmediateReadback>(std::move(host));
+  return std::make_shared<ImmediateReadback>(*this, std::move(host));
 }
 
 void Device::deallocate(void* p, size_t bytes, Consumer c) noexcept {

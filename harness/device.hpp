@@ -7,10 +7,12 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "harness/faults.hpp"
 #include "harness/memory.hpp"
 
 namespace hr {
@@ -44,10 +46,12 @@ class Timer {
   virtual double stop_seconds() = 0;  // waits for the region to finish
 };
 
+struct ReadbackOrder;  // a device's read-back numbering (device.cpp)
+
 class Device {
  public:
-  explicit Device(BackendKind k) : kind_(k) {}
-  virtual ~Device() = default;
+  explicit Device(BackendKind k);
+  virtual ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -81,11 +85,33 @@ class Device {
   // A copy into host memory enqueued in stream order, waited for only when its bytes
   // are read: what a step needs back (its loss) without stalling the stream between
   // micro-batches. The CPU copies at once.
+  //
+  // Read-backs are numbered in the order they were enqueued. A device runs its work
+  // in order, so when one has landed every older one has too: a read that must wait
+  // waits for the newest read-back enqueued so far (one host sync), and every read
+  // of an older one after it returns at once, whatever order they are read in. A
+  // read-back may outlive its device: the device waits for its work when it is
+  // destroyed, and the read-back then returns its bytes without asking it.
   class HostReadback {
    public:
     virtual ~HostReadback() = default;
+    HostReadback(const HostReadback&) = delete;
+    HostReadback& operator=(const HostReadback&) = delete;
     // Waits for the copy if it has not landed (one host sync) and returns its bytes.
-    virtual const void* wait() = 0;
+    const void* wait();
+    uint64_t sequence() const { return sequence_; }
+
+   protected:
+    // Takes the next number of `dev`'s read-backs; make one only once its copy is
+    // enqueued.
+    explicit HostReadback(Device& dev);
+    virtual bool landed() = 0;             // whether its copy is done, without waiting
+    virtual void block() = 0;              // until its own copy is done (ReadbackFault only)
+    virtual const void* bytes() const = 0;
+
+   private:
+    std::shared_ptr<ReadbackOrder> order_;
+    uint64_t sequence_;
   };
   virtual std::shared_ptr<HostReadback> read_back(const void* src, size_t bytes);
 
@@ -116,6 +142,12 @@ class Device {
   virtual void do_copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void do_copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void do_synchronize() = 0;
+  // Blocks until the newest read-back enqueued so far has landed (and so all older
+  // ones). Backends whose read-backs are complete when made need not override it.
+  virtual void wait_for_newest_readback() {}
+  // Called by a backend's destructor once its work is done: every read-back has
+  // landed, and none may reach the device again. The base destructor calls it too.
+  void retire_readbacks() noexcept;
   void count_host_sync() { ++host_syncs_; }
 
   DeviceRecord record_;
@@ -124,6 +156,7 @@ class Device {
   BackendKind kind_;
   MemoryTracker memory_;
   size_t host_syncs_ = 0;
+  std::shared_ptr<ReadbackOrder> readbacks_;
 };
 
 // "cpu", "cuda" or "auto" (cuda when a device answers, else cpu).
@@ -137,4 +170,14 @@ std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
 // ("built without CUDA", "no CUDA device: <driver message>").
 bool cuda_device_available(std::string* reason = nullptr);
 
+// The read-back order's fault switch, the control of the host-wait count: a read
+// that must wait waits for its own copy only and marks none landed (as if a
+// device could finish its copies out of order), so every older read-back read after
+// it is asked again, and waits again if the device still trails.
+struct ReadbackFault {
+  bool wait_own_only = false;
+};
+
 }  // namespace hr
+
+HR_DECLARE_FAULT_SLOT(hr::ReadbackFault);

@@ -72,6 +72,7 @@ class CudaDevice final : public Device {
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) record_.pci_bus_id = bus;
 
     HR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    HR_CUDA_CHECK(cudaEventCreateWithFlags(&newest_readback_, cudaEventDisableTiming));
     HR_CUBLAS_CHECK(cublasCreate(&blas_));
     HR_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     HR_CUBLAS_CHECK(cublasGetVersion(blas_, &record_.cublas_version));
@@ -96,11 +97,12 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
+    // Every read-back has landed once the stream is done; one that outlives the
+    // device returns its bytes without asking it, and gives its block back to the
+    // pool, which lives until the last block is home.
     cudaStreamSynchronize(stream_);
-    for (const PinnedBlock& b : idle_pinned_) {
-      cudaEventDestroy(b.done);
-      cudaFreeHost(b.ptr);
-    }
+    retire_readbacks();
+    if (newest_readback_ != nullptr) cudaEventDestroy(newest_readback_);
     if (flush_buffer_ != nullptr) cudaFree(flush_buffer_);
     cublasDestroy(blas_);
     cudaMemPoolDestroy(pool_);
@@ -114,9 +116,14 @@ class CudaDevice final : public Device {
 
   std::shared_ptr<HostReadback> read_back(const void* src, size_t n) override {
     PinnedBlock b = take_pinned(n);
-    if (n > 0) HR_CUDA_CHECK(cudaMemcpyAsync(b.ptr, src, n, cudaMemcpyDeviceToHost, stream_));
-    HR_CUDA_CHECK(cudaEventRecord(b.done, stream_));
-    return std::make_shared<PinnedReadback>(*this, b);
+    cudaError_t e = n > 0 ? cudaMemcpyAsync(b.ptr, src, n, cudaMemcpyDeviceToHost, stream_) : cudaSuccess;
+    if (e == cudaSuccess) e = cudaEventRecord(b.done, stream_);
+    if (e == cudaSuccess) e = cudaEventRecord(newest_readback_, stream_);
+    if (e != cudaSuccess) {
+      settle_and_return(b);
+      HR_CUDA_CHECK(e);
+    }
+    return std::make_shared<PinnedReadback>(*this, pinned_, b);
   }
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<CudaTimer>(stream_); }
   void flush_caches() override {
@@ -157,16 +164,21 @@ class CudaDevice final : public Device {
     }
     PinnedBlock b = take_pinned(n);
     std::memcpy(b.ptr, src, n);
-    const cudaError_t e = cudaMemcpyAsync(dst, b.ptr, n, cudaMemcpyHostToDevice, stream_);
-    if (e == cudaSuccess) cudaEventRecord(b.done, stream_);
-    give_pinned(b);
-    HR_CUDA_CHECK(e);
+    cudaError_t e = cudaMemcpyAsync(dst, b.ptr, n, cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess) e = cudaEventRecord(b.done, stream_);
+    if (e != cudaSuccess) {
+      settle_and_return(b);
+      HR_CUDA_CHECK(e);
+    }
+    pinned_->give(b);
   }
   void do_copy_to_host(void* dst, const void* src, size_t n) override {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
     HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void do_synchronize() override { HR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  // One stream: the newest read-back's event follows every older one's.
+  void wait_for_newest_readback() override { HR_CUDA_CHECK(cudaEventSynchronize(newest_readback_)); }
 
   void* raw_allocate(size_t bytes) override {
     void* p = nullptr;
@@ -193,56 +205,104 @@ class CudaDevice final : public Device {
     cudaEvent_t done{};
   };
 
+  // The idle blocks, shared by the device and its read-backs: a read-back that
+  // outlives the device gives its block back here, and the last owner frees them.
+  struct PinnedPool {
+    std::mutex mutex;
+    std::vector<PinnedBlock> idle;
+    size_t blocks = 0;  // idle or in use
+    ~PinnedPool() {
+      for (const PinnedBlock& b : idle) {
+        cudaEventDestroy(b.done);
+        cudaFreeHost(b.ptr);
+      }
+    }
+    void give(const PinnedBlock& b) noexcept {
+      const std::lock_guard<std::mutex> lock(mutex);
+      idle.push_back(b);
+    }
+  };
+
   class PinnedReadback final : public HostReadback {
    public:
-    PinnedReadback(CudaDevice& dev, PinnedBlock b) : dev_(dev), block_(b) {}
-    ~PinnedReadback() override { dev_.give_pinned(block_); }
-    const void* wait() override {
-      dev_.wait_for(block_.done);
-      return block_.ptr;
+    PinnedReadback(CudaDevice& dev, std::shared_ptr<PinnedPool> pool, PinnedBlock b)
+        : HostReadback(dev), pool_(std::move(pool)), block_(b) {}
+    ~PinnedReadback() override { pool_->give(block_); }
+
+   protected:
+    bool landed() override {
+      const cudaError_t q = cudaEventQuery(block_.done);
+      if (q == cudaErrorNotReady) return false;
+      HR_CUDA_CHECK(q);
+      return true;
     }
+    void block() override { HR_CUDA_CHECK(cudaEventSynchronize(block_.done)); }
+    const void* bytes() const override { return block_.ptr; }
 
    private:
-    CudaDevice& dev_;  // a read-back must not outlive its device
+    std::shared_ptr<PinnedPool> pool_;
     PinnedBlock block_;
   };
 
-  // Blocks until `e` has happened, counting a host sync only when it had not.
-  void wait_for(cudaEvent_t e) {
-    const cudaError_t q = cudaEventQuery(e);
+  // Blocks until `b`'s last copy is done, counting a host sync only when it was not.
+  void wait_for_block(const PinnedBlock& b) {
+    const cudaError_t q = cudaEventQuery(b.done);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) HR_CUDA_CHECK(q);
     count_host_sync();
-    HR_CUDA_CHECK(cudaEventSynchronize(e));
+    HR_CUDA_CHECK(cudaEventSynchronize(b.done));
+  }
+
+  // A block whose copy was enqueued but whose event may not mark it (a failed
+  // record): back to the pool only once the stream has finished with it.
+  void settle_and_return(const PinnedBlock& b) noexcept {
+    cudaStreamSynchronize(stream_);
+    pinned_->give(b);
   }
 
   // Idle blocks are kept in the order they came back, close to the order of their
   // copies on the one stream, so the first that holds n bytes is the likeliest to be
   // done: one event query. Taken when done; otherwise a new block of the next power
-  // of two, so the host does not wait for the stream. Past kMaxPinnedBlocks the first
-  // fitting block is waited for instead.
+  // of two, so the host does not wait for the stream. At kMaxPinnedBlocks no block
+  // is added: the first idle block that fits is waited for, or, if none fits, the
+  // oldest idle one is waited for and replaced by one of the size asked for. (Blocks
+  // held by live read-backs cannot be waited for; with none idle, one is added.)
   PinnedBlock take_pinned(size_t n) {
-    std::lock_guard<std::mutex> lock(pinned_mutex_);
-    const auto fit = std::find_if(idle_pinned_.begin(), idle_pinned_.end(),
-                                  [n](const PinnedBlock& b) { return b.capacity >= n; });
-    if (fit != idle_pinned_.end() &&
-        (pinned_blocks_ >= kMaxPinnedBlocks || cudaEventQuery(fit->done) == cudaSuccess)) {
+    std::unique_lock<std::mutex> lock(pinned_->mutex);
+    std::vector<PinnedBlock>& idle = pinned_->idle;
+    const bool at_cap = pinned_->blocks >= kMaxPinnedBlocks;
+    const auto fit = std::find_if(idle.begin(), idle.end(), [n](const PinnedBlock& b) { return b.capacity >= n; });
+    if (fit != idle.end() && (at_cap || cudaEventQuery(fit->done) == cudaSuccess)) {
       const PinnedBlock b = *fit;
-      idle_pinned_.erase(fit);
-      wait_for(b.done);
+      idle.erase(fit);
+      lock.unlock();
+      wait_for_block(b);
       return b;
     }
-    ++pinned_blocks_;
     PinnedBlock b;
+    if (at_cap && !idle.empty()) {
+      b = idle.front();
+      idle.erase(idle.begin());
+      lock.unlock();
+      wait_for_block(b);
+      HR_CUDA_CHECK(cudaFreeHost(b.ptr));
+      b.ptr = nullptr;
+    } else {
+      ++pinned_->blocks;
+      lock.unlock();
+    }
     b.capacity = kMinPinnedBlock;
     while (b.capacity < n) b.capacity *= 2;
-    HR_CUDA_CHECK(cudaMallocHost(&b.ptr, b.capacity));
-    HR_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+    cudaError_t e = cudaMallocHost(&b.ptr, b.capacity);
+    if (e == cudaSuccess && b.done == nullptr) e = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      if (b.ptr != nullptr) cudaFreeHost(b.ptr);
+      if (b.done != nullptr) cudaEventDestroy(b.done);
+      const std::lock_guard<std::mutex> relock(pinned_->mutex);
+      --pinned_->blocks;
+      HR_CUDA_CHECK(e);
+    }
     return b;
-  }
-  void give_pinned(const PinnedBlock& b) noexcept {
-    std::lock_guard<std::mutex> lock(pinned_mutex_);
-    idle_pinned_.push_back(b);
   }
 
   int ordinal_;
@@ -252,9 +312,8 @@ class CudaDevice final : public Device {
   void* flush_buffer_ = nullptr;
   size_t flush_bytes_ = 0;
   int flush_value_ = 0;
-  std::mutex pinned_mutex_;
-  std::vector<PinnedBlock> idle_pinned_;
-  size_t pinned_blocks_ = 0;  // idle or in use
+  std::shared_ptr<PinnedPool> pinned_ = std::make_shared<PinnedPool>();
+  cudaEvent_t newest_readback_ = nullptr;  // recorded after every read-back's copy
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "harness/dist/nccl_communicator.hpp"
 
 #include "harness/check.hpp"
+#include "harness/device.hpp"
 
 #if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_NCCL_HEADER
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <exception>
 #include <mutex>
 #endif
 
@@ -19,12 +21,25 @@ namespace hr::dist {
 #if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_NCCL_HEADER
 namespace {
 
+// "2.28.9" from an NCCL_VERSION_CODE (X * 10000 + Y * 100 + Z since 2.9; X * 1000
+// + Y * 100 + Z before).
+std::string version_string(int code) {
+  if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 1000, code / 100 % 10, code % 100);
+}
+
+// The oldest NCCL with every function used (NCCL_VERSION(2, 4, 0)).
+constexpr int kOldestNccl = 2400;
+
 struct NcclApi {
   void* handle = nullptr;
   std::string error;  // why it could not be loaded
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclGetVersion) get_version = nullptr;
+  int version = 0;  // the loaded library's NCCL_VERSION_CODE
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
@@ -49,18 +64,29 @@ const NcclApi& nccl() {
     api.get_unique_id = reinterpret_cast<decltype(api.get_unique_id)>(sym("ncclGetUniqueId"));
     api.comm_init_rank = reinterpret_cast<decltype(api.comm_init_rank)>(sym("ncclCommInitRank"));
     api.comm_destroy = reinterpret_cast<decltype(api.comm_destroy)>(sym("ncclCommDestroy"));
+    api.comm_abort = reinterpret_cast<decltype(api.comm_abort)>(sym("ncclCommAbort"));
+    api.get_version = reinterpret_cast<decltype(api.get_version)>(sym("ncclGetVersion"));
     api.all_reduce = reinterpret_cast<decltype(api.all_reduce)>(sym("ncclAllReduce"));
     api.all_gather = reinterpret_cast<decltype(api.all_gather)>(sym("ncclAllGather"));
     api.broadcast = reinterpret_cast<decltype(api.broadcast)>(sym("ncclBroadcast"));
     api.error_string = reinterpret_cast<decltype(api.error_string)>(sym("ncclGetErrorString"));
+    if (!api.error.empty()) return;
+    // The types are the header's, checked at build time; each function is looked up
+    // above. Another major version may change them; within version 2, every release
+    // since 2.4 (the first with ncclCommAbort) has all of them.
+    if (api.get_version(&api.version) != ncclSuccess) {
+      api.error = "libnccl.so.2 does not report its version";
+    } else if (const int major = api.version >= 10000 ? api.version / 10000 : api.version / 1000;
+               major != NCCL_MAJOR || api.version < kOldestNccl) {
+      api.error = fmt::format("libnccl.so.2 is NCCL {}; headroom was built with {}.{}.{} and needs {}.x from {}",
+                              version_string(api.version), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_MAJOR,
+                              version_string(kOldestNccl));
+    }
   });
   return api;
 }
 
-void nccl_ok(ncclResult_t rc, const char* what) {
-  if (rc == ncclSuccess) return;
-  HR_CHECK(false, "{}: {}", what, nccl().error_string ? nccl().error_string(rc) : "NCCL error");
-}
+std::string nccl_message(ncclResult_t rc) { return nccl().error_string ? nccl().error_string(rc) : "NCCL error"; }
 
 void cuda_ok(cudaError_t rc, const char* what) {
   HR_CHECK(rc == cudaSuccess, "{}: {}", what, cudaGetErrorString(rc));
@@ -77,47 +103,70 @@ ncclDataType_t nccl_type(CommDType t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const std::vector<uint8_t>& id_bytes, int rank, int ranks, void* stream)
-      : rank_(rank), size_(ranks), stream_(static_cast<cudaStream_t>(stream)) {
+  NcclCommunicator(const std::vector<uint8_t>& id_bytes, int rank, int ranks, Device& dev)
+      : rank_(rank), size_(ranks), dev_(dev), stream_(static_cast<cudaStream_t>(dev.cuda_stream())) {
     HR_ARG_CHECK(id_bytes.size() == sizeof(ncclUniqueId), "NCCL unique id of {} bytes, expected {}", id_bytes.size(),
                  sizeof(ncclUniqueId));
+    HR_CHECK(dev.is_cuda(), "an NCCL communicator needs a CUDA device, not {}", dev.record().name);
+    // NCCL binds a communicator to the current device: the rank's.
+    cuda_ok(cudaSetDevice(dev.record().ordinal), "cudaSetDevice");
     ncclUniqueId id;
     std::memcpy(&id, id_bytes.data(), sizeof id);
-    nccl_ok(nccl().comm_init_rank(&comm_, ranks, id, rank), "ncclCommInitRank");
+    ok(nccl().comm_init_rank(&comm_, ranks, id, rank), "ncclCommInitRank");
+    // The barrier's one byte, kept: a free per barrier would synchronise the device.
+    cuda_ok(cudaMalloc(&barrier_byte_, 1), "cudaMalloc");
   }
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) (void)nccl().comm_destroy(comm_);
+    if (barrier_byte_ != nullptr) cudaFree(barrier_byte_);
+    if (comm_ == nullptr) return;
+    // After a failed call, or while an error unwinds past the communicator (another
+    // rank may be gone), ncclCommDestroy can wait forever for the peers: abort.
+    if (failed_ || std::uncaught_exceptions() > 0)
+      (void)nccl().comm_abort(comm_);
+    else
+      (void)nccl().comm_destroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string engine() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
-  void synchronize() override { cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  // Through the device, so its host-wait count sees the wait.
+  void synchronize() override {
+    try {
+      dev_.synchronize();
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
   CommStats library_received() const override { return received_; }
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
-    nccl_ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
+    ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     receive(count * comm_dtype_size(t));
   }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
-    nccl_ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
+    ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
-    nccl_ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
-    void* one = nullptr;
-    cuda_ok(cudaMalloc(&one, 1), "cudaMalloc");
-    nccl_ok(nccl().all_reduce(one, one, 1, ncclUint8, ncclSum, comm_, stream_), "ncclAllReduce (barrier)");
+    ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
+       "ncclAllReduce (barrier)");
     synchronize();
-    cuda_ok(cudaFree(one), "cudaFree");
   }
 
  private:
+  void ok(ncclResult_t rc, const char* what) {
+    if (rc == ncclSuccess) return;
+    failed_ = true;
+    HR_CHECK(false, "{}: {}", what, nccl_message(rc));
+  }
   // Counted after each NCCL call returned (its receive buffer handed to the library).
   void receive(size_t bytes) {
     ++received_.calls;
@@ -125,8 +174,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_, size_;
+  Device& dev_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  void* barrier_byte_ = nullptr;
+  bool failed_ = false;  // a call failed: the communicator is aborted, not destroyed
   CommStats received_;
 };
 
@@ -134,7 +186,12 @@ class NcclCommunicator final : public Communicator {
 
 std::string nccl_unavailable_reason() {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return "no CUDA device answers";
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next CUDA call to report
+    return fmt::format("no CUDA device answers ({})", cudaGetErrorName(e));
+  }
+  if (devices == 0) return "no CUDA device answers";
   return nccl().error;
 }
 
@@ -142,17 +199,18 @@ std::vector<uint8_t> nccl_unique_id() {
   const std::string why = nccl_unavailable_reason();
   HR_CHECK(why.empty(), "NCCL unavailable: {}", why);
   ncclUniqueId id;
-  nccl_ok(nccl().get_unique_id(&id), "ncclGetUniqueId");
+  const ncclResult_t rc = nccl().get_unique_id(&id);
+  HR_CHECK(rc == ncclSuccess, "ncclGetUniqueId: {}", nccl_message(rc));
   std::vector<uint8_t> out(sizeof id);
   std::memcpy(out.data(), &id, sizeof id);
   return out;
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<uint8_t>& unique_id, int rank, int ranks,
-                                                     void* cuda_stream) {
+                                                     Device& dev) {
   const std::string why = nccl_unavailable_reason();
   HR_CHECK(why.empty(), "NCCL unavailable: {}", why);
-  return std::make_unique<NcclCommunicator>(unique_id, rank, ranks, cuda_stream);
+  return std::make_unique<NcclCommunicator>(unique_id, rank, ranks, dev);
 }
 
 #else  // built without CUDA or without nccl.h
@@ -164,7 +222,7 @@ constexpr const char* kNoNccl = HEADROOM_HAVE_CUDA ? "built without NCCL's heade
 
 std::string nccl_unavailable_reason() { return kNoNccl; }
 std::vector<uint8_t> nccl_unique_id() { throw Error(std::string("NCCL unavailable: ") + kNoNccl); }
-std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<uint8_t>&, int, int, void*) {
+std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<uint8_t>&, int, int, Device&) {
   throw Error(std::string("NCCL unavailable: ") + kNoNccl);
 }
 

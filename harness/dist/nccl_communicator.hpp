@@ -12,6 +12,10 @@
 
 #include "harness/dist/communicator.hpp"
 
+namespace hr {
+class Device;
+}
+
 namespace hr::dist {
 
 // Empty when NCCL can be used here (built with it, libnccl.so.2 loads, a GPU
@@ -22,10 +26,11 @@ std::string nccl_unavailable_reason();
 // MPI, as nccl-tests does; one rank needs no broadcast).
 std::vector<uint8_t> nccl_unique_id();
 
-// This rank's NCCL communicator over `ranks` ranks on the current CUDA device,
-// its collectives queued on `cuda_stream` (a cudaStream_t; nullptr: the default
-// stream). Throws Error with NCCL's message on failure.
+// This rank's NCCL communicator over `ranks` ranks on CUDA device `dev`, its
+// collectives queued on the device's stream and its waits counted as the device's
+// host waits. Throws Error with NCCL's message on failure; after a failed call it
+// is aborted (ncclCommAbort), not destroyed, when it goes.
 std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<uint8_t>& unique_id, int rank, int ranks,
-                                                     void* cuda_stream);
+                                                     Device& dev);
 
 }  // namespace hr::dist

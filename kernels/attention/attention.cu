@@ -129,8 +129,9 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
     return no(fmt::format("{} takes the scalar kernels", dtype_name(q.dtype())));
   if (q.ndim() != 4 || q.dim(3) > attn_tc::kMaxTcHeadDim)
     return no(fmt::format("head dim of {} above {}", q.str(), attn_tc::kMaxTcHeadDim));
-  int dev = 0, major = 0, minor = 0, optin = 0;
-  HR_CUDA_CHECK(cudaGetDevice(&dev));
+  // The tensors' device, which need not be the current one.
+  const int dev = q.device().record().ordinal;
+  int major = 0, minor = 0, optin = 0;
   HR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   HR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major < 8) return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", major, minor));

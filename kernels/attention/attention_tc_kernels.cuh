@@ -4,7 +4,8 @@
 // run as 16x16x16 WMMA tiles with fp32 accumulation from shared memory; the
 // softmax's row statistics are kept by two lanes per row, each over half of the
 // 64 columns of a step. P and dS are rounded to the storage format before their
-// product, as FlashAttention-2 does; every sum stays fp32. The forward output
+// product, as FlashAttention-2 does (dS in fp16 times a power of two that keeps it
+// in range, ds_prescale); every sum stays fp32. The forward output
 // lives in shared memory (it is rescaled per row as the running max moves, and a
 // WMMA accumulator's element-to-row map is unspecified); the backward
 // accumulators need no rescaling and stay in registers. Deterministic: no atomics.
@@ -16,8 +17,10 @@
 #include <mma.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "harness/cuda_check.cuh"
+#include "kernels/common/cuda_launch.cuh"
 #include "kernels/attention/attention_launch.hpp"
 #include "kernels/attention/attention_mask.cuh"
 #include "kernels/attention/attention_math.hpp"
@@ -212,6 +215,34 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
+// fp16 ends at 65504, and at large loss scales a step's dS can pass it where the
+// scalar kernels, which keep dS in fp32, stay finite. In fp16 a warp rounds its dS
+// times 2^-e, with e >= 0 the smallest that has put every step's largest |dS| below
+// 2^14 so far: when a step needs a larger e, the accumulator it feeds is scaled down
+// by the difference, and the result is scaled up by 2^e when stored (all exact:
+// powers of two). bf16 has fp32's range and keeps e = 0. Returns 2^-e.
+template <typename S, int kD>
+__device__ float ds_prescale(float max_abs, int& e,
+                             wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[kD / 16]) {
+  if constexpr (!std::is_same_v<S, half_t>) {
+    return 1.f;
+  } else {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, d));
+    if (max_abs >= 0x1p14f && max_abs <= 3.4e38f) {  // finite: an inf or NaN is left to show
+      const int need = ilogbf(max_abs) - 13;           // max_abs * 2^-need < 2^14
+      if (need > e) {
+        const float down = ldexpf(1.f, e - need);
+#pragma unroll
+        for (int j = 0; j < kD / 16; ++j)
+          for (int i = 0; i < acc[j].num_elements; ++i) acc[j].x[i] *= down;
+        e = need;
+      }
+    }
+    return ldexpf(1.f, -e);
+  }
+}
+
 // dP = dO V^T, then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
 template <typename S, int kD>
 __global__ void __launch_bounds__(kThreads)
@@ -245,6 +276,7 @@ __global__ void __launch_bounds__(kThreads)
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kD / 16];
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(acc[j], 0.f);
+  int ds_exp = 0;  // dS is rounded times 2^-ds_exp (ds_prescale)
   const int t_last = min(T, t0 + kTile) - 1;
   const int w_last = min(T, w0 + 16) - 1;
   for (int s0 = 0; s0 < T; s0 += kTile) {
@@ -258,16 +290,21 @@ __global__ void __launch_bounds__(kThreads)
     product_abt<M, kD>(gs + warp * 16 * kLdIn<kD>, vs, dp_w);
     __syncwarp();
     const float* srow = s_w + r * kLdScore + half * 32;
-    const float* dprow = dp_w + r * kLdScore + half * 32;
+    float* dprow = dp_w + r * kLdScore + half * 32;  // dP, then this step's dS in fp32
     M* dsrow = ds_w + r * kLdProb + half * 32;
+    float ds_max = 0.f;
 #pragma unroll
     for (int c = 0; c < 32; ++c) {
       const int s = s0 + half * 32 + c;
       float ds = 0.f;
       if (active && s < T && sm::allowed(rm, s))
         ds = attn::dscore_unscaled(attn::prob_from_lse(scale * srow[c], lse_t), dprow[c], dot_t);
-      dsrow[c] = MmaType<S>::from(ds);
+      dprow[c] = ds;
+      ds_max = fmaxf(ds_max, fabsf(ds));
     }
+    const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc);
+#pragma unroll
+    for (int c = 0; c < 32; ++c) dsrow[c] = MmaType<S>::from(dprow[c] * ds_factor);
     __syncwarp();
     accumulate_pb<M, kD>(acc, ds_w, ks);
   }
@@ -280,7 +317,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!active) return;
   const float* row = stage + r * kLdOut<kD>;
   S* o = dq + base + static_cast<int64_t>(t) * D;
-  store_half_row<S, kD>(o, row, scale, half, D);
+  store_half_row<S, kD>(o, row, ldexpf(scale, ds_exp), half, D);
 #else
   __trap();
 #endif
@@ -323,6 +360,7 @@ __global__ void __launch_bounds__(kThreads)
     wmma::fill_fragment(acc_dk[j], 0.f);
     wmma::fill_fragment(acc_dv[j], 0.f);
   }
+  int ds_exp = 0;  // dS^T is rounded times 2^-ds_exp (ds_prescale)
   // Causal: queries before the block's first key see none of its keys.
   const int t_begin = mask.causal ? s_first : 0;
   for (int t0 = t_begin; t0 < T; t0 += kTile) {
@@ -340,9 +378,10 @@ __global__ void __launch_bounds__(kThreads)
     product_abt<M, kD>(vs + warp * 16 * kLdIn<kD>, gs, dpt_w);
     __syncwarp();
     const float* strow = st_w + r * kLdScore + half * 32;
-    const float* dptrow = dpt_w + r * kLdScore + half * 32;
+    float* dptrow = dpt_w + r * kLdScore + half * 32;  // dP^T, then this step's dS^T in fp32
     M* prow = pt_w + r * kLdProb + half * 32;
     M* dsrow = dst_w + r * kLdProb + half * 32;
+    float ds_max = 0.f;
 #pragma unroll 2  // fuller unrolling spills 32 bytes in bf16 (ptxas, sm_90)
     for (int c = 0; c < 32; ++c) {
       const int i = half * 32 + c, t = t0 + i;
@@ -352,8 +391,12 @@ __global__ void __launch_bounds__(kThreads)
         ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
       }
       prow[c] = MmaType<S>::from(p);
-      dsrow[c] = MmaType<S>::from(ds);
+      dptrow[c] = ds;
+      ds_max = fmaxf(ds_max, fabsf(ds));
     }
+    const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
+#pragma unroll 4
+    for (int c = 0; c < 32; ++c) dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
     __syncwarp();
     accumulate_pb<M, kD>(acc_dv, pt_w, gs);
     accumulate_pb<M, kD>(acc_dk, dst_w, qs);
@@ -373,17 +416,17 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dk[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
   if (active)
-    store_half_row<S, kD>(dk + at, row, scale, half, D);
+    store_half_row<S, kD>(dk + at, row, ldexpf(scale, ds_exp), half, D);
 #else
   __trap();
 #endif
 }
 
 // Raises a kernel's dynamic shared-memory limit to what it takes (above 48 KB the
-// launch fails without it); once per kernel and process (a process drives one device).
+// launch fails without it) on the device of the tensors it runs on.
 template <typename Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  HR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+void allow_smem(Kernel kernel, size_t bytes, const Tensor& on) {
+  gpu::raise_smem_limit(reinterpret_cast<const void*>(kernel), bytes, on.device().record().ordinal);
 }
 
 inline dim3 grid_of(const Launch& l) {
@@ -393,8 +436,7 @@ inline dim3 grid_of(const Launch& l) {
 template <typename S, int kD>
 void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
                     float scale, Tensor& out, Tensor& lse) {
-  static const bool raised = (allow_smem(tc_forward_kernel<S, kD>, forward_smem_bytes<kD>()), true);
-  (void)raised;
+  allow_smem(tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(), q);
   tc_forward_kernel<S, kD><<<grid_of(l), kThreads, forward_smem_bytes<kD>(), l.stream>>>(
       q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), m, l.H, l.T, l.D, scale, out.data_as<S>(),
       lse.data_as<float>());
@@ -405,9 +447,8 @@ template <typename S, int kD>
 void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                      const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv) {
-  static const bool raised = (allow_smem(tc_dq_kernel<S, kD>, dq_smem_bytes<kD>()),
-                              allow_smem(tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>()), true);
-  (void)raised;
+  allow_smem(tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), q);
+  allow_smem(tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), q);
   tc_dq_kernel<S, kD><<<grid_of(l), kThreads, dq_smem_bytes<kD>(), l.stream>>>(
       q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
       row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dq.data_as<S>());

@@ -24,6 +24,11 @@ inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
 
 inline cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(t.device().cuda_stream()); }
 
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` on CUDA device `device`
+// (the limit is a setting of each device, not of the process), once per kernel and
+// device; the current device is left as it was (cuda_launch.cu).
+void raise_smem_limit(const void* kernel, size_t bytes, int device);
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Row and column of a grid-stride loop over a row-major [rows, cols] array, without

@@ -133,9 +133,10 @@ LossValue cross_entropy_forward(const Tensor& logits, const Tensor& targets, con
       host = losses.to_host_f32();
     }
   }
-  double total = 0;
-  for (float l : host) total += l;  // token order: deterministic, as LossValue sums the GPU's
-  return LossValue(total * reduction_weight(cfg, real));
+  // Through the device's read-back as on a GPU (the CPU's lands at once): one path
+  // for the step's pending losses, summed in token order by LossValue.
+  return LossValue::pending_sum_of_floats(logits.device().read_back(host.data(), host.size() * sizeof(float)), N,
+                                          reduction_weight(cfg, real));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyConfig& cfg,

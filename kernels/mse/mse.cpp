@@ -70,7 +70,8 @@ LossValue mse_forward(const Tensor& pred, const Tensor& target, const MseConfig&
   double acc = 0;
   const int64_t n = pred.numel();
   for (int64_t i = 0; i < n; ++i) acc += mse_elem_loss(load_any(pred, i), load_any(target, i));
-  return LossValue(acc / norm);
+  // Through the device's read-back as on a GPU (the CPU's lands at once).
+  return LossValue::pending_quotient(pred.device().read_back(&acc, sizeof acc), norm);
 }
 
 void mse_backward(const Tensor& pred, const Tensor& target, const MseConfig& cfg, Tensor& dpred) {

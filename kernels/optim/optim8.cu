@@ -3,6 +3,10 @@
 // two passes over its block: the first reduces the absmax, the second recomputes
 // the same values (identical arithmetic) and encodes them. No fp32 copy of the
 // state is ever stored, which is the point of keeping it in 8 bits.
+#include <cstring>
+#include <mutex>
+#include <vector>
+
 #include "harness/cuda_check.cuh"
 #include "kernels/common/cuda_launch.cuh"
 #include "kernels/common/dtype_dispatch.hpp"
@@ -29,12 +33,46 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max_abs(lane < nw ? scratch[lane] : 0.f);
 }
 
-__device__ __forceinline__ void load_map(q8::Codebook& dst, const q8::Codebook& src) {
-  for (int i = threadIdx.x; i < q8::kCodes; i += blockDim.x) dst.value[i] = src.value[i];
+// The codebooks a device has been given, in global memory: a block copies its
+// map into shared memory with coalesced loads (a kernel parameter read at a
+// different index in each lane is one serialised constant-cache access per lane).
+constexpr int kCodebookSlots = 8;
+__device__ q8::Codebook g_codebooks[kCodebookSlots];
+
+__device__ __forceinline__ void load_map(q8::Codebook& dst, int slot) {
+  const float* src = g_codebooks[slot].value;
+  for (int i = threadIdx.x; i < q8::kCodes; i += blockDim.x) dst.value[i] = __ldg(src + i);
+}
+
+// The slot of `map` on the device of `on`, uploaded on first use (on the tensor's
+// stream, then waited for once, so that any stream of the device may read it).
+int codebook_slot(const q8::Codebook& map, const Tensor& on) {
+  struct Held {
+    int device;
+    int slot;
+    q8::Codebook map;
+  };
+  static std::mutex mutex;
+  static std::vector<Held> held;
+  const int device = on.device().record().ordinal;
+  const std::lock_guard<std::mutex> lock(mutex);
+  int used = 0;
+  for (const Held& h : held) {
+    if (h.device != device) continue;
+    ++used;
+    if (std::memcmp(h.map.value, map.value, sizeof map.value) == 0) return h.slot;
+  }
+  HR_CHECK(used < kCodebookSlots, "8-bit state: more than {} codebooks on device {}", kCodebookSlots, device);
+  const cudaStream_t s = gpu::stream_of(on);
+  HR_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_codebooks, &map, sizeof map, static_cast<size_t>(used) * sizeof map,
+                                        cudaMemcpyHostToDevice, s));
+  HR_CUDA_CHECK(cudaStreamSynchronize(s));
+  held.push_back({device, used, map});
+  return used;
 }
 
 __global__ void quantize_kernel(const float* x, uint8_t* codes, float* absmax, int64_t n, int64_t block,
-                                q8::Codebook map) {
+                                int map) {
   __shared__ q8::Codebook c;
   __shared__ float scratch[32];
   load_map(c, map);
@@ -48,7 +86,7 @@ __global__ void quantize_kernel(const float* x, uint8_t* codes, float* absmax, i
 }
 
 __global__ void dequantize_kernel(const uint8_t* codes, const float* absmax, float* out, int64_t n, int64_t block,
-                                  q8::Codebook map) {
+                                  int map) {
   __shared__ q8::Codebook c;
   load_map(c, map);
   __syncthreads();
@@ -60,10 +98,13 @@ __global__ void dequantize_kernel(const uint8_t* codes, const float* absmax, flo
 struct Maps {
   q8::Codebook m, v;
 };
+struct MapSlots {
+  int m, v;
+};
 
 template <typename TP, typename TG>
 __global__ void adamw8_kernel(TP* param, const TG* grad, uint8_t* mq, float* ma, uint8_t* vq, float* va, int64_t n,
-                              int64_t block, Maps maps, optim::AdamWScalars s) {
+                              int64_t block, MapSlots maps, optim::AdamWScalars s) {
   __shared__ Maps c;
   __shared__ float scratch[32];
   load_map(c.m, maps.m);
@@ -101,7 +142,7 @@ void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t 
   const int64_t n = x.numel();
   if (n == 0) return;
   quantize_kernel<<<static_cast<unsigned>(absmax.numel()), kQ8Threads, 0, gpu::stream_of(x)>>>(
-      x.data_as<float>(), codes.data_as<uint8_t>(), absmax.data_as<float>(), n, block_size, map);
+      x.data_as<float>(), codes.data_as<uint8_t>(), absmax.data_as<float>(), n, block_size, codebook_slot(map, x));
   HR_CUDA_CHECK_LAUNCH();
 }
 
@@ -110,7 +151,7 @@ void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out
   const int64_t n = out.numel();
   if (n == 0) return;
   dequantize_kernel<<<gpu::grid_for(n), gpu::kThreads, 0, gpu::stream_of(out)>>>(
-      codes.data_as<uint8_t>(), absmax.data_as<float>(), out.data_as<float>(), n, block_size, map);
+      codes.data_as<uint8_t>(), absmax.data_as<float>(), out.data_as<float>(), n, block_size, codebook_slot(map, out));
   HR_CUDA_CHECK_LAUNCH();
 }
 
@@ -119,12 +160,13 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
                     const optim::AdamWScalars& s) {
   const int64_t n = param.numel();
   if (n == 0) return;
+  const MapSlots maps{codebook_slot(m_map, param), codebook_slot(v_map, param)};
   dispatch_float2(param.dtype(), grad.dtype(), "adamw8bit_step", [&](auto tp, auto tg) {
     using TP = decltype(tp);
     using TG = decltype(tg);
     adamw8_kernel<TP, TG><<<static_cast<unsigned>(m_absmax.numel()), kQ8Threads, 0, gpu::stream_of(param)>>>(
         param.data_as<TP>(), grad.data_as<TG>(), m_codes.data_as<uint8_t>(), m_absmax.data_as<float>(),
-        v_codes.data_as<uint8_t>(), v_absmax.data_as<float>(), n, block_size, Maps{m_map, v_map}, s);
+        v_codes.data_as<uint8_t>(), v_absmax.data_as<float>(), n, block_size, maps, s);
     HR_CUDA_CHECK_LAUNCH();
   });
 }

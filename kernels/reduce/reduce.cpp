@@ -50,7 +50,9 @@ LossValue sum_deferred(const Tensor& x, double divisor) {
 #if HEADROOM_HAVE_CUDA
   if (x.is_cuda()) return cuda::sum_deferred(x, divisor);
 #endif
-  return LossValue(sum(x) / divisor);
+  // Through the device's read-back as on a GPU (the CPU's lands at once).
+  const double total = sum(x);
+  return LossValue::pending_quotient(x.device().read_back(&total, sizeof total), divisor);
 }
 
 double squared_norm(const Tensor& x) {
@@ -105,7 +107,9 @@ bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale) {
   for (const Tensor* g : grads) {
     HR_CHECK(g != nullptr, "unscale_and_check_all: null tensor");
     check_input(*g, "unscale_and_check_all");
-    HR_CHECK(g->is_cuda() == grads.front()->is_cuda(), "unscale_and_check_all: tensors on different devices");
+    // One device: the GPU's kernels raise one flag on the first tensor's stream.
+    HR_CHECK(&g->device() == &grads.front()->device(), "unscale_and_check_all: tensors on different devices ({} and {})",
+             g->device().record().name, grads.front()->device().record().name);
   }
 #if HEADROOM_HAVE_CUDA
   if (grads.front()->is_cuda()) return cuda::unscale_and_check_all(grads, inv_scale);

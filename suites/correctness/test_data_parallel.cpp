@@ -59,12 +59,15 @@ TEST(DataParallelCuda, NcclOneRankSmoke) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
   const std::string why = hr::dist::nccl_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "NCCL: " << why;
-  auto comm = hr::dist::make_nccl_communicator(hr::dist::nccl_unique_id(), 0, 1, dev.cuda_stream());
+  auto comm = hr::dist::make_nccl_communicator(hr::dist::nccl_unique_id(), 0, 1, dev);
   const std::vector<float> v = hr::test::random_nonzero(1000, 7);
   hr::Tensor t = hr::Tensor::from_host(dev, v, {1000}, hr::DType::f32, hr::Consumer::workspace);
   comm->all_reduce_sum(t.data(), 1000, hr::dist::CommDType::f32);
+  const size_t waits = dev.host_syncs();
   comm->synchronize();
+  EXPECT_EQ(dev.host_syncs(), waits + 1) << "the communicator's wait is the device's";
   EXPECT_EQ(t.to_host_f32(), v);
+  for (int i = 0; i < 3; ++i) comm->barrier();  // the barrier's byte is kept, not allocated per call
   const hr::props::DpOutput o = hr::props::dp_properties(dev, *comm, hr::Preset::quick, 5);
   for (const Measurement& m : o.measurements)
     if (!m.negative_control) EXPECT_TRUE(hr::test::passed(m)) << hr::test::describe(m);

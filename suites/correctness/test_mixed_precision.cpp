@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/properties/accum_support.hpp"
 #include "harness/properties/mixed_precision.hpp"
@@ -126,6 +127,20 @@ TEST_P(UnscaleAll, OneFlagForEveryTensor) {
     v.back() = 1.f;
     ts[k].copy_from(hr::Tensor::from_host(dev, v, ts[k].shape(), hr::DType::f32, hr::Consumer::workspace));
   }
+}
+
+// Tensors of two devices are refused (on a GPU the kernels raise one flag on the
+// first tensor's stream), here with two CPU devices, so nothing is unscaled.
+TEST(UnscaleAllDevices, TensorsOfTwoDevicesAreRefused) {
+  const std::unique_ptr<hr::Device> a = hr::make_cpu_device(), b = hr::make_cpu_device();
+  hr::Tensor x = hr::Tensor::from_host(*a, {2.f, 4.f}, {2}, hr::DType::f32, hr::Consumer::workspace);
+  hr::Tensor y = hr::Tensor::from_host(*b, {2.f, 4.f}, {2}, hr::DType::f32, hr::Consumer::workspace);
+  std::vector<hr::Tensor*> both{&x, &y};
+  EXPECT_THROW(hr::ops::unscale_and_check_all(both, 0.5f), hr::Error);
+  EXPECT_EQ(x.to_host_f32(), (std::vector<float>{2.f, 4.f}));
+  std::vector<hr::Tensor*> one{&x};
+  EXPECT_FALSE(hr::ops::unscale_and_check_all(one, 0.5f));
+  EXPECT_EQ(x.to_host_f32(), (std::vector<float>{1.f, 2.f}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, UnscaleAll, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),

@@ -18,6 +18,7 @@
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_ref.hpp"
+#include "kernels/common/float16.hpp"
 #include "kernels/common/op_fault.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/attention/attention_cuda.hpp"
@@ -605,6 +606,111 @@ TEST_P(AttentionTensorCore, ForwardAndBackwardAreBitwiseRepeatable) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, AttentionTensorCore, testing::Values(DType::f16, DType::bf16),
                          [](const testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// A causal head's largest |dS| and largest |dQ|, |dK|, |dV| in float64, per unit
+// of dO (every one is linear in dO): the backward that dO's scale would ask for.
+struct DsScale {
+  double ds = 0, grads = 0;
+};
+DsScale causal_ds_scale(const Qkv& x, const std::vector<double>& g, int64_t BH, int64_t T, int64_t D, double scale) {
+  DsScale out;
+  for (int64_t h = 0; h < BH; ++h) {
+    const size_t base = static_cast<size_t>(h * T * D);
+    auto at = [&](const std::vector<double>& m, int64_t t, int64_t d) { return m[base + static_cast<size_t>(t * D + d)]; };
+    std::vector<double> dq(static_cast<size_t>(T * D), 0), dk = dq, dv = dq;
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> p(static_cast<size_t>(i + 1)), dp(p.size());
+      double mx = -INFINITY, z = 0, di = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += at(x.qh, i, d) * at(x.kh, j, d);
+        p[static_cast<size_t>(j)] = s * scale;
+        mx = std::max(mx, s * scale);
+      }
+      for (double& v : p) z += (v = std::exp(v - mx));
+      for (int64_t j = 0; j <= i; ++j) {
+        p[static_cast<size_t>(j)] /= z;
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += at(g, i, d) * at(x.vh, j, d);
+        dp[static_cast<size_t>(j)] = s;
+        di += p[static_cast<size_t>(j)] * s;
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const double pij = p[static_cast<size_t>(j)], ds = pij * (dp[static_cast<size_t>(j)] - di);
+        out.ds = std::max(out.ds, std::fabs(ds));
+        for (int64_t d = 0; d < D; ++d) {
+          dq[static_cast<size_t>(i * D + d)] += scale * ds * at(x.kh, j, d);
+          dk[static_cast<size_t>(j * D + d)] += scale * ds * at(x.qh, i, d);
+          dv[static_cast<size_t>(j * D + d)] += pij * at(g, i, d);
+        }
+      }
+    }
+    for (const auto* m : {&dq, &dk, &dv})
+      for (double v : *m) out.grads = std::max(out.grads, std::fabs(v));
+  }
+  return out;
+}
+
+// Near-uniform attention (small q, k) over large values: dS = P (dP - D) grows with
+// |v| while dQ and dK stay small (they scale with k and q) and dV does not grow.
+Qkv wide_value_qkv(Device& dev, Shape shape, uint64_t seed) {
+  Qkv x;
+  const size_t n = static_cast<size_t>(shape_numel(shape));
+  x.q = Tensor::from_host(dev, test::random_nonzero(n, seed, -0.25f, 0.25f), shape, DType::f16, Consumer::activations);
+  x.k = Tensor::from_host(dev, test::random_nonzero(n, seed + 1, -0.25f, 0.25f), shape, DType::f16,
+                          Consumer::activations);
+  x.v = Tensor::from_host(dev, test::random_nonzero(n, seed + 2, -8.f, 8.f), shape, DType::f16, Consumer::activations);
+  x.qh = test::widen(x.q.to_host_f32());
+  x.kh = test::widen(x.k.to_host_f32());
+  x.vh = test::widen(x.v.to_host_f32());
+  return x;
+}
+
+// At a large loss scale a step's dS passes fp16's 65504 where the scalar kernels,
+// which keep dS in fp32, stay finite. dO is scaled by the power of two that puts
+// the largest |dS| past 1.25 x 65504 while every gradient stays under half of it
+// (found in float64); the tensor-core backward must then be finite and agree with
+// the scalar kernels.
+TEST(AttentionTensorCoreCuda, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange) {
+  HR_TENSOR_CORE_DEVICE(dev, DType::f16);
+  const int64_t B = 1, H = 2, T = 97, D = 128;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const Qkv x = wide_value_qkv(dev, {B, H, T, D}, 9700);
+  const size_t n = static_cast<size_t>(B * H * T * D);
+  std::vector<float> g1 = test::random_nonzero(n, 9703);
+  for (float& v : g1) v = static_cast<float>(round_to<half_t>(v));
+  const DsScale unit = causal_ds_scale(x, test::widen(g1), B * H, T, D, scale);
+  int e = 0;
+  while (e < 24 && unit.ds * std::ldexp(1.0, e) < 1.25 * 65504) ++e;
+  ASSERT_LT(unit.grads * std::ldexp(1.0, e), 0.5 * 65504)
+      << "precondition: no scale of dO overflows dS in fp16 and not the gradients (ds " << unit.ds << ", grads "
+      << unit.grads << " per unit)";
+  for (float& v : g1) v = std::ldexp(v, e);
+  Tensor g = Tensor::from_host(dev, g1, {B, H, T, D}, DType::f16, Consumer::activations);
+  Mask m = make_mask(dev, MaskKind::causal, B, T);
+  auto run = [&](ops::GpuAttentionKernel kernel) {
+    const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+    ops::set_gpu_attention_kernel(kernel);
+    Tensor out = Tensor::empty(dev, {B, H, T, D}, DType::f16, Consumer::activations);
+    Tensor dq = Tensor::empty(dev, {B, H, T, D}, DType::f16, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+    ops::AttentionSaved saved;
+    ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
+                           Consumer::activations);
+    ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk, dv);
+    ops::set_gpu_attention_kernel(before);
+    return std::vector<std::vector<float>>{dq.to_host_f32(), dk.to_host_f32(), dv.to_host_f32()};
+  };
+  const auto scalar = run(ops::GpuAttentionKernel::scalar);
+  const auto tensor = run(ops::GpuAttentionKernel::tensor_core);
+  RecordProperty("do_scale_log2", testing::PrintToString(e));
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    ASSERT_TRUE(std::all_of(scalar[i].begin(), scalar[i].end(), [](float v) { return std::isfinite(v); }));
+    EXPECT_TRUE(std::all_of(tensor[i].begin(), tensor[i].end(), [](float v) { return std::isfinite(v); }));
+    EXPECT_TRUE(test::nmse_within(tensor[i], test::widen(scalar[i]), tol::kAttentionGradNmse(DType::f16), names[i]));
+  }
+}
 
 // The setting's names, and the environment's value checked (a typo is an error).
 TEST(GpuAttentionKernel, NamesAndSettingRoundTrip) {

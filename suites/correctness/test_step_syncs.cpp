@@ -8,11 +8,15 @@
 // and LossValue sums what it read as the CPU sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "harness/data/synthetic.hpp"
+#include "harness/faults.hpp"
 #include "harness/loss_value.hpp"
 #include "harness/step/train_step.hpp"
 #include "kernels/crossentropy/crossentropy.hpp"
@@ -108,6 +112,98 @@ TEST(StepHostSyncsCuda, ControlBatchWithoutHostCopiesWaitsPerMicroBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Step, StepHostSyncs, testing::Values(BackendKind::cpu, BackendKind::cuda),
                          test::backend_param_name);
+
+// A CPU device whose read-backs land late, as a GPU's do when it trails the host:
+// a read-back lands only when the host waits for it (or for the device). It runs
+// in order: waiting for one read-back lands every older one too.
+class LateReadbackDevice final : public Device {
+ public:
+  LateReadbackDevice() : Device(BackendKind::cpu) { record_.name = "CPU with late read-backs"; }
+  void copy_on_device(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
+  void fill_zero(void* dst, size_t n) override { std::memset(dst, 0, n); }
+  std::unique_ptr<Timer> make_timer() override { return make_cpu_device()->make_timer(); }
+  std::shared_ptr<HostReadback> read_back(const void* src, size_t n) override {
+    auto r = std::make_shared<Late>(*this, std::vector<unsigned char>(static_cast<const unsigned char*>(src),
+                                                                      static_cast<const unsigned char*>(src) + n));
+    newest_ = r->sequence();
+    return r;
+  }
+
+ protected:
+  void do_copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void do_copy_to_host(void* dst, const void* src, size_t n) override {
+    std::memcpy(dst, src, n);
+    landed_through_ = newest_;  // a plain read waits for the stream
+  }
+  void do_synchronize() override { landed_through_ = newest_; }
+  void wait_for_newest_readback() override { landed_through_ = newest_; }
+  void* raw_allocate(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  void raw_free(void* p) noexcept override { std::free(p); }
+
+ private:
+  class Late final : public HostReadback {
+   public:
+    Late(LateReadbackDevice& dev, std::vector<unsigned char> bytes)
+        : HostReadback(dev), dev_(dev), bytes_(std::move(bytes)) {}
+
+   protected:
+    bool landed() override { return sequence() <= dev_.landed_through_; }
+    void block() override { dev_.landed_through_ = std::max(dev_.landed_through_, sequence()); }
+    const void* bytes() const override { return bytes_.data(); }
+
+   private:
+    LateReadbackDevice& dev_;
+    std::vector<unsigned char> bytes_;
+  };
+  uint64_t newest_ = 0, landed_through_ = 0;
+};
+
+// Host waits of a step of `cfg` on a device whose read-backs land late.
+size_t late_step_syncs(const StepConfig& cfg) {
+  LateReadbackDevice dev;
+  const Batch batch = batch_of(dev, cfg);
+  return step_syncs(dev, cfg, batch);
+}
+
+// With eight micro-batches' losses pending when the window's loss is read (oldest
+// first), the host waits once for all of them, not once for each.
+TEST(StepHostSyncsLate, OneWaitForAWindowsPendingLosses) {
+  for (const SyncCase& c : kCases) {
+    SCOPED_TRACE(testing::Message() << model_kind_name(c.model) << " " << mlp_task_name(c.task) << " "
+                                    << dtype_name(c.dtype));
+    const size_t s1 = late_step_syncs(config_of(c, 8)), s8 = late_step_syncs(config_of(c, 1));
+    RecordProperty("syncs", testing::PrintToString(s8));
+    EXPECT_EQ(s8, s1);
+    EXPECT_LE(s8, kStepHostSyncs);
+  }
+}
+
+// The control: a read that waits for its own read-back only (ReadbackFault) leaves
+// the next one pending, and each of the other seven micro-batches' losses waits again.
+TEST(StepHostSyncsLate, ControlWaitingForItsOwnReadBackOnlyCountsOnePerMicroBatch) {
+  const SyncCase c{ModelKind::transformer, MlpTask::regression, DType::f32};
+  const faults::Scoped<ReadbackFault> fault(ReadbackFault{true});
+  EXPECT_EQ(late_step_syncs(config_of(c, 1)) - late_step_syncs(config_of(c, 8)), 7u);
+}
+
+// Read in any order, a set of pending read-backs costs one wait; a read-back that
+// outlives its device returns its bytes.
+TEST(ReadBackLate, AnyOrderOneWaitAndAReadBackMayOutliveItsDevice) {
+  std::shared_ptr<Device::HostReadback> survivor;
+  float kept = 0;
+  {
+    LateReadbackDevice dev;
+    std::vector<std::shared_ptr<Device::HostReadback>> rs;
+    std::vector<float> values = test::random_nonzero(6, 9);
+    for (float& v : values) rs.push_back(dev.read_back(&v, sizeof v));
+    const size_t before = dev.host_syncs();
+    for (size_t i : {2u, 0u, 5u, 1u, 4u, 3u}) EXPECT_EQ(*static_cast<const float*>(rs[i]->wait()), values[i]);
+    EXPECT_EQ(dev.host_syncs(), before + 1);
+    kept = values[0];
+    survivor = dev.read_back(&kept, sizeof kept);
+  }
+  EXPECT_EQ(*static_cast<const float*>(survivor->wait()), kept);
+}
 
 class ReadBack : public testing::TestWithParam<BackendKind> {};
 

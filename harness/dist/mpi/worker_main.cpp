@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> id(128);
       if (world.rank() == 0) id = hr::dist::nccl_unique_id();
       world.broadcast(id.data(), id.size(), 0);
-      nccl = hr::dist::make_nccl_communicator(id, world.rank(), world.size(), dev->cuda_stream());
+      nccl = hr::dist::make_nccl_communicator(id, world.rank(), world.size(), *dev);
       comm = nccl.get();
     }
 

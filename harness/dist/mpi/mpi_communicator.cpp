@@ -71,6 +71,13 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // aborting the job from inside the library.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   comm_ = std::make_unique<MpiCommunicator>();
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+      node != MPI_COMM_NULL) {
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+  }
 }
 
 MpiSession::~MpiSession() {

@@ -98,11 +98,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-int local_rank() {
-  const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return e ? std::atoi(e) : 0;
-}
-
 // Worst error / bound of the checks and the range of control powers, per ID.
 bool summarize(const std::vector<hr::Measurement>& ms) {
   struct Row {
@@ -158,9 +153,11 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
     const hr::Preset preset = hr::parse_preset(a.preset);
-    // NCCL ranks each take the GPU of their local rank (one GPU per rank on a node).
-    std::unique_ptr<hr::Device> dev =
-        a.backend == "cuda" ? hr::make_cuda_device(a.engine == "nccl" ? local_rank() : 0) : hr::make_device(a.backend);
+    // NCCL ranks each take the GPU of their rank on the node (one GPU per rank),
+    // found through MPI, so mpirun and Slurm's srun alike.
+    std::unique_ptr<hr::Device> dev = a.backend == "cuda"
+                                          ? hr::make_cuda_device(a.engine == "nccl" ? mpi.local_rank() : 0)
+                                          : hr::make_device(a.backend);
     std::unique_ptr<hr::dist::Communicator> nccl;
     hr::dist::Communicator* comm = &world;
     if (a.engine == "nccl") {

@@ -25,7 +25,11 @@ HR_HD float forward(float x) { return x * sigmoid(2.f * inner(x)); }
 
 HR_HD float backward(float x, float dy) {
   const float u2 = 2.f * inner(x);
-  const float s = sigmoid(u2), sm = sigmoid(-u2);  // sm = 1 - s without cancellation
+  // One exponential for both: s = 1 / (1 + e) and sm = 1 - s = e / (1 + e) = e s,
+  // without cancellation; where e overflows (s = 0), sm is 1.
+  const float e = expf(-u2);
+  const float s = 1.f / (1.f + e);
+  const float sm = e <= 3.4e38f ? e * s : 1.f;
   const float du = kSqrt2OverPi * (1.f + 3.f * kCubic * x * x);
   return dy * (s + 2.f * x * s * sm * du);
 }

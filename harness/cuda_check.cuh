@@ -37,3 +37,26 @@ namespace hr::detail {
     const cublasStatus_t hr_st_ = (call);                                                \
     if (hr_st_ != CUBLAS_STATUS_SUCCESS) ::hr::detail::throw_cublas(hr_st_, #call, __FILE__, __LINE__); \
   } while (0)
+
+namespace hr {
+// Makes CUDA device `ordinal` current for its scope and puts the previous one back:
+// per-device state (a module's globals, events, function attributes) is that of the
+// current device.
+class ScopedCudaDevice {
+ public:
+  explicit ScopedCudaDevice(int ordinal) {
+    HR_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal) HR_CUDA_CHECK(cudaSetDevice(ordinal));
+    changed_ = previous_ != ordinal;
+  }
+  ~ScopedCudaDevice() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  ScopedCudaDevice(const ScopedCudaDevice&) = delete;
+  ScopedCudaDevice& operator=(const ScopedCudaDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+}  // namespace hr

@@ -293,6 +293,7 @@ class CudaDevice final : public Device {
     }
     b.capacity = kMinPinnedBlock;
     while (b.capacity < n) b.capacity *= 2;
+    const ScopedCudaDevice current(ordinal_);  // the event belongs to this device
     cudaError_t e = cudaMallocHost(&b.ptr, b.capacity);
     if (e == cudaSuccess && b.done == nullptr) e = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming);
     if (e != cudaSuccess) {

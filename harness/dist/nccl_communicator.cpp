@@ -110,21 +110,29 @@ class NcclCommunicator final : public Communicator {
     HR_CHECK(dev.is_cuda(), "an NCCL communicator needs a CUDA device, not {}", dev.record().name);
     // NCCL binds a communicator to the current device: the rank's.
     cuda_ok(cudaSetDevice(dev.record().ordinal), "cudaSetDevice");
+    // The barrier's one byte, kept: a free per barrier would synchronise the device.
+    // Allocated first: a constructor that throws after the init would leave the
+    // communicator to no destructor.
+    cuda_ok(cudaMalloc(&barrier_byte_, 1), "cudaMalloc");
     ncclUniqueId id;
     std::memcpy(&id, id_bytes.data(), sizeof id);
-    ok(nccl().comm_init_rank(&comm_, ranks, id, rank), "ncclCommInitRank");
-    // The barrier's one byte, kept: a free per barrier would synchronise the device.
-    cuda_ok(cudaMalloc(&barrier_byte_, 1), "cudaMalloc");
+    const ncclResult_t rc = nccl().comm_init_rank(&comm_, ranks, id, rank);
+    if (rc != ncclSuccess) {
+      cudaFree(barrier_byte_);
+      HR_CHECK(false, "ncclCommInitRank: {}", nccl_message(rc));
+    }
   }
   ~NcclCommunicator() override {
+    // The communicator goes first: after a failed call, or while an error unwinds
+    // past it (another rank may be gone), its kernels may never finish, and
+    // ncclCommDestroy, like cudaFree, would wait for them forever: abort.
+    if (comm_ != nullptr) {
+      if (failed_ || std::uncaught_exceptions() > 0)
+        (void)nccl().comm_abort(comm_);
+      else
+        (void)nccl().comm_destroy(comm_);
+    }
     if (barrier_byte_ != nullptr) cudaFree(barrier_byte_);
-    if (comm_ == nullptr) return;
-    // After a failed call, or while an error unwinds past the communicator (another
-    // rank may be gone), ncclCommDestroy can wait forever for the peers: abort.
-    if (failed_ || std::uncaught_exceptions() > 0)
-      (void)nccl().comm_abort(comm_);
-    else
-      (void)nccl().comm_destroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -214,7 +214,6 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
 // fp16 ends at 65504, and at large loss scales a step's dS can pass it where the
 // scalar kernels, which keep dS in fp32, stay finite. In fp16 a warp rounds its dS
 // times 2^-e, with e >= 0 the smallest that has put every step's largest |dS| below
@@ -243,6 +242,7 @@ __device__ float ds_prescale(float max_abs, int& e,
   }
 }
 
+// dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
 // dP = dO V^T, then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
 template <typename S, int kD>
 __global__ void __launch_bounds__(kThreads)

@@ -15,13 +15,8 @@ void raise_smem_limit(const void* kernel, size_t bytes, int device) {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto at = raised.find({kernel, device});
   if (at != raised.end() && at->second >= bytes) return;
-  int current = 0;
-  HR_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) HR_CUDA_CHECK(cudaSetDevice(device));
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (current != device) HR_CUDA_CHECK(cudaSetDevice(current));
-  HR_CUDA_CHECK(e);
+  const ScopedCudaDevice on(device);
+  HR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   raised[{kernel, device}] = bytes;
 }
 

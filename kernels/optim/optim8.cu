@@ -44,8 +44,9 @@ __device__ __forceinline__ void load_map(q8::Codebook& dst, int slot) {
   for (int i = threadIdx.x; i < q8::kCodes; i += blockDim.x) dst.value[i] = __ldg(src + i);
 }
 
-// The slot of `map` on the device of `on`, uploaded on first use (on the tensor's
-// stream, then waited for once, so that any stream of the device may read it).
+// The slot of `map` on the device of `on`, uploaded on first use (into that
+// device's copy of the array, on the tensor's stream, then waited for once, a
+// counted host wait, so that any stream of the device may read it).
 int codebook_slot(const q8::Codebook& map, const Tensor& on) {
   struct Held {
     int device;
@@ -63,10 +64,12 @@ int codebook_slot(const q8::Codebook& map, const Tensor& on) {
     if (std::memcmp(h.map.value, map.value, sizeof map.value) == 0) return h.slot;
   }
   HR_CHECK(used < kCodebookSlots, "8-bit state: more than {} codebooks on device {}", kCodebookSlots, device);
-  const cudaStream_t s = gpu::stream_of(on);
-  HR_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_codebooks, &map, sizeof map, static_cast<size_t>(used) * sizeof map,
-                                        cudaMemcpyHostToDevice, s));
-  HR_CUDA_CHECK(cudaStreamSynchronize(s));
+  {
+    const ScopedCudaDevice current(device);
+    HR_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_codebooks, &map, sizeof map, static_cast<size_t>(used) * sizeof map,
+                                          cudaMemcpyHostToDevice, gpu::stream_of(on)));
+  }
+  on.device().synchronize();
   held.push_back({device, used, map});
   return used;
 }

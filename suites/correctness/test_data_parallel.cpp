@@ -67,7 +67,7 @@ TEST(DataParallelCuda, NcclOneRankSmoke) {
   comm->synchronize();
   EXPECT_EQ(dev.host_syncs(), waits + 1) << "the communicator's wait is the device's";
   EXPECT_EQ(t.to_host_f32(), v);
-  for (int i = 0; i < 3; ++i) comm->barrier();  // the barrier's byte is kept, not allocated per call
+  for (int i = 0; i < 3; ++i) comm->barrier();  // one kept byte serves every barrier
   const hr::props::DpOutput o = hr::props::dp_properties(dev, *comm, hr::Preset::quick, 5);
   for (const Measurement& m : o.measurements)
     if (!m.negative_control) EXPECT_TRUE(hr::test::passed(m)) << hr::test::describe(m);

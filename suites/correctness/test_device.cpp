@@ -23,7 +23,7 @@ TEST(Device, UnknownBackendIsRefused) {
   EXPECT_THROW(hr::make_device("tpu"), hr::InvalidArgument);
 }
 
-TEST(Device, AutoPicksCudaOnlyWhenADeviceAnswers) {
+TEST(Device, AutoPicksTheGpuOnlyWhenADeviceAnswers) {
   std::string why;
   const bool have = hr::cuda_device_available(&why);
   auto dev = hr::make_device("auto");

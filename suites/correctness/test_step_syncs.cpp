@@ -205,6 +205,24 @@ TEST(ReadBackLate, AnyOrderOneWaitAndAReadBackMayOutliveItsDevice) {
   EXPECT_EQ(*static_cast<const float*>(survivor->wait()), kept);
 }
 
+// The same on a GPU: the device waits for its stream when it goes, the read-back
+// returns its bytes without it, and its pinned block goes back to the pool the two
+// shared, freed with the read-back.
+TEST(ReadBackCuda, AReadBackMayOutliveItsDevice) {
+  HR_TEST_DEVICE(gpu, BackendKind::cuda);  // skips without a GPU
+  (void)gpu;
+  const std::vector<float> values = test::random_nonzero(257, 21);
+  std::shared_ptr<Device::HostReadback> r;
+  {
+    const std::unique_ptr<Device> dev = make_cuda_device(0);
+    Tensor t = Tensor::from_host(*dev, values, {257}, DType::f32, Consumer::workspace);
+    r = dev->read_back(t.data(), t.nbytes());
+  }
+  const float* got = static_cast<const float*>(r->wait());
+  EXPECT_EQ(std::vector<float>(got, got + values.size()), values);
+  r.reset();
+}
+
 class ReadBack : public testing::TestWithParam<BackendKind> {};
 
 // The copy is taken where it is enqueued: work queued after it (here, zeroing the

@@ -82,7 +82,7 @@ const void* Device::HostReadback::wait() {
   if (sequence_ > order_->landed_through) {
     if (landed()) {
       order_->landed_through = sequence_;  // in order: every older one has landed too
-    } else if (faults::active<ReadbackFault>() != nullptr && faults::active<ReadbackFault>()->wait_own_only) {
+    } else if (const ReadbackFault* f = faults::active<ReadbackFault>(); f != nullptr && f->wait_own_only) {
       order_->device->count_host_sync();
       block();
     } else {

@@ -108,8 +108,7 @@ bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale) {
     HR_CHECK(g != nullptr, "unscale_and_check_all: null tensor");
     check_input(*g, "unscale_and_check_all");
     // One device: the GPU's kernels raise one flag on the first tensor's stream.
-    HR_CHECK(&g->device() == &grads.front()->device(), "unscale_and_check_all: tensors on different devices ({} and {})",
-             g->device().record().name, grads.front()->device().record().name);
+    check_same_device(*g, *grads.front(), "unscale_and_check_all");
   }
 #if HEADROOM_HAVE_CUDA
   if (grads.front()->is_cuda()) return cuda::unscale_and_check_all(grads, inv_scale);

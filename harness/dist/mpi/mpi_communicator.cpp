@@ -75,7 +75,6 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
       node != MPI_COMM_NULL) {
     MPI_Comm_rank(node, &local_rank_);
-    MPI_Comm_size(node, &local_size_);
     MPI_Comm_free(&node);
   }
 }

@@ -22,14 +22,13 @@ class MpiSession {
   // This rank's index among the ranks on its node (MPI_Comm_split_type over shared
   // memory), whatever started the job: mpirun, Slurm's srun, another launcher.
   int local_rank() const { return local_rank_; }
-  int local_size() const { return local_size_; }
   // Ends every rank of the job (a rank that failed must not leave the others
   // waiting in a collective).
   [[noreturn]] void abort(int code);
 
  private:
   std::unique_ptr<Communicator> comm_;
-  int local_rank_ = 0, local_size_ = 1;
+  int local_rank_ = 0;
 };
 
 }  // namespace hr::dist

@@ -11,8 +11,10 @@
 //   and build, or from its own second run, or a conformance check failed on it;
 // - slow: its step, GEMM or copy throughput (from its fastest repetition) lies
 //   below the other devices' median by more than the floor and by more than their
-//   spread allows (3.5 deviations from their median absolute deviation), or below
-//   the baseline's (harness/tolerances.hpp kFleetSlow*);
+//   spread allows (3.5 deviations from their median absolute deviation; while any
+//   device is that far behind the fastest after 3 rounds of timing, all are timed
+//   one round more, up to 12), or below the baseline's (harness/tolerances.hpp
+//   kFleetSlow*);
 // - failed: it gave no complete record (crashed, timed out, no device).
 // Writes fleet.json (headroom.fleet/1), fleet.html and, when asked, JUnit; exit 1
 // when any device is not ok.
@@ -37,7 +39,8 @@ inline constexpr const char* kRankSchema = "headroom.fleet.rank/1";
 // HEADROOM_INJECT_SDC=R flips one bit of one matrix product's output on rank R
 // during its first digest (kernels/common/op_fault.hpp); HEADROOM_INJECT_FLEET_EXIT=R
 // makes rank R's work exit mid-level (at the start of its digest). A
-// slow device is HEADROOM_INJECT_SLOWDOWN='FLEET-STEP:rank=R:2' (harness/timing.hpp).
+// slow device is HEADROOM_INJECT_SLOWDOWN='FLEET-STEP:rank=R:2' (harness/timing.hpp),
+// one slow in some rounds only 'FLEET-STEP:rank=R,round=K:2;...'.
 inline constexpr const char* kInjectSdcEnv = "HEADROOM_INJECT_SDC";
 inline constexpr const char* kInjectExitEnv = "HEADROOM_INJECT_FLEET_EXIT";
 // HEADROOM_INJECT_FLEET_HANG=R: rank R's work stops answering at the start of its

@@ -1,7 +1,10 @@
 // What the fleet's rank side and its driver share (not for other callers).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
+#include <vector>
 
 #include "harness/fleet/fleet.hpp"
 
@@ -17,12 +20,44 @@ std::string log_file(const std::string& dir, int rank);
 // for those of ranks [first, end) and says whether they all came within timeout_s.
 void touch_marker(const std::string& dir, const char* what, int rank);
 bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s);
+// The same for the ranks listed.
+bool wait_markers(const std::string& dir, const char* what, const std::vector<int>& ranks, double timeout_s);
 
-// A rank's throughputs are timed in kThroughputRounds rounds of
-// kThroughputRepsPerRound repetitions each (the fastest counts); timed_marker(k)
-// names the barrier of round k.
+// A rank's throughputs are timed in rounds of kThroughputRepsPerRound repetitions
+// each, and its throughput is its fastest repetition of all; timed_marker(k) names
+// the barrier of round k. CPU ranks take turns in every round, GPUs are timed
+// together. After kThroughputRounds rounds, and after each round more, every rank
+// reads the others' records: while any rank's best lies behind the fastest other's
+// by more than the slow floor, every rank is timed one round more, up to
+// kConfirmRounds more. A slow spell of a shared host only ever slows down whoever it
+// meets, and passes: the rounds more give a rank that met one (or the others, whose
+// median it is judged by) more chances to be timed outside one. A slow device stays
+// slow in every round.
 inline constexpr int kThroughputRounds = 3;
-inline constexpr int kThroughputRepsPerRound = 4;
+inline constexpr int kConfirmRounds = 12;
+inline constexpr int kThroughputRepsPerRound = 2;
 inline std::string timed_marker(int round) { return "timed_r" + std::to_string(round); }
+
+// The throughputs a device is judged by, in its record's "throughput".
+struct Metric {
+  const char* key;   // in the rank's "throughput"
+  const char* name;  // for people
+  const char* unit;
+  bool judged_on_cpu;
+};
+// CPU ranks standing in for devices share one machine's memory: their copy
+// bandwidth is the machine's, measured once per rank, recorded and not judged
+// (it moved by up to 14% between identical ranks on the 2-core CI machine).
+inline constexpr Metric kMetrics[] = {{"step", "training step", "tokens/s", true},
+                                      {"gemm", "matrix product", "TFLOP/s", true},
+                                      {"copy", "device copy", "GB/s", false}};
+inline bool judged(const Metric& m, BackendKind backend) { return backend == BackendKind::cuda || m.judged_on_cpu; }
+
+// Devices are compared with those of the same kind (backend, name, SM count, driver
+// and build) only.
+std::string kind_of(const nlohmann::json& rec);
+
+// The slow floor of a kind of device (harness/tolerances.hpp kFleetSlowFloor*).
+double slow_floor(BackendKind backend);
 
 }  // namespace hr::fleet

@@ -7,6 +7,7 @@
 
 #include "harness/fleet/digest.hpp"
 #include "harness/fleet/fleet.hpp"
+#include "harness/fleet/fleet_internal.hpp"
 #include "harness/tolerances.hpp"
 #include "reports/html.hpp"
 
@@ -18,27 +19,6 @@ double median_of(std::vector<double> v) {
   const size_t n = v.size();
   return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-// Devices are compared with those of the same kind, driver and build only.
-std::string kind_of(const nlohmann::json& rec) {
-  const nlohmann::json& d = rec.value("device", nlohmann::json::object());
-  const nlohmann::json& b = rec.value("build", nlohmann::json::object());
-  return fmt::format("{} | {} | {} SMs | driver {} | build {}", rec.value("backend", ""), d.value("name", "?"),
-                     d.value("sm_count", 0), d.value("driver_version", 0), b.value("git_sha", "?"));
-}
-
-struct Metric {
-  const char* key;   // in the rank's "throughput"
-  const char* name;  // for people
-  const char* unit;
-  bool judged_on_cpu;
-};
-// CPU ranks standing in for devices share one machine's memory: their copy
-// bandwidth is the machine's, measured once per rank, recorded and not judged
-// (it moved by up to 14% between identical ranks on the 2-core CI machine).
-constexpr Metric kMetrics[] = {{"step", "training step", "tokens/s", true},
-                               {"gemm", "matrix product", "TFLOP/s", true},
-                               {"copy", "device copy", "GB/s", false}};
 
 // The median of a metric over a baseline fleet's ok devices of this device's name.
 std::optional<double> baseline_median(const nlohmann::json& baseline, const std::string& device_name, const char* key) {
@@ -76,11 +56,54 @@ std::string incomplete(const nlohmann::json& rec) {
 
 int verdict_order(const std::string& v) { return v == "failed" ? 0 : v == "wrong" ? 1 : v == "slow" ? 2 : 3; }
 
+// One device's throughput against the other devices' of its kind: values[i] is
+// slow when there are 3 devices or more and it lies below the others' median by more
+// than the floor and by more than kFleetRobustZ standard deviations of the others'
+// spread (1.4826 times their median absolute deviation); harness/tolerances.hpp.
+struct AgainstOthers {
+  double median = 0, mad = 0;  // the others'
+  double deficit = 0;          // (median - value) / median
+  double spread = 0;           // the others' spread as a relative deficit
+  double robust_z = 0;         // infinite when the others agree exactly and this one is below
+  bool slow = false;
+};
+AgainstOthers against_others(const std::vector<double>& values, size_t i, double floor) {
+  // The median and the MAD are the others', so that a slow device cannot pull the
+  // median it is judged by nor widen the spread it hides in.
+  AgainstOthers a;
+  const double x = values[i];
+  std::vector<double> others;
+  for (size_t k = 0; k < values.size(); ++k)
+    if (k != i) others.push_back(values[k]);
+  if (others.empty()) return a;
+  a.median = median_of(others);
+  std::vector<double> dev;
+  for (double o : others) dev.push_back(std::fabs(o - a.median));
+  a.mad = median_of(dev);
+  a.deficit = a.median > 0 ? (a.median - x) / a.median : 0;
+  // kFleetRobustZ standard deviations estimated from the MAD (1.4826 MAD for normal noise).
+  a.spread = a.median > 0 ? tol::kFleetRobustZ * 1.4826 * a.mad / a.median : 0;
+  a.robust_z = a.mad > 0 ? 0.6745 * (a.median - x) / a.mad : (x < a.median ? INFINITY : 0.0);
+  a.slow = values.size() >= 3 && a.deficit > std::max(floor, a.spread);
+  return a;
+}
+
 }  // namespace
+
+std::string kind_of(const nlohmann::json& rec) {
+  const nlohmann::json& d = rec.value("device", nlohmann::json::object());
+  const nlohmann::json& b = rec.value("build", nlohmann::json::object());
+  return fmt::format("{} | {} | {} SMs | driver {} | build {}", rec.value("backend", ""), d.value("name", "?"),
+                     d.value("sm_count", 0), d.value("driver_version", 0), b.value("git_sha", "?"));
+}
+
+double slow_floor(BackendKind backend) {
+  return backend == BackendKind::cuda ? tol::kFleetSlowFloorGpu : tol::kFleetSlowFloorCpu;
+}
 
 nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohmann::json& baseline,
                            BackendKind backend) {
-  const double floor = backend == BackendKind::cuda ? tol::kFleetSlowFloorGpu : tol::kFleetSlowFloorCpu;
+  const double floor = slow_floor(backend);
   std::vector<nlohmann::json> devices;
   std::map<std::string, std::vector<size_t>> groups;  // kind -> indices of ok devices
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -189,39 +212,38 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
       for (size_t r : members) v.push_back(ranks[r]["throughput"][m.key].value("value", 0.0));
       for (size_t i = 0; i < members.size(); ++i) {
         nlohmann::json& d = devices[members[i]];
+        const nlohmann::json& t = ranks[members[i]]["throughput"];
         const double x = v[i];
-        std::vector<double> others;
-        for (size_t k = 0; k < v.size(); ++k)
-          if (k != i) others.push_back(v[k]);
-        const double med = median_of(others);
-        std::vector<double> dev;
-        for (double o : others) dev.push_back(std::fabs(o - med));
-        const double mad = median_of(dev);
-        const double deficit = med > 0 ? (med - x) / med : 0;
-        // The spread the others show, as a relative deficit: kFleetRobustZ standard
-        // deviations estimated from their MAD (1.4826 MAD for normal noise).
-        const double spread = med > 0 ? tol::kFleetRobustZ * 1.4826 * mad / med : 0;
-        const double z = mad > 0 ? 0.6745 * (med - x) / mad : (x < med ? INFINITY : 0.0);
-        const bool judged = backend == BackendKind::cuda || m.judged_on_cpu;
-        const bool fleet_slow = judged && members.size() >= 3 && deficit > std::max(floor, spread);
-        nlohmann::json e{{"value", x}, {"unit", m.unit}, {"others_median", med}, {"others_mad", mad},
-                         {"deficit", deficit}, {"spread_bound", spread},
-                         {"robust_z", std::isfinite(z) ? nlohmann::json(z) : nlohmann::json("inf")},
-                         {"slow_against_fleet", fleet_slow}, {"judged", judged}};
+        const AgainstOthers a = against_others(v, i, floor);
+        const bool is_judged = judged(m, backend);
+        const bool fleet_slow = is_judged && a.slow;
+        nlohmann::json e{{"value", x}, {"unit", m.unit}, {"others_median", a.median}, {"others_mad", a.mad},
+                         {"deficit", a.deficit}, {"spread_bound", a.spread},
+                         {"robust_z", std::isfinite(a.robust_z) ? nlohmann::json(a.robust_z) : nlohmann::json("inf")},
+                         {"slow_against_fleet", fleet_slow}, {"judged", is_judged}};
+        const int again = t.value("confirmation", nlohmann::json::object()).value("rounds", 0);
         bool slow = fleet_slow;
-        if (!judged) e["note"] = "CPU ranks share the machine's memory: recorded, not judged";
-        if (const auto b = judged ? baseline_median(baseline, d.value("device_name", ""), m.key) : std::nullopt) {
+        if (fleet_slow)
+          d["reasons"].push_back(fmt::format("slow: {} {:.4g} {}, {:.0f}% below the other devices' median {:.4g}{}",
+                                             m.name, x, m.unit, 100 * a.deficit, a.median,
+                                             again > 0 ? fmt::format(", also after {} more rounds", again) : ""));
+        if (!is_judged) e["note"] = "CPU ranks share the machine's memory: recorded, not judged";
+        if (const auto b = is_judged ? baseline_median(baseline, d.value("device_name", ""), m.key) : std::nullopt) {
           const double bdef = (*b - x) / *b;
           e["baseline_median"] = *b;
           e["deficit_against_baseline"] = bdef;
           e["slow_against_baseline"] = bdef > floor;
+          if (bdef > floor)
+            d["reasons"].push_back(fmt::format("slow: {} {:.4g} {}, {:.0f}% below the baseline's median {:.4g}", m.name,
+                                               x, m.unit, 100 * bdef, *b));
           slow = slow || bdef > floor;
         }
-        if (ranks[members[i]]["throughput"][m.key].value("status", "ok") != "ok") slow = true;
+        if (const nlohmann::json& p = t[m.key]; p.value("status", "ok") != "ok") {
+          slow = true;
+          d["reasons"].push_back(fmt::format("slow: {} not measured ({}): {}", m.name, p.value("status", "?"),
+                                             p.value("reason", "no reason recorded")));
+        }
         e["slow"] = slow;
-        if (slow)
-          d["reasons"].push_back(fmt::format("slow: {} {:.4g} {}, {:.0f}% below the other devices' median {:.4g}", m.name,
-                                             x, m.unit, 100 * deficit, med));
         d["checks"]["throughput"]["metrics"][m.key] = e;
       }
     }
@@ -232,6 +254,8 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
       d["checks"]["throughput"]["verdict"] = slow ? "fail" : "pass";
       d["checks"]["throughput"]["floor"] = floor;
       d["checks"]["throughput"]["rule"] = tol::kFleetSlowReason;
+      if (const auto& conf = ranks[r]["throughput"].value("confirmation", nlohmann::json()); conf.is_object())
+        d["checks"]["throughput"]["confirmation"] = conf;
       if (members.size() < 3) d["checks"]["throughput"]["note"] = "fewer than 3 devices of this kind: against the baseline only";
     }
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,8 @@
 #include <fstream>
 #include <iostream>
 #include <algorithm>
+#include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -93,15 +96,22 @@ void touch_marker(const std::string& dir, const char* what, int rank) {
   std::ofstream(fs::path(dir) / fmt::format(".{}_{}", what, rank)).put('\n');
 }
 
-bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s) {
+bool wait_markers(const std::string& dir, const char* what, const std::vector<int>& ranks, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     bool all = true;
-    for (int r = first; r < end && all; ++r) all = fs::exists(fs::path(dir) / fmt::format(".{}_{}", what, r));
+    for (size_t i = 0; i < ranks.size() && all; ++i)
+      all = fs::exists(fs::path(dir) / fmt::format(".{}_{}", what, ranks[i]));
     if (all) return true;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s) {
+  std::vector<int> ranks;
+  for (int r = first; r < end; ++r) ranks.push_back(r);
+  return wait_markers(dir, what, ranks, timeout_s);
 }
 
 namespace {
@@ -159,59 +169,155 @@ void keep_best(nlohmann::json& best, nlohmann::json p) {
   best["round_values"] = std::move(values);
 }
 
-// Tokens per second of one training step (BM-MB's transformer: quick on the CPU,
-// the full preset's on a GPU), no accumulation.
-nlohmann::json step_throughput(Device& dev, int rank) {
-  props::MicroBatchSweep s = props::microbatch_sweep_config(dev.kind() == BackendKind::cuda ? Preset::full : Preset::quick,
-                                                            dev.kind());
-  StepConfig cfg = s.base;
-  cfg.micro_batch = cfg.batch;
-  SweepPoint p = props::sweep_point("FLEET-STEP", dev, cfg.precision.compute, "transformer",
-                                    {{"rank", rank}, {"d_model", cfg.transformer.d_model},
-                                     {"layers", cfg.transformer.layers}, {"batch", cfg.batch}, {"seq_len", cfg.seq_len}});
-  props::measure_point(p, [&] {
-    TrainStep step(dev, cfg);
-    const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 1);
-    step.step(batch);
-    props::time_point(dev, p, fixed_timing(), [&] { step.step(batch); });
-    p.metrics["tokens_per_s"] = static_cast<double>(cfg.batch * cfg.seq_len) / best_s(dev, *p.time);
-  });
-  return point_json(dev, p, "tokens_per_s");
+// The three throughputs of a rank, their work set up once (in the first round,
+// inside the point's measure, so that running out of memory is the point's status)
+// and timed round after round. A round's point: its fastest repetition.
+class ThroughputWork {
+ public:
+  ThroughputWork(Device& dev, int rank) : dev_(dev), rank_(rank) {}
+
+  // One round of the three, folded into the best so far.
+  void time_round(int round, nlohmann::json& best) {
+    keep_best(best["step"], step(round));
+    keep_best(best["gemm"], gemm());
+    keep_best(best["copy"], copy());
+  }
+
+ private:
+  struct Step {
+    Step(Device& dev, const StepConfig& cfg)
+        : train(dev, cfg), batch(make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, 1)) {}
+    TrainStep train;
+    Batch batch;
+  };
+  struct Gemm {
+    Tensor a, b, c;
+  };
+  struct Copy {
+    Tensor a, b;
+  };
+
+  // Tokens per second of one training step (BM-MB's transformer: quick on the CPU,
+  // the full preset's on a GPU), no accumulation. The round is in the point's
+  // configuration, so that a slowdown can be injected into some rounds only.
+  nlohmann::json step(int round) {
+    props::MicroBatchSweep s =
+        props::microbatch_sweep_config(dev_.kind() == BackendKind::cuda ? Preset::full : Preset::quick, dev_.kind());
+    StepConfig cfg = s.base;
+    cfg.micro_batch = cfg.batch;
+    SweepPoint p = props::sweep_point("FLEET-STEP", dev_, cfg.precision.compute, "transformer",
+                                      {{"rank", rank_}, {"round", round}, {"d_model", cfg.transformer.d_model},
+                                       {"layers", cfg.transformer.layers}, {"batch", cfg.batch}, {"seq_len", cfg.seq_len}});
+    props::measure_point(p, [&] {
+      if (!step_) step_ = std::make_unique<Step>(dev_, cfg);
+      props::time_point(dev_, p, fixed_timing(), [&] { step_->train.step(step_->batch); });
+      p.metrics["tokens_per_s"] = static_cast<double>(cfg.batch * cfg.seq_len) / best_s(dev_, *p.time);
+    });
+    return point_json(dev_, p, "tokens_per_s");
+  }
+
+  // One square matrix product (fp32 n = 1024 on the CPU, bf16 n = 8192 on a GPU): TFLOP/s.
+  nlohmann::json gemm() {
+    const bool gpu = dev_.kind() == BackendKind::cuda;
+    const int64_t n = gpu ? 8192 : 1024;
+    const DType dt = gpu ? DType::bf16 : DType::f32;
+    SweepPoint p = props::sweep_point("FLEET-GEMM", dev_, dt, "op:matmul", {{"rank", rank_}, {"n", n}});
+    props::measure_point(p, [&] {
+      if (!gemm_) {
+        std::mt19937 gen(7);
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        std::vector<float> host(static_cast<size_t>(n * n));
+        for (float& x : host) x = u(gen);
+        gemm_ = std::make_unique<Gemm>(Gemm{Tensor::from_host(dev_, host, {n, n}, dt, Consumer::workspace),
+                                            Tensor::from_host(dev_, host, {n, n}, dt, Consumer::workspace),
+                                            Tensor::zeros(dev_, {n, n}, dt, Consumer::workspace)});
+      }
+      props::time_point(dev_, p, fixed_timing(), [&] { ops::matmul(gemm_->a, false, gemm_->b, true, gemm_->c); });
+      p.metrics["tflops"] = 2.0 * static_cast<double>(n) * n * n / best_s(dev_, *p.time) / 1e12;
+    });
+    return point_json(dev_, p, "tflops");
+  }
+
+  // A device-to-device copy (64 MiB on the CPU, 1 GiB on a GPU): GB/s read plus written.
+  nlohmann::json copy() {
+    const int64_t floats = dev_.kind() == BackendKind::cuda ? (int64_t{1} << 28) : (int64_t{1} << 24);
+    SweepPoint p = props::sweep_point("FLEET-COPY", dev_, DType::f32, "op:copy", {{"rank", rank_}, {"bytes", floats * 4}});
+    props::measure_point(p, [&] {
+      if (!copy_)
+        copy_ = std::make_unique<Copy>(Copy{Tensor::zeros(dev_, {floats}, DType::f32, Consumer::workspace),
+                                            Tensor::zeros(dev_, {floats}, DType::f32, Consumer::workspace)});
+      props::time_point(dev_, p, fixed_timing(), [&] { copy_->b.copy_from(copy_->a); });
+      p.metrics["GBps"] = 2.0 * static_cast<double>(floats * 4) / best_s(dev_, *p.time) / 1e9;
+    });
+    return point_json(dev_, p, "GBps");
+  }
+
+  Device& dev_;
+  int rank_;
+  std::unique_ptr<Step> step_;
+  std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<Copy> copy_;
+};
+
+// A metric's value in each round timed so far (its round_values).
+std::vector<double> round_values(const nlohmann::json& metric) {
+  std::vector<double> v;
+  for (const auto& x : metric.value("round_values", nlohmann::json::array())) v.push_back(x.is_number() ? x.get<double>() : 0.0);
+  return v;
 }
 
-// One square matrix product (fp32 n = 1024 on the CPU, bf16 n = 8192 on a GPU): TFLOP/s.
-nlohmann::json gemm_throughput(Device& dev, int rank) {
-  const bool gpu = dev.kind() == BackendKind::cuda;
-  const int64_t n = gpu ? 8192 : 1024;
-  const DType dt = gpu ? DType::bf16 : DType::f32;
-  SweepPoint p = props::sweep_point("FLEET-GEMM", dev, dt, "op:matmul", {{"rank", rank}, {"n", n}});
-  props::measure_point(p, [&] {
-    std::mt19937 gen(7);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    std::vector<float> host(static_cast<size_t>(n * n));
-    for (float& x : host) x = u(gen);
-    const Tensor a = Tensor::from_host(dev, host, {n, n}, dt, Consumer::workspace);
-    const Tensor b = Tensor::from_host(dev, host, {n, n}, dt, Consumer::workspace);
-    Tensor c = Tensor::zeros(dev, {n, n}, dt, Consumer::workspace);
-    ops::matmul(a, false, b, true, c);
-    props::time_point(dev, p, fixed_timing(), [&] { ops::matmul(a, false, b, true, c); });
-    p.metrics["tflops"] = 2.0 * static_cast<double>(n) * n * n / best_s(dev, *p.time) / 1e12;
-  });
-  return point_json(dev, p, "tflops");
-}
-
-// A device-to-device copy (64 MiB on the CPU, 1 GiB on a GPU): GB/s read plus written.
-nlohmann::json copy_bandwidth(Device& dev, int rank) {
-  const int64_t floats = dev.kind() == BackendKind::cuda ? (int64_t{1} << 28) : (int64_t{1} << 24);
-  SweepPoint p = props::sweep_point("FLEET-COPY", dev, DType::f32, "op:copy", {{"rank", rank}, {"bytes", floats * 4}});
-  props::measure_point(p, [&] {
-    const Tensor a = Tensor::zeros(dev, {floats}, DType::f32, Consumer::workspace);
-    Tensor b = Tensor::zeros(dev, {floats}, DType::f32, Consumer::workspace);
-    b.copy_from(a);
-    props::time_point(dev, p, fixed_timing(), [&] { b.copy_from(a); });
-    p.metrics["GBps"] = 2.0 * static_cast<double>(floats * 4) / best_s(dev, *p.time) / 1e9;
-  });
-  return point_json(dev, p, "GBps");
+// Who finished the first `rounds` rounds, and who of them is behind: its best in a
+// judged metric below the fastest other rank's of its kind by more than the slow
+// floor (in kinds of 3 or more, those the judge compares), from each rank's work
+// record. Behind is not slow: it is a rank whose best may not yet be what it can do
+// (the others' median, which the judge takes, may be as far behind). Read after a
+// barrier, every rank reads the same records (unless the barrier went on without a
+// rank that finished its round while the others read).
+struct Behind {
+  std::vector<int> timed;   // the ranks with a record of every round
+  std::vector<int> behind;  // those of them behind the fastest
+};
+Behind ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
+  Behind out;
+  std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;
+  for (int r = 0; r < size; ++r) {
+    nlohmann::json rec;
+    try {
+      rec = read_json_file(work_file(dir, r), "a rank's work record", kMaxResultsBytes);
+    } catch (const std::exception&) {
+      continue;  // no record: a rank that never reported is judged failed, not timed again
+    }
+    const nlohmann::json t = rec.value("throughput", nlohmann::json::object());
+    bool complete = t.is_object();
+    for (const Metric& m : kMetrics)
+      complete = complete && t.contains(m.key) && t[m.key].is_object() &&
+                 static_cast<int>(round_values(t[m.key]).size()) >= rounds;
+    if (complete) {
+      kinds[kind_of(rec)].emplace_back(r, t);
+      out.timed.push_back(r);
+    }
+  }
+  for (const auto& [kind, members] : kinds) {
+    if (members.size() < 3) continue;
+    for (const Metric& m : kMetrics) {
+      if (!judged(m, backend)) continue;
+      // Each rank's best of the rounds (a round that did not measure counts 0).
+      std::vector<double> best;
+      for (const auto& [r, t] : members) {
+        std::vector<double> x = round_values(t[m.key]);
+        best.push_back(*std::max_element(x.begin(), x.begin() + rounds));
+      }
+      for (size_t i = 0; i < members.size(); ++i) {
+        double fastest = 0;
+        for (size_t k = 0; k < members.size(); ++k)
+          if (k != i) fastest = std::max(fastest, best[k]);
+        if (best[i] < (1 - slow_floor(backend)) * fastest) out.behind.push_back(members[i].first);
+      }
+    }
+  }
+  std::sort(out.behind.begin(), out.behind.end());
+  out.behind.erase(std::unique(out.behind.begin(), out.behind.end()), out.behind.end());
+  return out;
 }
 
 // The conformance part of the level: its selection of the registered properties on
@@ -274,18 +380,28 @@ int rank_work(const RankOptions& opt) {
     // Every rank's device is up before anyone is timed (a rank still starting would
     // share the host with the first one timed).
     nlohmann::json waits = nlohmann::json::array();
-    auto barrier = [&](const std::string& what, int end, std::chrono::steady_clock::time_point deadline) {
+    // A barrier waits for the markers of the ranks listed, until its deadline.
+    auto barrier = [&](const std::string& what, const std::vector<int>& ranks,
+                       std::chrono::steady_clock::time_point deadline) {
       const double left = std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
-      if (!wait_markers(opt.dir, what.c_str(), 0, end, left))
-        waits.push_back(fmt::format("went on at {:.0f} s without every rank below {} at '{}'",
-                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), end,
-                                    what));
+      if (wait_markers(opt.dir, what.c_str(), ranks, left)) return;
+      std::vector<int> missing;
+      for (int r : ranks)
+        if (!fs::exists(fs::path(opt.dir) / fmt::format(".{}_{}", what, r))) missing.push_back(r);
+      waits.push_back(fmt::format("went on at {:.0f} s without rank {} at '{}'",
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                                  fmt::join(missing, ", "), what));
+    };
+    const auto below = [](int end) {
+      std::vector<int> ranks(static_cast<size_t>(std::max(end, 0)));
+      std::iota(ranks.begin(), ranks.end(), 0);
+      return ranks;
     };
     const auto after = [](double s) {
       return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                     std::chrono::duration<double>(s));
     };
-    barrier("ready", place.size, after(ready_wait));
+    barrier("ready", below(place.size), after(ready_wait));
 
     phase("throughput");
     // CPU ranks stand in for devices but share the machine's cores: they are timed
@@ -294,30 +410,69 @@ int rank_work(const RankOptions& opt) {
     // are timed together.
     const bool one_at_a_time = dev->kind() == BackendKind::cpu;
     const auto timed_deadline = after(timed_wait);
+    // The rounds after the first kThroughputRounds have a deadline of their own
+    // (the phase's may have passed, behind a hung rank), set when they start.
+    auto confirm_deadline = timed_deadline;
+    const auto deadline = [&](int round) { return round < kThroughputRounds ? timed_deadline : confirm_deadline; };
     nlohmann::json best;
+    best["timed_alone"] = one_at_a_time;
+    // Who was behind after the first rounds, and how many rounds more followed.
+    nlohmann::json confirmation{{"rounds", 0}, {"behind", nlohmann::json::array()}};
+    int done = 0;  // rounds this rank timed
     {
       // The set-up's products too: no BLAS pool woken before a timed region.
       const props::OneBlasThread one_blas_thread(*dev);
-      for (int round = 0; round < kThroughputRounds; ++round) {
+      ThroughputWork work(*dev, place.rank);
+      // Who takes part: every rank in the first rounds, those that finished them in
+      // the rounds of confirmation (a rank that hung is not waited for again).
+      std::vector<int> taking_part = below(place.size);
+      for (int round = 0; round < kThroughputRounds + kConfirmRounds; ++round) {
+        // A round starts when every rank finished the last (CPU ranks each round,
+        // GPUs before a round of confirmation).
+        if (round > 0 && (one_at_a_time || round >= kThroughputRounds))
+          barrier(timed_marker(round - 1), taking_part, deadline(round - 1));
+        if (round >= kThroughputRounds) {
+          // Nobody behind: every rank within the floor of the fastest, so none is
+          // below the others' median by more (the judge's verdict is then "ok").
+          const Behind b = ranks_behind(opt.dir, place.size, round, dev->kind());
+          if (b.behind.empty()) break;
+          if (round == kThroughputRounds) {
+            confirm_deadline = after(std::min(120.0, 0.15 * budget));
+            confirmation["behind"] = b.behind;
+            taking_part = b.timed;
+          }
+          confirmation["still_behind"] = b.behind;
+        }
+        // No round more starts past its deadline (a rank that hung in one must not
+        // take the others' budgets).
+        if (round > kThroughputRounds && std::chrono::steady_clock::now() > confirm_deadline) break;
+        if (round >= kThroughputRounds) {
+          confirmation["rounds"] = round - kThroughputRounds + 1;
+          best["confirmation"] = confirmation;
+        }
         if (one_at_a_time) {
-          if (round > 0) barrier(timed_marker(round - 1), place.size, timed_deadline);
-          barrier(timed_marker(round), place.rank, timed_deadline);
+          std::vector<int> before;
+          for (int r : taking_part)
+            if (r < place.rank) before.push_back(r);
+          barrier(timed_marker(round), before, deadline(round));
         }
         // The control of a rank that hangs while others wait for it at a barrier.
         while (round == 1 && env_int(kInjectHangTimedEnv, -1) == place.rank)
           std::this_thread::sleep_for(std::chrono::seconds(1));
-        keep_best(best["step"], step_throughput(*dev, place.rank));
-        keep_best(best["gemm"], gemm_throughput(*dev, place.rank));
-        keep_best(best["copy"], copy_bandwidth(*dev, place.rank));
+        work.time_round(round, best);
+        done = round + 1;
+        best["rounds"] = done;
+        rec["throughput"] = best;
+        save(path, rec);  // before the marker: whoever passes the barrier reads it whole
         touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
       }
+      // Nobody works while another is timed.
+      if (done == kThroughputRounds + kConfirmRounds)
+        barrier(timed_marker(done - 1), taking_part, deadline(done - 1));
     }
-    best["timed_alone"] = one_at_a_time;
-    best["rounds"] = kThroughputRounds;
+    best["confirmation"] = confirmation;
     rec["throughput"] = std::move(best);
     save(path, rec);
-    // Nobody works while another is timed.
-    barrier(timed_marker(kThroughputRounds - 1), place.size, timed_deadline);
     if (!waits.empty()) rec["barrier_timeouts"] = waits;
 
     phase("digest");
@@ -442,7 +597,8 @@ int run_rank(const RankOptions& opt, std::ostream& err) {
   }
   // A failed rank no longer holds the others at their barriers.
   touch_marker(opt.dir, "ready", place.rank);
-  for (int round = 0; round < kThroughputRounds; ++round) touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
+  for (int round = 0; round < kThroughputRounds + kConfirmRounds; ++round)
+    touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
   std::error_code ec;
   fs::remove(work, ec);
   return 0;

@@ -9,13 +9,16 @@ Scenarios (each a fault switch in the code path, none in this script's arithmeti
                against its own repeat, at the same first (configuration, step, tensor)
   slow         HEADROOM_INJECT_SLOWDOWN on rank 1's training step, 2x: slow, not wrong
   slow_subtle  the same at 1.25x (20% below the others, against a 15% floor)
+  transient    the same 2x in rank 1's three rounds only: behind the others, so every
+               rank is timed rounds more until it is not; all ok
   dead         HEADROOM_INJECT_FLEET_EXIT=3: rank 3 failed in its digest, the rest judged
   hang         HEADROOM_INJECT_FLEET_HANG=0 with --budget 40: rank 0 failed at the budget
   hang_timed   HEADROOM_INJECT_FLEET_HANG_TIMED=1 with --budget 40: rank 1 hangs in its second
                round of throughput while the others wait for it at their barriers; it alone
                is failed, the others go on at the barriers' deadline and are judged ok
 Each checks fleet.json, the JUnit cases and the exit status; with --layout the
-report is also rendered in headless Chromium at 1280 and 1920 px.
+report is also rendered in headless Chromium at 1280 and 1920 px. A scenario whose
+only differences are throughput verdicts runs again, up to 3 attempts (see main).
 """
 import json
 import os
@@ -28,23 +31,50 @@ SCENARIOS = {
     "sdc": ({"HEADROOM_INJECT_SDC": "2"}, []),
     "slow": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:2"}, []),
     "slow_subtle": ({"HEADROOM_INJECT_SLOWDOWN": "FLEET-STEP:rank=1:1.25"}, []),
+    "transient": ({"HEADROOM_INJECT_SLOWDOWN": ";".join(f"FLEET-STEP:rank=1,round={k}:2" for k in range(3))}, []),
     "dead": ({"HEADROOM_INJECT_FLEET_EXIT": "3"}, []),
     "hang": ({"HEADROOM_INJECT_FLEET_HANG": "0"}, ["--budget", "40"]),
     "hang_timed": ({"HEADROOM_INJECT_FLEET_HANG_TIMED": "1"}, ["--budget", "40"]),
 }
 # What each scenario must flag: rank -> verdict; every other rank must be ok.
-EXPECTED = {"clean": {}, "sdc": {2: "wrong"}, "slow": {1: "slow"}, "slow_subtle": {1: "slow"}, "dead": {3: "failed"},
+EXPECTED = {"clean": {}, "sdc": {2: "wrong"}, "slow": {1: "slow"}, "slow_subtle": {1: "slow"}, "transient": {},
+            "dead": {3: "failed"},
             "hang": {0: "failed"}, "hang_timed": {1: "failed"}}
 
-failures = []
+failures = []  # (what, whether only a throughput verdict differs)
+CONFIRM_ROUNDS = 12  # harness/fleet/fleet_internal.hpp kConfirmRounds
+ATTEMPTS = 3
 
 
-def expect(cond, what):
+def expect(cond, what, timing=False):
     if not cond:
-        failures.append(what)
+        failures.append((what, timing))
 
 
 def main():
+    # CPU ranks share one host, whose neighbours can slow a rank's every round for
+    # seconds at a time. A scenario in which only throughput verdicts came out other
+    # than expected (a healthy rank called slow, a slowed one missed, and what
+    # follows from that: the exit status, the JUnit cases) runs again, up to
+    # ATTEMPTS in all, each attempt's findings printed; any other difference fails
+    # at once, and a fault that shows in every attempt still fails.
+    scenario = sys.argv[2]
+    seen = []
+    for attempt in range(1, ATTEMPTS + 1):
+        failures.clear()
+        summary = run_once()
+        if not failures:
+            print(f"fleet {scenario}: as expected ({summary})" + (f", at attempt {attempt}" if attempt > 1 else ""))
+            return
+        seen.append(f"attempt {attempt}:\n    " + "\n    ".join(w for w, _ in failures))
+        if not all(t for _, t in failures) or attempt == ATTEMPTS:
+            break
+        print(f"fleet {scenario}: attempt {attempt}: only throughput verdicts differed, running again:\n  "
+              + "\n  ".join(w for w, _ in failures))
+    sys.exit("fleet " + scenario + ":\n  " + "\n  ".join(seen))
+
+
+def run_once():
     headroom, scenario, work = sys.argv[1:4]
     args = sys.argv[4:]
     ranks = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
@@ -63,7 +93,8 @@ def main():
     if r.returncode == 2:
         sys.exit(f"fleet: {' '.join(cmd)} could not run:\n{r.stderr[-3000:]}")
     want = EXPECTED[scenario]
-    expect(r.returncode == (0 if not want else 1), f"exit status {r.returncode}, expected {0 if not want else 1}")
+    expect(r.returncode == (0 if not want else 1), f"exit status {r.returncode}, expected {0 if not want else 1}",
+           timing=True)
     for line in r.stdout.splitlines():
         expect(not line.lstrip().startswith("{"), f"a progress line is JSON: {line[:80]}")
 
@@ -73,9 +104,11 @@ def main():
     expect(sorted(devices) == list(range(ranks)), f"ranks recorded: {sorted(devices)}")
     for rank, d in sorted(devices.items()):
         verdict = want.get(rank, "ok")
-        expect(d["verdict"] == verdict, f"rank {rank}: {d['verdict']}, expected {verdict}: {d.get('reasons')}")
+        slow_only = all(x.startswith("slow:") for x in d["reasons"])
+        expect(d["verdict"] == verdict, f"rank {rank}: {d['verdict']}, expected {verdict}: {d.get('reasons')}",
+               timing="slow" in (verdict, d["verdict"]) and slow_only)
         if verdict == "ok":
-            expect(not d["reasons"], f"rank {rank} is ok but has reasons: {d['reasons']}")
+            expect(not d["reasons"], f"rank {rank} is ok but has reasons: {d['reasons']}", timing=slow_only)
     # Flagged devices come first.
     order = [d["verdict"] != "ok" for d in fleet["devices"]]
     expect(order == sorted(order, reverse=True), "flagged devices are not listed first")
@@ -84,7 +117,7 @@ def main():
         expect(d["checks"]["conformance"]["measurements"] > 0, f"rank {d['rank']} measured no conformance check")
         expect(d["checks"]["conformance"]["verdict"] == "pass", f"rank {d['rank']} conformance")
 
-    if scenario in ("clean", "slow", "slow_subtle", "dead", "hang", "hang_timed"):
+    if scenario in ("clean", "slow", "slow_subtle", "transient", "dead", "hang", "hang_timed"):
         shas = {d["checks"]["digest"]["sha256"] for d in ok}
         expect(len(shas) == 1, f"the ok devices' digests differ: {shas}")
         for d in ok:
@@ -101,10 +134,30 @@ def main():
     if scenario.startswith("slow"):
         c = devices[1]["checks"]
         expect(c["digest"]["verdict"] == "pass" and c["self_repeat"]["verdict"] == "pass", "the slow rank is called wrong")
-        expect(c["throughput"]["metrics"]["step"]["slow"], "the slowed metric is not the one flagged")
+        expect(c["throughput"]["metrics"]["step"]["slow"], "the slowed metric is not the one flagged", timing=True)
         factor = 2.0 if scenario == "slow" else 1.25
         deficit = c["throughput"]["metrics"]["step"]["deficit"]
-        expect(abs(deficit - (1 - 1 / factor)) < 0.1, f"deficit {deficit:.3f}, injected {1 - 1 / factor:.3f}")
+        expect(abs(deficit - (1 - 1 / factor)) < 0.1, f"deficit {deficit:.3f}, injected {1 - 1 / factor:.3f}",
+               timing=True)
+        # Behind after the three rounds, and after every round more, up to the last.
+        conf = c["throughput"].get("confirmation", {})
+        expect(conf.get("rounds") == CONFIRM_ROUNDS and 1 in conf.get("behind", []) and 1 in conf.get("still_behind", []),
+               f"the slow rank's rounds more: {conf}", timing=True)
+        expect(f"also after {CONFIRM_ROUNDS} more rounds" in " ".join(devices[1]["reasons"]),
+               f"reasons: {devices[1]['reasons']}", timing=True)
+    if scenario == "transient":
+        # Slow in the three rounds (the injection names them), so behind; every rank
+        # timed again, and its best from those rounds; its rounds show the 2x.
+        conf = devices[1]["checks"]["throughput"].get("confirmation", {})
+        expect(1 <= conf.get("rounds", 0) <= CONFIRM_ROUNDS and 1 in conf.get("behind", []), f"rank 1's rounds more: {conf}",
+               timing=True)
+        rec = json.load(open(os.path.join(out, "rank_1.json")))
+        values = rec["throughput"]["step"]["round_values"]
+        expect(len(values) == 3 + conf.get("rounds", 0) and max(values[3:] or [0]) > 1.3 * max(values[:3]),
+               f"rank 1's step rounds {values}", timing=True)
+    # The ranks agree on the rounds: each timed as many as the others.
+    rounds = {d["rank"]: d["checks"]["throughput"].get("confirmation", {}).get("rounds") for d in ok}
+    expect(len(set(rounds.values())) <= 1 or scenario == "hang_timed", f"rounds of confirmation per rank: {rounds}")
     if scenario == "dead":
         f = devices[3].get("failure", {})
         expect(f.get("phase") == "digest" and "status 3" in f.get("reason", ""), f"failure recorded: {f}")
@@ -125,7 +178,11 @@ def main():
     n_failed = sum(1 for d in fleet["devices"] if d["status"] != "ok")
     expect(len(cases) == 5 * (ranks - n_failed) + n_failed, f"{len(cases)} JUnit cases")
     failing = {c.get("classname") for c in cases if c.find("failure") is not None}
-    expect(failing == {f"fleet.rank_{r}" for r in want}, f"JUnit failing classes {failing}")
+    wanted = {f"fleet.rank_{r}" for r in want}
+    expect(failing == wanted, f"JUnit failing classes {failing}",
+           timing=all(c.get("classname") in wanted or c.get("name", "").startswith("throughput")
+                      for c in cases if c.find("failure") is not None)
+           and all(want[r] == "slow" for r in want if f"fleet.rank_{r}" not in failing))
 
     if scenario == "clean":
         # --judge launches nothing: the same records give the same verdict, and a rank
@@ -133,7 +190,8 @@ def main():
         j = subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks), "--backend", "cpu", "--out", out],
                            capture_output=True, text=True, timeout=120)
         again = json.load(open(os.path.join(out, "fleet.json")))
-        expect(j.returncode == 0 and again["summary"] == fleet["summary"], f"--judge: {j.returncode} {again['summary']}")
+        expect(again["summary"] == fleet["summary"], f"--judge: {again['summary']} against {fleet['summary']}")
+        expect(j.returncode == 0, f"--judge: exit status {j.returncode}", timing=True)
         j = subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks + 1), "--backend", "cpu", "--out", out],
                            capture_output=True, text=True, timeout=120)
         more = json.load(open(os.path.join(out, "fleet.json")))
@@ -150,9 +208,7 @@ def main():
         print(lr.stdout[-2000:])
         expect(lr.returncode == 0, f"layout check: {lr.stdout[-800:]}{lr.stderr[-800:]}")
 
-    if failures:
-        sys.exit("fleet " + scenario + ":\n  " + "\n  ".join(failures))
-    print(f"fleet {scenario}: as expected ({fleet['summary']})")
+    return fleet["summary"]
 
 
 if __name__ == "__main__":

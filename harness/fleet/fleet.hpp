@@ -12,9 +12,9 @@
 // - slow: its step, GEMM or copy throughput (from its fastest repetition) lies
 //   below the other devices' median by more than the floor and by more than their
 //   spread allows (3.5 deviations from their median absolute deviation; while any
-//   device is that far behind the fastest after 3 rounds of timing, all are timed
-//   one round more, up to 12), or below the baseline's (harness/tolerances.hpp
-//   kFleetSlow*);
+//   device's best is behind the fastest other's by more than the floor after 3
+//   rounds of timing, all are timed one round more, up to 12 and within a deadline
+//   of their own), or below the baseline's (harness/tolerances.hpp kFleetSlow*);
 // - failed: it gave no complete record (crashed, timed out, no device).
 // Writes fleet.json (headroom.fleet/1), fleet.html and, when asked, JUnit; exit 1
 // when any device is not ok.

@@ -26,10 +26,11 @@ bool wait_markers(const std::string& dir, const char* what, const std::vector<in
 // A rank's throughputs are timed in rounds of kThroughputRepsPerRound repetitions
 // each, and its throughput is its fastest repetition of all; timed_marker(k) names
 // the barrier of round k. CPU ranks take turns in every round, GPUs are timed
-// together. After kThroughputRounds rounds, and after each round more, every rank
-// reads the others' records: while any rank's best lies behind the fastest other's
-// by more than the slow floor, every rank is timed one round more, up to
-// kConfirmRounds more. A slow spell of a shared host only ever slows down whoever it
+// together. After kThroughputRounds rounds, and after each round more, the lowest
+// live rank reads every rank's record and decides for all (in .decide_r<k>_<rank>):
+// while any rank's best lies behind the fastest other's by more than the slow
+// floor, every rank is timed one round more, up to kConfirmRounds more, within the
+// lesser of 120 s and 15% of the budget and never past 75% of it. A slow spell of a shared host only ever slows down whoever it
 // meets, and passes: the rounds more give a rank that met one (or the others, whose
 // median it is judged by) more chances to be timed outside one. A slow device stays
 // slow in every round.

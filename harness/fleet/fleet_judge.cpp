@@ -221,12 +221,18 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
                          {"deficit", a.deficit}, {"spread_bound", a.spread},
                          {"robust_z", std::isfinite(a.robust_z) ? nlohmann::json(a.robust_z) : nlohmann::json("inf")},
                          {"slow_against_fleet", fleet_slow}, {"judged", is_judged}};
-        const int again = t.value("confirmation", nlohmann::json::object()).value("rounds", 0);
+        const nlohmann::json conf = t.value("confirmation", nlohmann::json::object());
+        const int again = conf.is_object() && conf.value("rounds", nlohmann::json()).is_number_integer()
+                              ? conf["rounds"].get<int>()
+                              : 0;
+        const bool measured = t[m.key].value("status", "ok") == "ok";
         bool slow = fleet_slow;
-        if (fleet_slow)
+        if (fleet_slow && measured)
           d["reasons"].push_back(fmt::format("slow: {} {:.4g} {}, {:.0f}% below the other devices' median {:.4g}{}",
                                              m.name, x, m.unit, 100 * a.deficit, a.median,
-                                             again > 0 ? fmt::format(", also after {} more rounds", again) : ""));
+                                             again > 0 ? fmt::format(", also after {} more round{}", again,
+                                                                     again == 1 ? "" : "s")
+                                                       : ""));
         if (!is_judged) e["note"] = "CPU ranks share the machine's memory: recorded, not judged";
         if (const auto b = is_judged ? baseline_median(baseline, d.value("device_name", ""), m.key) : std::nullopt) {
           const double bdef = (*b - x) / *b;
@@ -238,7 +244,7 @@ nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohm
                                                x, m.unit, 100 * bdef, *b));
           slow = slow || bdef > floor;
         }
-        if (const nlohmann::json& p = t[m.key]; p.value("status", "ok") != "ok") {
+        if (const nlohmann::json& p = t[m.key]; !measured) {
           slow = true;
           d["reasons"].push_back(fmt::format("slow: {} not measured ({}): {}", m.name, p.value("status", "?"),
                                              p.value("reason", "no reason recorded")));

@@ -259,64 +259,47 @@ class ThroughputWork {
   std::unique_ptr<Copy> copy_;
 };
 
-// A metric's value in each round timed so far (its round_values).
-std::vector<double> round_values(const nlohmann::json& metric) {
-  std::vector<double> v;
-  for (const auto& x : metric.value("round_values", nlohmann::json::array())) v.push_back(x.is_number() ? x.get<double>() : 0.0);
-  return v;
-}
-
-// Who finished the first `rounds` rounds, and who of them is behind: its best in a
-// judged metric below the fastest other rank's of its kind by more than the slow
-// floor (in kinds of 3 or more, those the judge compares), from each rank's work
-// record. Behind is not slow: it is a rank whose best may not yet be what it can do
-// (the others' median, which the judge takes, may be as far behind). Read after a
-// barrier, every rank reads the same records (unless the barrier went on without a
-// rank that finished its round while the others read).
-struct Behind {
-  std::vector<int> timed;   // the ranks with a record of every round
-  std::vector<int> behind;  // those of them behind the fastest
-};
-Behind ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
-  Behind out;
+// The ranks behind: those whose best in a judged metric lies below the fastest other
+// rank's of its kind by more than the slow floor (in kinds of 3 or more, those the
+// judge compares), from the records of the ranks that timed `rounds` rounds. Behind
+// is not slow: its best may not yet be what it can do, nor the others' (whose median
+// the judge takes) theirs. A metric that failed to measure is final (keep_best keeps
+// the failure), so it makes no rank behind.
+std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
   std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;
   for (int r = 0; r < size; ++r) {
-    nlohmann::json rec;
     try {
-      rec = read_json_file(work_file(dir, r), "a rank's work record", kMaxResultsBytes);
+      const nlohmann::json rec = read_json_file(work_file(dir, r), "a rank's work record", kMaxResultsBytes);
+      const nlohmann::json& t = rec.at("throughput");
+      bool complete = t.value("rounds", 0) >= rounds;
+      for (const Metric& m : kMetrics) complete = complete && t.at(m.key).at("value").is_number();
+      if (complete) kinds[kind_of(rec)].emplace_back(r, t);
     } catch (const std::exception&) {
-      continue;  // no record: a rank that never reported is judged failed, not timed again
-    }
-    const nlohmann::json t = rec.value("throughput", nlohmann::json::object());
-    bool complete = t.is_object();
-    for (const Metric& m : kMetrics)
-      complete = complete && t.contains(m.key) && t[m.key].is_object() &&
-                 static_cast<int>(round_values(t[m.key]).size()) >= rounds;
-    if (complete) {
-      kinds[kind_of(rec)].emplace_back(r, t);
-      out.timed.push_back(r);
+      // No record, or none of the rounds: a rank that never reported is judged
+      // failed, and not waited for.
     }
   }
+  std::vector<int> out;
   for (const auto& [kind, members] : kinds) {
     if (members.size() < 3) continue;
     for (const Metric& m : kMetrics) {
       if (!judged(m, backend)) continue;
-      // Each rank's best of the rounds (a round that did not measure counts 0).
       std::vector<double> best;
+      std::vector<bool> measured;
       for (const auto& [r, t] : members) {
-        std::vector<double> x = round_values(t[m.key]);
-        best.push_back(*std::max_element(x.begin(), x.begin() + rounds));
+        best.push_back(t[m.key]["value"].get<double>());
+        measured.push_back(t[m.key].value("status", "ok") == "ok");
       }
       for (size_t i = 0; i < members.size(); ++i) {
         double fastest = 0;
         for (size_t k = 0; k < members.size(); ++k)
-          if (k != i) fastest = std::max(fastest, best[k]);
-        if (best[i] < (1 - slow_floor(backend)) * fastest) out.behind.push_back(members[i].first);
+          if (k != i && measured[k]) fastest = std::max(fastest, best[k]);
+        if (measured[i] && best[i] < (1 - slow_floor(backend)) * fastest) out.push_back(members[i].first);
       }
     }
   }
-  std::sort(out.behind.begin(), out.behind.end());
-  out.behind.erase(std::unique(out.behind.begin(), out.behind.end()), out.behind.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -354,9 +337,11 @@ int rank_work(const RankOptions& opt) {
   const RankPlace place = rank_place();
   const Level& lv = level(opt.level);
   // The barriers give up well inside the budget: a rank whose node died or hung must
-  // not take the others' budgets with it. The throughput phase's barriers share one
-  // deadline (each of its up to 2 * rounds barriers waiting the whole wait would
-  // run past the budget behind one hung rank).
+  // not take the others' budgets with it. The throughput phase's first rounds share
+  // one deadline (each of its barriers waiting the whole wait would run past the
+  // budget behind one hung rank), the rounds more another, which ends by 0.75 of the
+  // budget; a rank missing at a barrier is given up and not waited for again, and
+  // past a deadline the live ranks are still waited for, up to a grace each.
   const double budget = opt.budget_s > 0 ? opt.budget_s : lv.budget_s(opt.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu);
   const double ready_wait = std::min(120.0, 0.2 * budget), timed_wait = std::min(900.0, 0.6 * budget);
   const std::string path = work_file(opt.dir, place.rank);
@@ -381,16 +366,35 @@ int rank_work(const RankOptions& opt) {
     // share the host with the first one timed).
     nlohmann::json waits = nlohmann::json::array();
     // A barrier waits for the markers of the ranks listed, until its deadline.
+    // The ranks still waited for: a rank missing at a barrier is given up.
+    std::vector<int> live(static_cast<size_t>(place.size));
+    std::iota(live.begin(), live.end(), 0);
+    const double grace = std::min(10.0, 0.05 * budget);
+    // A barrier waits for the markers of the live ranks listed, until its deadline
+    // or, past it, for a grace.
     auto barrier = [&](const std::string& what, const std::vector<int>& ranks,
                        std::chrono::steady_clock::time_point deadline) {
-      const double left = std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
-      if (wait_markers(opt.dir, what.c_str(), ranks, left)) return;
-      std::vector<int> missing;
+      std::vector<int> wanted;
       for (int r : ranks)
-        if (!fs::exists(fs::path(opt.dir) / fmt::format(".{}_{}", what, r))) missing.push_back(r);
-      waits.push_back(fmt::format("went on at {:.0f} s without rank {} at '{}'",
-                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                                  fmt::join(missing, ", "), what));
+        if (std::binary_search(live.begin(), live.end(), r)) wanted.push_back(r);
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      if (wait_markers(opt.dir, what.c_str(), wanted, std::max(left, grace))) return true;
+      // The lowest rank missing is given up; the others may be waiting for it (CPU
+      // ranks take turns in rank order), so they get a grace each, in turn.
+      bool all = true;
+      for (;;) {
+        std::vector<int> missing;
+        for (int r : wanted)
+          if (!fs::exists(fs::path(opt.dir) / fmt::format(".{}_{}", what, r))) missing.push_back(r);
+        if (missing.empty()) return all;
+        all = false;
+        live.erase(std::find(live.begin(), live.end(), missing.front()));
+        waits.push_back(fmt::format("went on at {:.0f} s without rank {} at '{}', and no longer waits for it",
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                                    missing.front(), what));
+        wanted.assign(missing.begin() + 1, missing.end());
+        if (wait_markers(opt.dir, what.c_str(), wanted, grace)) return false;
+      }
     };
     const auto below = [](int end) {
       std::vector<int> ranks(static_cast<size_t>(std::max(end, 0)));
@@ -410,49 +414,64 @@ int rank_work(const RankOptions& opt) {
     // are timed together.
     const bool one_at_a_time = dev->kind() == BackendKind::cpu;
     const auto timed_deadline = after(timed_wait);
-    // The rounds after the first kThroughputRounds have a deadline of their own
-    // (the phase's may have passed, behind a hung rank), set when they start.
+    // The rounds more have a deadline of their own (the first rounds' may have
+    // passed, behind a hung rank), set when they start, never past 0.75 of the budget.
     auto confirm_deadline = timed_deadline;
     const auto deadline = [&](int round) { return round < kThroughputRounds ? timed_deadline : confirm_deadline; };
+    const auto by_budget = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(0.75 * budget));
     nlohmann::json best;
     best["timed_alone"] = one_at_a_time;
-    // Who was behind after the first rounds, and how many rounds more followed.
+    // Who was behind after the first rounds, who after the last, how many rounds more
+    // followed and why they stopped.
     nlohmann::json confirmation{{"rounds", 0}, {"behind", nlohmann::json::array()}};
-    int done = 0;  // rounds this rank timed
     {
       // The set-up's products too: no BLAS pool woken before a timed region.
       const props::OneBlasThread one_blas_thread(*dev);
       ThroughputWork work(*dev, place.rank);
-      // Who takes part: every rank in the first rounds, those that finished them in
-      // the rounds of confirmation (a rank that hung is not waited for again).
-      std::vector<int> taking_part = below(place.size);
-      for (int round = 0; round < kThroughputRounds + kConfirmRounds; ++round) {
-        // A round starts when every rank finished the last (CPU ranks each round,
-        // GPUs before a round of confirmation).
+      for (int round = 0;; ++round) {
+        // A round starts when every live rank finished the last (CPU ranks each
+        // round, GPUs before a decision on a round more).
         if (round > 0 && (one_at_a_time || round >= kThroughputRounds))
-          barrier(timed_marker(round - 1), taking_part, deadline(round - 1));
+          barrier(timed_marker(round - 1), live, deadline(round - 1));
         if (round >= kThroughputRounds) {
-          // Nobody behind: every rank within the floor of the fastest, so none is
-          // below the others' median by more (the judge's verdict is then "ok").
-          const Behind b = ranks_behind(opt.dir, place.size, round, dev->kind());
-          if (b.behind.empty()) break;
-          if (round == kThroughputRounds) {
-            confirm_deadline = after(std::min(120.0, 0.15 * budget));
-            confirmation["behind"] = b.behind;
-            taking_part = b.timed;
+          // One rank decides, the lowest live one, from every rank's record, and
+          // writes the decision for the others: all agree.
+          const int decider = live.empty() ? place.rank : live.front();
+          const std::string what = fmt::format("decide_r{}", round);
+          nlohmann::json decision;
+          if (decider == place.rank) {
+            const std::vector<int> behind = ranks_behind(opt.dir, place.size, round, dev->kind());
+            if (round == kThroughputRounds) confirm_deadline = std::min(after(std::min(120.0, 0.15 * budget)), by_budget);
+            const bool in_time = std::chrono::steady_clock::now() < confirm_deadline;
+            const bool more = !behind.empty() && round < kThroughputRounds + kConfirmRounds && in_time;
+            decision = {{"round", round}, {"decided_by", decider}, {"behind", behind}, {"more", more},
+                        {"stopped", more                 ? ""
+                                    : behind.empty()     ? "nobody behind"
+                                    : !in_time           ? "the rounds' deadline"
+                                                         : "the last round more"}};
+            write_output((fs::path(opt.dir) / fmt::format(".{}_{}", what, decider)).string(), decision.dump() + "\n");
+          } else if (barrier(what, {decider}, deadline(round))) {
+            try {
+              decision = read_json_file((fs::path(opt.dir) / fmt::format(".{}_{}", what, decider)).string(),
+                                        "the fleet's decision on a round more", kMaxResultsBytes);
+            } catch (const std::exception& e) {
+              decision = {{"more", false}, {"stopped", std::string("its decision unreadable: ") + e.what()}};
+            }
+          } else {
+            decision = {{"more", false}, {"stopped", fmt::format("no decision from rank {}", decider)}};
           }
-          confirmation["still_behind"] = b.behind;
-        }
-        // No round more starts past its deadline (a rank that hung in one must not
-        // take the others' budgets).
-        if (round > kThroughputRounds && std::chrono::steady_clock::now() > confirm_deadline) break;
-        if (round >= kThroughputRounds) {
+          const bool more = decision.is_object() && decision.value("more", false);
+          if (round == kThroughputRounds) confirmation["behind"] = decision.value("behind", nlohmann::json::array());
+          confirmation["still_behind"] = decision.value("behind", nlohmann::json::array());
+          confirmation["stopped"] = decision.value("stopped", "");
+          if (!more) break;
           confirmation["rounds"] = round - kThroughputRounds + 1;
           best["confirmation"] = confirmation;
         }
         if (one_at_a_time) {
           std::vector<int> before;
-          for (int r : taking_part)
+          for (int r : live)
             if (r < place.rank) before.push_back(r);
           barrier(timed_marker(round), before, deadline(round));
         }
@@ -460,15 +479,11 @@ int rank_work(const RankOptions& opt) {
         while (round == 1 && env_int(kInjectHangTimedEnv, -1) == place.rank)
           std::this_thread::sleep_for(std::chrono::seconds(1));
         work.time_round(round, best);
-        done = round + 1;
-        best["rounds"] = done;
+        best["rounds"] = round + 1;
         rec["throughput"] = best;
         save(path, rec);  // before the marker: whoever passes the barrier reads it whole
         touch_marker(opt.dir, timed_marker(round).c_str(), place.rank);
       }
-      // Nobody works while another is timed.
-      if (done == kThroughputRounds + kConfirmRounds)
-        barrier(timed_marker(done - 1), taking_part, deadline(done - 1));
     }
     best["confirmation"] = confirmation;
     rec["throughput"] = std::move(best);

@@ -62,7 +62,7 @@ def main():
     seen = []
     for attempt in range(1, ATTEMPTS + 1):
         failures.clear()
-        summary = run_once()
+        summary = run_once(scenario if attempt == 1 else f"{scenario}.attempt{attempt}")
         if not failures:
             print(f"fleet {scenario}: as expected ({summary})" + (f", at attempt {attempt}" if attempt > 1 else ""))
             return
@@ -74,13 +74,13 @@ def main():
     sys.exit("fleet " + scenario + ":\n  " + "\n  ".join(seen))
 
 
-def run_once():
+def run_once(folder):
     headroom, scenario, work = sys.argv[1:4]
     args = sys.argv[4:]
     ranks = int(args[args.index("--ranks") + 1]) if "--ranks" in args else 4
     layout = args[args.index("--layout") + 1] if "--layout" in args else None
     env_extra, extra_args = SCENARIOS[scenario]
-    out = os.path.join(work, scenario)
+    out = os.path.join(work, folder)  # each attempt its own, kept
     junit = os.path.join(out, "junit.xml")
     env = dict(os.environ)
     for k in ("HEADROOM_INJECT_SDC", "HEADROOM_INJECT_SLOWDOWN", "HEADROOM_INJECT_FLEET_EXIT", "HEADROOM_INJECT_FLEET_HANG",
@@ -94,7 +94,7 @@ def run_once():
         sys.exit(f"fleet: {' '.join(cmd)} could not run:\n{r.stderr[-3000:]}")
     want = EXPECTED[scenario]
     expect(r.returncode == (0 if not want else 1), f"exit status {r.returncode}, expected {0 if not want else 1}",
-           timing=True)
+           timing=r.returncode in (0, 1))
     for line in r.stdout.splitlines():
         expect(not line.lstrip().startswith("{"), f"a progress line is JSON: {line[:80]}")
 
@@ -104,7 +104,7 @@ def run_once():
     expect(sorted(devices) == list(range(ranks)), f"ranks recorded: {sorted(devices)}")
     for rank, d in sorted(devices.items()):
         verdict = want.get(rank, "ok")
-        slow_only = all(x.startswith("slow:") for x in d["reasons"])
+        slow_only = all(x.startswith("slow:") and "not measured" not in x for x in d["reasons"])
         expect(d["verdict"] == verdict, f"rank {rank}: {d['verdict']}, expected {verdict}: {d.get('reasons')}",
                timing="slow" in (verdict, d["verdict"]) and slow_only)
         if verdict == "ok":
@@ -131,7 +131,9 @@ def run_once():
         expect(first == self_first, f"against the majority {first}, against itself {self_first}")
         expect(bad["throughput"]["verdict"] == "pass", "the corrupted rank is also called slow")
         expect(bad["digest"]["majority_sha256"] == devices[0]["checks"]["digest"]["sha256"], "majority digest")
-    if scenario.startswith("slow"):
+    if scenario.startswith("slow") or scenario == "transient":
+        expect(devices[1]["status"] == "ok", f"rank 1 failed: {devices[1].get('reasons')}")
+    if scenario.startswith("slow") and devices[1]["status"] == "ok":
         c = devices[1]["checks"]
         expect(c["digest"]["verdict"] == "pass" and c["self_repeat"]["verdict"] == "pass", "the slow rank is called wrong")
         expect(c["throughput"]["metrics"]["step"]["slow"], "the slowed metric is not the one flagged", timing=True)
@@ -140,20 +142,23 @@ def run_once():
         expect(abs(deficit - (1 - 1 / factor)) < 0.1, f"deficit {deficit:.3f}, injected {1 - 1 / factor:.3f}",
                timing=True)
         # Behind after the three rounds, and after every round more, up to the last.
-        conf = c["throughput"].get("confirmation", {})
-        expect(conf.get("rounds") == CONFIRM_ROUNDS and 1 in conf.get("behind", []) and 1 in conf.get("still_behind", []),
+        conf = c.get("throughput", {}).get("confirmation", {})
+        n = conf.get("rounds", 0)
+        expect(n >= 1 and 1 in conf.get("behind", []) and 1 in conf.get("still_behind", [])
+               and conf.get("stopped") in ("the last round more", "the rounds' deadline"),
                f"the slow rank's rounds more: {conf}", timing=True)
-        expect(f"also after {CONFIRM_ROUNDS} more rounds" in " ".join(devices[1]["reasons"]),
+        expect(f"also after {n} more round" in " ".join(devices[1]["reasons"]),
                f"reasons: {devices[1]['reasons']}", timing=True)
-    if scenario == "transient":
+    if scenario == "transient" and devices[1]["status"] == "ok":
         # Slow in the three rounds (the injection names them), so behind; every rank
         # timed again, and its best from those rounds; its rounds show the 2x.
-        conf = devices[1]["checks"]["throughput"].get("confirmation", {})
-        expect(1 <= conf.get("rounds", 0) <= CONFIRM_ROUNDS and 1 in conf.get("behind", []), f"rank 1's rounds more: {conf}",
-               timing=True)
+        conf = devices[1].get("checks", {}).get("throughput", {}).get("confirmation", {})
+        expect(1 <= conf.get("rounds", 0) <= CONFIRM_ROUNDS and 1 in conf.get("behind", [])
+               and conf.get("stopped") == "nobody behind" and conf.get("still_behind") == [],
+               f"rank 1's rounds more: {conf}", timing=True)
         rec = json.load(open(os.path.join(out, "rank_1.json")))
-        values = rec["throughput"]["step"]["round_values"]
-        expect(len(values) == 3 + conf.get("rounds", 0) and max(values[3:] or [0]) > 1.3 * max(values[:3]),
+        values = rec.get("throughput", {}).get("step", {}).get("round_values", [])
+        expect(len(values) == 3 + conf.get("rounds", 0) and max(values[3:] or [0]) > 1.3 * max(values[:3] or [0]),
                f"rank 1's step rounds {values}", timing=True)
     # The ranks agree on the rounds: each timed as many as the others.
     rounds = {d["rank"]: d["checks"]["throughput"].get("confirmation", {}).get("rounds") for d in ok}

@@ -365,7 +365,6 @@ int rank_work(const RankOptions& opt) {
     // Every rank's device is up before anyone is timed (a rank still starting would
     // share the host with the first one timed).
     nlohmann::json waits = nlohmann::json::array();
-    // A barrier waits for the markers of the ranks listed, until its deadline.
     // The ranks still waited for: a rank missing at a barrier is given up.
     std::vector<int> live(static_cast<size_t>(place.size));
     std::iota(live.begin(), live.end(), 0);
@@ -440,9 +439,10 @@ int rank_work(const RankOptions& opt) {
           const int decider = live.empty() ? place.rank : live.front();
           const std::string what = fmt::format("decide_r{}", round);
           nlohmann::json decision;
+          if (round == kThroughputRounds) confirm_deadline = std::min(after(std::min(120.0, 0.15 * budget)), by_budget);
           if (decider == place.rank) {
             const std::vector<int> behind = ranks_behind(opt.dir, place.size, round, dev->kind());
-            if (round == kThroughputRounds) confirm_deadline = std::min(after(std::min(120.0, 0.15 * budget)), by_budget);
+            // The decider's clock alone says whether the rounds' time is up.
             const bool in_time = std::chrono::steady_clock::now() < confirm_deadline;
             const bool more = !behind.empty() && round < kThroughputRounds + kConfirmRounds && in_time;
             decision = {{"round", round}, {"decided_by", decider}, {"behind", behind}, {"more", more},

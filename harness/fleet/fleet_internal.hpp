@@ -30,10 +30,10 @@ bool wait_markers(const std::string& dir, const char* what, const std::vector<in
 // live rank reads every rank's record and decides for all (in .decide_r<k>_<rank>):
 // while any rank's best lies behind the fastest other's by more than the slow
 // floor, every rank is timed one round more, up to kConfirmRounds more, within the
-// lesser of 120 s and 15% of the budget and never past 75% of it. A slow spell of a shared host only ever slows down whoever it
-// meets, and passes: the rounds more give a rank that met one (or the others, whose
-// median it is judged by) more chances to be timed outside one. A slow device stays
-// slow in every round.
+// lesser of 120 s and 15% of the budget and never past 75% of it. A slow spell of
+// a shared host only ever slows down whoever it meets, and passes: the rounds more
+// give a rank that met one (or the others, whose median it is judged by) more
+// chances to be timed outside one. A slow device stays slow in every round.
 inline constexpr int kThroughputRounds = 3;
 inline constexpr int kConfirmRounds = 12;
 inline constexpr int kThroughputRepsPerRound = 2;

@@ -16,11 +16,11 @@ std::string rank_file(const std::string& dir, int rank);
 std::string work_file(const std::string& dir, int rank);
 std::string log_file(const std::string& dir, int rank);
 
-// The ranks' barriers are files: .<what>_<rank> in the folder. wait_markers waits
-// for those of ranks [first, end) and says whether they all came within timeout_s.
+// The ranks' barriers are files: .<what>_<rank> in the folder (marker_path; a
+// decision's marker holds the decision). wait_markers waits for those of the ranks
+// listed and says whether they all came within timeout_s.
+std::string marker_path(const std::string& dir, const std::string& what, int rank);
 void touch_marker(const std::string& dir, const char* what, int rank);
-bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s);
-// The same for the ranks listed.
 bool wait_markers(const std::string& dir, const char* what, const std::vector<int>& ranks, double timeout_s);
 
 // A rank's throughputs are timed in rounds of kThroughputRepsPerRound repetitions

@@ -92,26 +92,23 @@ std::string work_file(const std::string& dir, int rank) {
 }
 std::string log_file(const std::string& dir, int rank) { return (fs::path(dir) / fmt::format("rank_{}.log", rank)).string(); }
 
+std::string marker_path(const std::string& dir, const std::string& what, int rank) {
+  return (fs::path(dir) / fmt::format(".{}_{}", what, rank)).string();
+}
+
 void touch_marker(const std::string& dir, const char* what, int rank) {
-  std::ofstream(fs::path(dir) / fmt::format(".{}_{}", what, rank)).put('\n');
+  std::ofstream(marker_path(dir, what, rank)).put('\n');
 }
 
 bool wait_markers(const std::string& dir, const char* what, const std::vector<int>& ranks, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     bool all = true;
-    for (size_t i = 0; i < ranks.size() && all; ++i)
-      all = fs::exists(fs::path(dir) / fmt::format(".{}_{}", what, ranks[i]));
+    for (size_t i = 0; i < ranks.size() && all; ++i) all = fs::exists(marker_path(dir, what, ranks[i]));
     if (all) return true;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-}
-
-bool wait_markers(const std::string& dir, const char* what, int first, int end, double timeout_s) {
-  std::vector<int> ranks;
-  for (int r = first; r < end; ++r) ranks.push_back(r);
-  return wait_markers(dir, what, ranks, timeout_s);
 }
 
 namespace {
@@ -384,7 +381,7 @@ int rank_work(const RankOptions& opt) {
       for (;;) {
         std::vector<int> missing;
         for (int r : wanted)
-          if (!fs::exists(fs::path(opt.dir) / fmt::format(".{}_{}", what, r))) missing.push_back(r);
+          if (!fs::exists(marker_path(opt.dir, what, r))) missing.push_back(r);
         if (missing.empty()) return all;
         all = false;
         live.erase(std::find(live.begin(), live.end(), missing.front()));
@@ -450,10 +447,10 @@ int rank_work(const RankOptions& opt) {
                                     : behind.empty()     ? "nobody behind"
                                     : !in_time           ? "the rounds' deadline"
                                                          : "the last round more"}};
-            write_output((fs::path(opt.dir) / fmt::format(".{}_{}", what, decider)).string(), decision.dump() + "\n");
+            write_output(marker_path(opt.dir, what, decider), decision.dump() + "\n");
           } else if (barrier(what, {decider}, deadline(round))) {
             try {
-              decision = read_json_file((fs::path(opt.dir) / fmt::format(".{}_{}", what, decider)).string(),
+              decision = read_json_file(marker_path(opt.dir, what, decider),
                                         "the fleet's decision on a round more", kMaxResultsBytes);
             } catch (const std::exception& e) {
               decision = {{"more", false}, {"stopped", std::string("its decision unreadable: ") + e.what()}};

@@ -43,14 +43,21 @@ nlohmann::json read_record(const std::string& path) {
   }
 }
 
+// Whether a file name is a rank's marker: .<what>_<rank> (marker_path).
+bool is_marker(const std::string& n) {
+  const auto us = n.rfind('_');
+  return n.size() > 2 && n[0] == '.' && us != std::string::npos && us > 1 && us + 1 < n.size() &&
+         n.find_first_not_of("0123456789", us + 1) == std::string::npos;
+}
+
 // The folder's files of an earlier fleet (records, markers, logs) go before a new
-// one starts: a record left from last time must not stand for a rank that died.
+// one starts: a record left from last time must not stand for a rank that died, nor
+// a marker (a barrier passed, a decision taken) for one that has not yet come.
 void clear_previous(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("rank_", 0) == 0 || n.rfind(".ready_", 0) == 0 || n.rfind(".timed_", 0) == 0 || n == "fleet.json" ||
-        n == "fleet.html" || n == "mpirun.log")
+    if (n.rfind("rank_", 0) == 0 || is_marker(n) || n == "fleet.json" || n == "fleet.html" || n == "mpirun.log")
       fs::remove(e.path(), ec);
   }
 }

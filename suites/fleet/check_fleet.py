@@ -82,6 +82,15 @@ def run_once(folder):
     env_extra, extra_args = SCENARIOS[scenario]
     out = os.path.join(work, folder)  # each attempt its own, kept
     junit = os.path.join(out, "junit.xml")
+    # Markers an earlier fleet in this folder could have left: a barrier passed by
+    # every rank, and rank 0's decisions to time every round more. The fleet must
+    # clear them before it starts (else the others pass that barrier at once, and
+    # follow decisions rank 0 did not take now).
+    os.makedirs(out, exist_ok=True)
+    for r in range(ranks):
+        open(os.path.join(out, f".timed_r0_{r}"), "w").write("\n")
+    for k in range(3, 3 + CONFIRM_ROUNDS + 1):
+        open(os.path.join(out, f".decide_r{k}_0"), "w").write(json.dumps({"more": True, "behind": [0]}) + "\n")
     env = dict(os.environ)
     for k in ("HEADROOM_INJECT_SDC", "HEADROOM_INJECT_SLOWDOWN", "HEADROOM_INJECT_FLEET_EXIT", "HEADROOM_INJECT_FLEET_HANG",
               "HEADROOM_INJECT_FLEET_HANG_TIMED"):

@@ -19,6 +19,7 @@ size_t comm_dtype_size(CommDType t) {
 
 double all_reduce_bus_factor(int ranks) { return ranks > 0 ? 2.0 * (ranks - 1) / ranks : 0.0; }
 double all_gather_bus_factor(int ranks) { return ranks > 0 ? static_cast<double>(ranks - 1) / ranks : 0.0; }
+double reduce_scatter_bus_factor(int ranks) { return all_gather_bus_factor(ranks); }
 
 void Communicator::all_reduce_sum(void* buf, size_t count, CommDType t) {
   do_all_reduce_sum(buf, count, t);
@@ -34,6 +35,19 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, CommDT
   ++stats_.calls;
   stats_.payload_bytes += bytes;
   stats_.bus_bytes += static_cast<double>(bytes) * all_gather_bus_factor(size());
+}
+
+void Communicator::reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) {
+  const size_t bytes = count * comm_dtype_size(t);
+  const auto* s = static_cast<const char*>(send);
+  const auto* r = static_cast<const char*>(recv);
+  HR_ARG_CHECK(r + bytes <= s || s + bytes * static_cast<size_t>(size()) <= r,
+               "reduce_scatter_sum: the send and receive buffers overlap");
+  do_reduce_scatter_sum(send, recv, count, t);
+  const uint64_t payload = bytes * static_cast<uint64_t>(size());
+  ++stats_.calls;
+  stats_.payload_bytes += payload;
+  stats_.bus_bytes += static_cast<double>(payload) * reduce_scatter_bus_factor(size());
 }
 
 void Communicator::broadcast(void* buf, size_t bytes, int root) {
@@ -59,6 +73,9 @@ class SingleCommunicator final : public Communicator {
   void do_all_reduce_sum(void*, size_t, CommDType) override {}
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     if (send != recv) std::memmove(recv, send, count * comm_dtype_size(t));
+  }
+  void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
+    std::memcpy(recv, send, count * comm_dtype_size(t));
   }
   void do_broadcast(void*, size_t, int) override {}
   void do_barrier() override {}

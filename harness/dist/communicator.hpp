@@ -1,5 +1,5 @@
 // The communicator data parallelism goes through (DESIGN.md "Across processes"):
-// rank, size, all-reduce (sum), all-gather, broadcast, barrier. Engines: a trivial
+// rank, size, all-reduce (sum), reduce-scatter (sum), all-gather, broadcast, barrier. Engines: a trivial
 // one for a single process, MPI for CPU ranks (harness/dist/mpi/, linked only into
 // the headroom-dp worker so the core library never needs libmpi) and NCCL for GPU
 // ranks (nccl_communicator.hpp, loaded at run time). Every collective counts its
@@ -20,7 +20,8 @@ size_t comm_dtype_size(CommDType t);
 // (PERFORMANCE.md there): `payload` is the message size of each call (all-reduce
 // and broadcast: the buffer; all-gather: the gathered output, N x the input), and
 // `bus` is what crosses the busiest link of a ring: all-reduce 2 (N-1)/N x payload,
-// all-gather (N-1)/N x payload, broadcast 1 x payload. One rank moves nothing over
+// all-gather and reduce-scatter (N-1)/N x payload (reduce-scatter's payload is its
+// input, N x the output), broadcast 1 x payload. One rank moves nothing over
 // a bus, so with N = 1 bus bytes are 0.
 struct CommStats {
   uint64_t calls = 0;
@@ -31,6 +32,7 @@ struct CommStats {
 // The nccl-tests bus factor of a collective at N ranks: busbw = algbw * factor.
 double all_reduce_bus_factor(int ranks);
 double all_gather_bus_factor(int ranks);
+double reduce_scatter_bus_factor(int ranks);
 
 class Communicator {
  public:
@@ -46,6 +48,9 @@ class Communicator {
   void all_reduce_sum(void* buf, size_t count, CommDType t);
   // recv (size() x count elements) receives every rank's send (count elements), in rank order.
   void all_gather(const void* send, void* recv, size_t count, CommDType t);
+  // recv (count elements) receives the sum over ranks of the rank()-th block of
+  // count elements of send (size() x count elements). send and recv do not overlap.
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t);
   // bytes of buf on `root` are copied to every rank.
   void broadcast(void* buf, size_t bytes, int root);
   void barrier();
@@ -56,15 +61,17 @@ class Communicator {
   void reset_stats() { stats_ = CommStats{}; }
   // What this rank's receive buffers were given by the collective library, counted
   // where the library is entered rather than by this class: calls and payload
-  // bytes (all-reduce and broadcast: the buffer; all-gather: N x the input; no bus
-  // bytes). The MPI engine reads MPI's profiling interface (every MPI_Allreduce,
-  // MPI_Allgather and MPI_Bcast of the process, whoever makes it); NCCL's counts at
+  // bytes (all-reduce and broadcast: the buffer; all-gather: N x the input;
+  // reduce-scatter: the output; no bus bytes). The MPI engine reads MPI's profiling
+  // interface (every MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block and
+  // MPI_Bcast of the process, whoever makes it); NCCL's counts at
   // each NCCL call; the single engine receives nothing.
   virtual CommStats library_received() const { return {}; }
 
  protected:
   virtual void do_all_reduce_sum(void* buf, size_t count, CommDType t) = 0;
   virtual void do_all_gather(const void* send, void* recv, size_t count, CommDType t) = 0;
+  virtual void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) = 0;
   virtual void do_broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void do_barrier() = 0;
 

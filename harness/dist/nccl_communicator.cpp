@@ -42,6 +42,7 @@ struct NcclApi {
   int version = 0;  // the loaded library's NCCL_VERSION_CODE
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
 };
@@ -68,6 +69,7 @@ const NcclApi& nccl() {
     api.get_version = reinterpret_cast<decltype(api.get_version)>(sym("ncclGetVersion"));
     api.all_reduce = reinterpret_cast<decltype(api.all_reduce)>(sym("ncclAllReduce"));
     api.all_gather = reinterpret_cast<decltype(api.all_gather)>(sym("ncclAllGather"));
+    api.reduce_scatter = reinterpret_cast<decltype(api.reduce_scatter)>(sym("ncclReduceScatter"));
     api.broadcast = reinterpret_cast<decltype(api.broadcast)>(sym("ncclBroadcast"));
     api.error_string = reinterpret_cast<decltype(api.error_string)>(sym("ncclGetErrorString"));
     if (!api.error.empty()) return;
@@ -157,6 +159,10 @@ class NcclCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
+  }
+  void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
+    ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
+    receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
     ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");

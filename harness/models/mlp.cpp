@@ -263,7 +263,7 @@ LossValue MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt,
   CheckpointPolicy policy = opt.checkpoint;
   // Forward only: a single checkpointed segment that is never run backward keeps nothing.
   if (!backward) policy.every_k_blocks = int64_t{1} << 40;
-  CheckpointedStack stack(*this, policy);
+  CheckpointedStack stack(*this, policy, opt.hooks);
   Tensor xL = stack.forward(x0, *opt.rng);
 
   const size_t last = static_cast<size_t>(L - 1);
@@ -304,6 +304,25 @@ LossValue MlpModel::run(const Batch& mb, const LossSpec& loss, PassOptions& opt,
   stack.backward(dxL, false);
   stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
+}
+
+std::vector<int64_t> MlpModel::param_blocks() const {
+  // Block l is layer l's linear map, its norm and its adapters; the last layer is
+  // the head, outside the blocks.
+  std::vector<int64_t> out(params_.size(), -1);
+  auto mark = [&](int index, int64_t block) {
+    if (index >= 0) out[static_cast<size_t>(index)] = block;
+  };
+  for (int64_t l = 0; l < num_blocks(); ++l) {
+    const size_t i = static_cast<size_t>(l);
+    mark(w_[i], l);
+    mark(b_[i], l);
+    mark(gamma_[i], l);
+    mark(beta_[i], l);
+    if (i < la_.size()) mark(la_[i], l);
+    if (i < lb_.size()) mark(lb_[i], l);
+  }
+  return out;
 }
 
 LossValue MlpModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {

@@ -41,6 +41,7 @@ class MlpModel final : public Model, private BlockStack {
   LossValue forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
   int64_t loss_items(const Batch& mb) const override;
   int64_t num_blocks() const override { return cfg_.layers - 1; }
+  std::vector<int64_t> param_blocks() const override;
   std::vector<std::pair<std::string, Tensor>> buffers() const override;
 
   // BatchNorm running statistics of block i (fp32 [W]); undefined without BatchNorm.

@@ -41,6 +41,9 @@ struct PassOptions {
   // Called by the transformer's passes with the micro-batch's logits [B*T, V] once
   // computed (LR-2 compares them). Empty: not called.
   std::function<void(const Tensor& logits)> on_logits;
+  // Called around each block's forward and backward by the checkpoint driver
+  // (a sharded step's gathers and reductions); nullptr: none.
+  PassHooks* hooks = nullptr;
 };
 
 class Model {
@@ -63,6 +66,10 @@ class Model {
   virtual int64_t loss_items(const Batch& mb) const = 0;
   // Blocks the checkpoint policy cuts into segments.
   virtual int64_t num_blocks() const = 0;
+  // For each parameter (params().all() order) the block whose forward and backward
+  // alone read it and write its gradient, or -1 for one the model uses outside its
+  // blocks (embeddings, the head): what a sharded step gathers per block.
+  virtual std::vector<int64_t> param_blocks() const = 0;
 
   // Non-parameter state (BatchNorm running statistics), by name; empty otherwise.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() const { return {}; }

@@ -324,7 +324,7 @@ LossValue TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptio
   if (!backward) policy.every_k_blocks = 0;
   // Forward only: a stack that keeps nothing. Implemented by a checkpointed run
   // (every block is then a temporary) that is never run backward.
-  CheckpointedStack stack(*this, backward ? policy : CheckpointPolicy{int64_t{1} << 40});
+  CheckpointedStack stack(*this, backward ? policy : CheckpointPolicy{int64_t{1} << 40}, opt.hooks);
   Tensor xL = stack.forward(x0.reshape({N, C}), *opt.rng);
 
   const Consumer a = backward ? Consumer::activations : Consumer::workspace;
@@ -369,6 +369,17 @@ LossValue TransformerModel::run(const Batch& mb, const LossSpec& loss, PassOptio
     ops::embedding_backward(mb.ids, mb.pos, dx0.reshape({B_, T_, C}), P(wte_).grad, P(wpe_).grad, host_ids);
   stack.add_forward_counts_to(opt.segment_forward_counts);
   return value;
+}
+
+std::vector<int64_t> TransformerModel::param_blocks() const {
+  std::vector<int64_t> out(params_.size(), -1);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const BlockParams& b = blocks_[l];
+    for (int i : {b.ln1_w, b.ln1_b, b.q_w, b.q_b, b.k_w, b.k_b, b.v_w, b.v_b, b.o_w, b.o_b, b.ln2_w, b.ln2_b, b.fc_w,
+                  b.fc_b, b.proj_w, b.proj_b, b.q_la, b.q_lb, b.v_la, b.v_lb})
+      if (i >= 0) out[static_cast<size_t>(i)] = static_cast<int64_t>(l);
+  }
+  return out;
 }
 
 LossValue TransformerModel::forward_backward(const Batch& mb, const LossSpec& loss, PassOptions& opt) {

@@ -58,6 +58,7 @@ class TransformerModel final : public Model, private BlockStack {
   LossValue forward_loss(const Batch& mb, const LossSpec& loss, PassOptions& opt) override;
   int64_t loss_items(const Batch& mb) const override;
   int64_t num_blocks() const override { return cfg_.layers; }
+  std::vector<int64_t> param_blocks() const override;
 
  private:
   struct BlockParams {

@@ -54,8 +54,10 @@ std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& ba
     HR_ARG_CHECK(c.is_object(), "{}: expected an object, got {}", at, c.type_name());
     for (const auto& [k, v] : c.items())
       HR_ARG_CHECK(k == "name" || k == "memory_gib" || k == "price_per_hour" || k == "tokens_per_s" || k == "results" ||
-                       k == "note",
-                   "{}.{}: unknown key (expected name, memory_gib, price_per_hour, tokens_per_s, results, note)", at, k);
+                       k == "note" || k == "count" || k == "bus_gbps",
+                   "{}.{}: unknown key (expected name, memory_gib, price_per_hour, tokens_per_s, results, count, "
+                   "bus_gbps, note)",
+                   at, k);
     Card card;
     auto name = c.find("name");
     HR_ARG_CHECK(name != c.end() && name->is_string() && !name->get<std::string>().empty(),
@@ -79,6 +81,15 @@ std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& ba
     }
     HR_ARG_CHECK(card.tokens_per_s || !card.results_path.empty(),
                  "{}: needs a throughput: tokens_per_s (stated) or results (a results.json measured on it)", at);
+    if (auto n = c.find("count"); n != c.end()) {
+      HR_ARG_CHECK(n->is_number_integer() && n->get<int64_t>() >= 1 && n->get<int64_t>() <= 65536,
+                   "{}.count: expected a whole number of cards from 1 to 65536, got {}", at, n->dump());
+      card.count = n->get<int64_t>();
+    }
+    if (auto b = c.find("bus_gbps"); b != c.end()) card.bus_gbps = positive_number(*b, at + ".bus_gbps", 1e-3, 1e5);
+    HR_ARG_CHECK(card.count == 1 || card.bus_gbps,
+                 "{}: {} cards need bus_gbps (their collectives' bus bandwidth in GB/s, e.g. BM-DP's busbw)", at,
+                 card.count);
     out.push_back(std::move(card));
   }
   return out;
@@ -137,12 +148,19 @@ TimeFactors factors_from_results(const std::string& path) {
 
 namespace {
 
-size_t predicted_peak(const StepConfig& cfg) { return predict_memory(cfg, BackendKind::cuda).total_peak; }
+// The whole step's configuration of one rank's share (the global batch, for predict_sharded).
+StepConfig global_of(const StepConfig& rank_cfg, int64_t ranks) {
+  StepConfig g = rank_cfg;
+  g.batch = rank_cfg.batch * ranks;
+  return g;
+}
+
+size_t predicted_peak(const StepConfig& cfg, int64_t ranks) { return predicted_peak_per_card(cfg, ranks); }
 
 // The largest micro-batch dividing cfg.batch whose predicted peak fits; 1 when none
 // does. Only divisors are tried (found up to sqrt(batch)), and only those that make
 // at most kMaxAccumSteps micro-batches: bounded work at any batch validate() allows.
-StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable) {
+StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable, int64_t ranks) {
   std::vector<int64_t> divisors;
   for (int64_t a = 1; a * a <= cfg.batch; ++a)
     if (cfg.batch % a == 0) {
@@ -155,13 +173,36 @@ StepConfig largest_fitting_micro_batch(StepConfig cfg, size_t usable) {
     if (cfg.batch / m > kMaxAccumSteps) break;
     smallest = m;
     cfg.micro_batch = m;
-    if (predicted_peak(cfg) <= usable) return cfg;
+    if (predicted_peak(cfg, ranks) <= usable) return cfg;
   }
   cfg.micro_batch = smallest;
   return cfg;
 }
 
 }  // namespace
+
+size_t predicted_peak_per_card(const StepConfig& cfg, int64_t ranks) {
+  StepConfig plain = cfg;
+  plain.sharding = Sharding::none;
+  const MemoryPrediction m = predict_memory(plain, BackendKind::cuda);
+  if (cfg.sharding == Sharding::none || ranks <= 1) return m.total_peak;
+  const ShardedPrediction s = predict_sharded(global_of(cfg, ranks), ranks);
+  // The unsharded static consumers replaced by the sharded ones at their peaks.
+  return m.total_peak - std::min(m.total_peak, m.static_bytes()) + s.weights_peak + s.gradients_peak + s.optimizer_state;
+}
+
+double bus_bytes_per_step(const StepConfig& cfg, int64_t ranks) {
+  if (ranks <= 1) return 0;
+  const double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  if (cfg.sharding == Sharding::none) {
+    double trainable = 0;
+    for (int64_t n : trainable_tensor_sizes(cfg)) trainable += static_cast<double>(n);
+    return trainable * 4 * 2 * share;  // one all-reduce of fp32 gradients per window
+  }
+  const ShardedPrediction s = predict_sharded(global_of(cfg, ranks), ranks);
+  const double param_bytes = cfg.sharding == Sharding::zero3 ? static_cast<double>(dtype_size(cfg.precision.compute)) : 4;
+  return (s.gradient_elements * 4 + s.parameter_elements * param_bytes) * share;
+}
 
 namespace {
 
@@ -180,6 +221,9 @@ void switch_on(StepConfig& c, const std::string& key) {
   }
   if (key == "checkpointing") c.checkpoint.every_k_blocks = 1;
   if (key == "adamw8bit") c.optimizer.kind = OptimizerKind::adamw8bit;
+  if (key == "zero1") c.sharding = Sharding::zero1;
+  if (key == "zero2") c.sharding = Sharding::zero2;
+  if (key == "zero3") c.sharding = Sharding::zero3;
   if (key == "lora" && c.adapters.kind == AdapterKind::none) {
     c.adapters.kind = AdapterKind::lora;
     c.adapters.rank = 8;
@@ -198,14 +242,16 @@ std::string spell_out(const Option& o) {
                        : k == "checkpointing" ? "checkpointing every block"
                        : k == "adamw8bit"     ? "8-bit AdamW"
                        : k == "lora"          ? fmt::format("LoRA rank {} (adapters only)", o.cfg.adapters.rank)
+                       : k.rfind("zero", 0) == 0 ? fmt::format("ZeRO-{} over {} cards", k.substr(4), o.ranks)
                                               : k;
     s += (s.empty() ? "" : ", ") + part;
   }
   return s.empty() ? "as given" : s;
 }
 
-std::vector<Option> options_for(const StepConfig& given, size_t usable) {
+std::vector<Option> options_for(const StepConfig& given, size_t usable, int64_t ranks) {
   validate(given);
+  HR_ARG_CHECK(ranks >= 1, "options_for: {} ranks", ranks);
   std::vector<Option> out;
   auto add = [&](std::string key, std::string technique, const StepConfig& c, std::vector<std::string> techniques) {
     validate(c);
@@ -223,7 +269,8 @@ std::vector<Option> options_for(const StepConfig& given, size_t usable) {
     o.technique = std::move(technique);
     o.techniques = std::move(techniques);
     o.cfg = c;
-    o.peak_bytes = predicted_peak(c);
+    o.ranks = ranks;
+    o.peak_bytes = predicted_peak(c, ranks);
     o.fits = o.peak_bytes <= usable;
     out.push_back(std::move(o));
   };
@@ -238,36 +285,48 @@ std::vector<Option> options_for(const StepConfig& given, size_t usable) {
     on.push_back("seq_padding");
     add("seq_padding", "+ memory-efficient attention (sequence length)", c, on);
   }
-  c = largest_fitting_micro_batch(c, usable);
+  c = largest_fitting_micro_batch(c, usable, ranks);
   on.push_back("accumulation");
   add("accumulation", fmt::format("+ accumulation ({})", micro_batches(c)), c, on);
   for (const auto& [key, words] : {std::pair<const char*, const char*>{"checkpointing", "+ checkpointing every block"},
                                    {"adamw8bit", "+ 8-bit AdamW"}, {"lora", "+ LoRA r8"}}) {
     switch_on(c, key);
     on.push_back(key);
-    c = largest_fitting_micro_batch(c, usable);
+    c = largest_fitting_micro_batch(c, usable, ranks);
     add(key, fmt::format("{} ({})", words, micro_batches(c)), c, on);
   }
   // Beyond the guide's order: every other subset of the techniques, accumulation at
   // the largest micro-batch that fits (fp32 with checkpointing matters on a small card).
   std::vector<std::string> toggles{"mixed_precision", "checkpointing", "adamw8bit", "lora"};
   if (given.model == ModelKind::transformer) toggles.insert(toggles.begin() + 1, "seq_padding");
-  for (unsigned mask = 0; mask < (1u << toggles.size()); ++mask) {
-    StepConfig k = given;
-    std::vector<std::string> set;
-    bool no_op = false;  // a technique the configuration already has: that subset is another's
-    for (size_t t = 0; t < toggles.size(); ++t)
-      if (mask & (1u << t)) {
-        const nlohmann::json before = k;
-        switch_on(k, toggles[t]);
-        no_op = no_op || nlohmann::json(k) == before;
-        set.push_back(toggles[t]);
+  // With several cards, each combination also under each ZeRO stage the sharded
+  // step runs (AdamW or SGD state, no adapters).
+  std::vector<std::string> stages{""};
+  if (ranks > 1 && given.sharding == Sharding::none) stages.insert(stages.end(), {"zero1", "zero2", "zero3"});
+  for (const std::string& stage : stages)
+    for (unsigned mask = 0; mask < (1u << toggles.size()); ++mask) {
+      StepConfig k = given;
+      std::vector<std::string> set;
+      bool no_op = false;  // a technique the configuration already has: that subset is another's
+      for (size_t t = 0; t < toggles.size(); ++t)
+        if (mask & (1u << t)) {
+          const nlohmann::json before = k;
+          switch_on(k, toggles[t]);
+          no_op = no_op || nlohmann::json(k) == before;
+          set.push_back(toggles[t]);
+        }
+      if (no_op) continue;
+      if (!stage.empty()) {
+        if (k.adapters.kind != AdapterKind::none ||
+            (k.optimizer.kind != OptimizerKind::adamw && k.optimizer.kind != OptimizerKind::sgd))
+          continue;
+        switch_on(k, stage);
+        set.push_back(stage);
       }
-    if (no_op) continue;
-    k = largest_fitting_micro_batch(k, usable);
-    add("search", "", k, set);
-    if (out.back().key == "search" && out.back().technique.empty()) out.back().technique = spell_out(out.back());
-  }
+      k = largest_fitting_micro_batch(k, usable, ranks);
+      add("search", "", k, set);
+      if (out.back().key == "search" && out.back().technique.empty()) out.back().technique = spell_out(out.back());
+    }
   // The guide's rows are the combinations they are: a search row equal to one is dropped.
   std::vector<Option> kept;
   for (const Option& o : out) {
@@ -291,7 +350,16 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
     CardPlan cp;
     cp.card = card;
     cp.usable_bytes = static_cast<size_t>(static_cast<double>(card.memory_bytes()) * (1.0 - in.headroom_fraction));
-    cp.options = options_for(in.cfg, cp.usable_bytes);
+    // Several cards: each takes batch / count rows (the micro-batch as given, or the
+    // share when it is larger).
+    StepConfig share = in.cfg;
+    if (card.count > 1) {
+      HR_ARG_CHECK(in.cfg.batch % card.count == 0, "{}: a batch of {} rows does not split over {} cards", card.name,
+                   in.cfg.batch, card.count);
+      share.batch = in.cfg.batch / card.count;
+      if (share.batch % share.micro_batch != 0) share.micro_batch = share.batch;
+    }
+    cp.options = options_for(share, cp.usable_bytes, card.count);
     // MEM-2's practical test, on the model: micro-batch 1 and a short sequence.
     StepConfig small = in.cfg;
     small.batch = small.micro_batch = 1;
@@ -299,7 +367,7 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
     if (cp.options.front().fits) {
       cp.bound = "fits as given";
       cp.helps = "none needed";
-    } else if (predicted_peak(small) > cp.usable_bytes) {
+    } else if (predicted_peak(small, 1) > cp.usable_bytes) {
       cp.bound = "weights, gradients and optimizer state";
       cp.helps = "8-bit optimizer, LoRA (or a bigger card); accumulation and checkpointing cannot help";
     } else {
@@ -323,9 +391,13 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
         auto f = tf.factor.find(o.key);
         o.time_factor = f != tf.factor.end() ? f->second : (i > 0 ? cp.options[i - 1].time_factor : 1.0);
       }
+      // Several cards: each computes its share at its throughput, then the
+      // collectives at the bus bandwidth, not overlapped (an upper bound).
+      if (card.count > 1) o.comm_s = bus_bytes_per_step(o.cfg, card.count) / (*card.bus_gbps * 1e9);
       if (cp.tokens_per_s) {
-        o.step_time_s = tokens_per_step / *cp.tokens_per_s * o.time_factor;
-        o.cost_per_million_tokens = card.price_per_hour / 3600.0 * o.step_time_s / tokens_per_step * 1e6;
+        o.step_time_s = tokens_per_step / static_cast<double>(card.count) / *cp.tokens_per_s * o.time_factor + o.comm_s;
+        o.cost_per_million_tokens = card.price_per_hour * static_cast<double>(card.count) / 3600.0 * o.step_time_s /
+                                    tokens_per_step * 1e6;
       }
     }
     // The cheapest that fits and trains the whole model; LoRA only when nothing else fits.
@@ -383,7 +455,8 @@ void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg,
     const CardPlan& p = plans[i];
     Row r;
     r.card = (static_cast<int>(i) == cheapest ? "* " : "  ") + p.card.name;
-    r.memory = fmt::format("{:.4g} GiB", p.card.memory_gib);
+    r.memory = p.card.count > 1 ? fmt::format("{} x {:.4g} GiB", p.card.count, p.card.memory_gib)
+                                : fmt::format("{:.4g} GiB", p.card.memory_gib);
     r.bound = p.bound;
     if (p.chosen >= 0) {
       const Option& o = p.options[static_cast<size_t>(p.chosen)];
@@ -401,10 +474,11 @@ void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg,
   }
   const auto line = [&](const std::string& card, const std::string& memory, const std::string& bound,
                         const std::string& peak, const std::string& step, const std::string& cost) {
-    out << fmt::format("{:<{}}  {:>11}  {:<{}}  {:>9}  {:>8}  {:>9}\n", card, w_card, memory, bound, w_bound, peak,
+    out << fmt::format("{:<{}}  {:>16}  {:<{}}  {:>9}  {:>8}  {:>9}\n", card, w_card, memory, bound, w_bound, peak,
                        step, cost);
   };
   line("  card", "memory", "bound (MEM-2)", "peak GiB", "step s", "$ / Mtok");
+  bool several = false;
   for (const Row& r : rows) line(r.card, r.memory, r.bound, r.peak, r.step, r.cost);
   for (const std::string& l : wrap_text("\nthe cheapest that fits, per card (every combination of the techniques "
                                         "searched, each micro-batch the largest dividing the batch that fits):",
@@ -443,6 +517,15 @@ void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg,
         out << l << "\n";
       break;
     }
+  for (const CardPlan& p : plans) several = several || p.card.count > 1;
+  if (several)
+    for (const std::string& l :
+         wrap_text("several cards: peak GiB is per card (each takes its share of the batch); their step adds the "
+                   "collectives at the stated bus bandwidth, not overlapped with compute, and their cost counts every "
+                   "card; ZeRO stages from the sharded memory model (predict_sharded), their weights, gradients and "
+                   "optimizer-state peaks added as if at once",
+                   kConsoleColumns, 2))
+      out << l << "\n";
   if (!cards_note.empty())
     for (const std::string& l : wrap_text("cards: " + cards_note, kConsoleColumns, 2)) out << l << "\n";
   for (const std::string& l : wrap_text("not modelled: packing (the memory model takes full rows of seq_len tokens; "
@@ -465,6 +548,8 @@ nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput&
     c["memory_bytes"] = p.card.memory_bytes();
     c["usable_bytes"] = p.usable_bytes;
     c["price_per_hour"] = p.card.price_per_hour;
+    c["count"] = p.card.count;
+    c["bus_gbps"] = p.card.bus_gbps ? nlohmann::json(*p.card.bus_gbps) : nlohmann::json(nullptr);
     c["tokens_per_s"] = p.tokens_per_s ? nlohmann::json(*p.tokens_per_s) : nlohmann::json(nullptr);
     c["time_factors_from"] = p.time_source;
     c["bound"] = p.bound;
@@ -478,6 +563,9 @@ nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput&
                               {"technique", o.technique},
                               {"techniques", o.techniques},
                               {"micro_batch", o.cfg.micro_batch},
+                              {"rows_per_card", o.cfg.batch},
+                              {"sharding", sharding_name(o.cfg.sharding)},
+                              {"comm_s", o.comm_s},
                               {"accum_steps", o.cfg.accum_steps()},
                               {"predicted_peak_bytes", o.peak_bytes},
                               {"fits", o.fits},

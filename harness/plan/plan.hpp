@@ -24,13 +24,19 @@ namespace hr::plan {
 struct Card {
   std::string name;
   double memory_gib = 0;
+  // Cards training as one data-parallel group (one rank each, the batch split over
+  // them), and the bus bandwidth of their collectives (GB/s, as nccl-tests' busbw
+  // reports it: BM-DP measures it), which their communication time is estimated from.
+  int64_t count = 1;
+  std::optional<double> bus_gbps;
   double price_per_hour = 0;               // an input, not a fact (prices change)
   std::optional<double> tokens_per_s;      // stated: tokens/s of the configuration as given
   std::string results_path;                // or measured: a results.json from that card (TRADE rows)
   size_t memory_bytes() const;
 };
 
-// Reads {"cards": [{"name", "memory_gib", "price_per_hour", "tokens_per_s" | "results"}], ...}
+// Reads {"cards": [{"name", "memory_gib", "price_per_hour", "tokens_per_s" | "results",
+// ["count", "bus_gbps"]}], ...}
 // strictly: an unknown key, a missing or mistyped field throws InvalidArgument naming the
 // JSON path ("cards[2].memory_gib: expected a positive number, got -3"). A relative
 // results path is taken from base_dir (the cards file's folder).
@@ -60,8 +66,10 @@ struct Option {
   // The techniques applied, by TRADE key (mixed_precision, seq_padding, accumulation,
   // checkpointing, adamw8bit, lora), in the guide's order.
   std::vector<std::string> techniques;
-  StepConfig cfg;
-  size_t peak_bytes = 0;  // predicted total peak (memory model, CUDA backend)
+  StepConfig cfg;         // per rank: batch is the rows one card takes (cfg.sharding: its ZeRO stage)
+  int64_t ranks = 1;      // the card's count
+  size_t peak_bytes = 0;  // predicted total peak per card (memory model, CUDA backend)
+  double comm_s = 0;      // the step's collectives at the card's bus bandwidth (0 on one card)
   bool fits = false;
   double time_factor = 1;
   double step_time_s = 0;           // predicted; 0 without a throughput
@@ -96,8 +104,17 @@ struct PlanInput {
 // The cumulative combinations for one card (accumulation and later rows take the
 // largest micro-batch dividing the batch that fits `usable_bytes`), then the other
 // combinations of the techniques (fp32 with checkpointing, 8-bit state without
-// mixed precision, ...), each once.
-std::vector<Option> options_for(const StepConfig& cfg, size_t usable_bytes);
+// mixed precision, ...), each once. With ranks > 1, cfg is one rank's share (batch =
+// its rows), and every combination the sharded step runs (AdamW or SGD, no LoRA) is
+// also searched under ZeRO-1, ZeRO-2 and ZeRO-3, its peak per card from the sharded
+// memory model (predict_sharded) in place of the unsharded weights, gradients and
+// optimizer state (their peaks added as if at once: an upper bound).
+std::vector<Option> options_for(const StepConfig& cfg, size_t usable_bytes, int64_t ranks = 1);
+// Per card: the predicted total peak of one rank's share `cfg` at `ranks` cards.
+size_t predicted_peak_per_card(const StepConfig& cfg, int64_t ranks);
+// Bytes one rank's step moves over the busiest link at `ranks` cards: all-reduced
+// fp32 gradients (sharding none) or the ZeRO stage's reduce-scatters and all-gathers.
+double bus_bytes_per_step(const StepConfig& cfg, int64_t ranks);
 // "bf16 mixed precision, memory-efficient attention, accumulation (8 micro-batches of 2 rows)".
 std::string spell_out(const Option& o);
 

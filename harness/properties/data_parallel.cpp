@@ -20,6 +20,7 @@
 #include "harness/data/synthetic.hpp"
 #include "harness/dist/dp_step.hpp"
 #include "harness/properties/accum_support.hpp"
+#include "harness/properties/dp_support.hpp"
 #include "harness/tolerances.hpp"
 
 namespace hr::props {
@@ -29,27 +30,6 @@ using dist::Communicator;
 using dist::DataParallelStep;
 using dist::DpFault;
 using dist::DpSync;
-
-// Every rank's values, gathered in rank order (all-gather is a copy, so doubles
-// travel bit for bit as pairs of fp32 words, through any engine).
-std::vector<double> gather_doubles(Communicator& comm, Device& dev, const std::vector<double>& mine) {
-  std::vector<float> send(mine.size() * 2), recv;
-  std::memcpy(send.data(), mine.data(), mine.size() * sizeof(double));
-  dist::all_gather_host(comm, dev, send, recv);
-  std::vector<double> out(mine.size() * static_cast<size_t>(comm.size()));
-  std::memcpy(out.data(), recv.data(), out.size() * sizeof(double));
-  return out;
-}
-
-// The largest value over ranks; NaN when any rank has one.
-double max_over_ranks(Communicator& comm, Device& dev, double v) {
-  double m = 0;
-  for (double x : gather_doubles(comm, dev, {v})) {
-    if (std::isnan(x)) return NAN;
-    m = std::max(m, x);
-  }
-  return m;
-}
 
 enum class Rows { full, padded };
 
@@ -337,40 +317,6 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
   }
 }
 
-// Per-consumer bytes a variant added on this rank: held after its steps (current)
-// and its high-water mark, both above what was held before it was built.
-MemorySnapshot held_since(const MemorySnapshot& before, const MemorySnapshot& after) {
-  MemorySnapshot d;
-  for (int i = 0; i < kNumConsumers; ++i) {
-    d.current_bytes[i] = after.current_bytes[i] - std::min(after.current_bytes[i], before.current_bytes[i]);
-    d.peak_bytes[i] = after.peak_bytes[i] - std::min(after.peak_bytes[i], before.current_bytes[i]);
-  }
-  d.total_current_bytes = after.total_current_bytes - std::min(after.total_current_bytes, before.total_current_bytes);
-  d.total_peak_bytes = after.total_peak_bytes - std::min(after.total_peak_bytes, before.total_current_bytes);
-  return d;
-}
-
-void mem_points(Device& dev, Communicator& comm, const char* model, const char* variant, const MemorySnapshot& mine,
-                DpOutput& out) {
-  std::vector<double> v;
-  for (int i = 0; i < kNumConsumers; ++i) v.push_back(static_cast<double>(mine.current_bytes[i]));
-  for (int i = 0; i < kNumConsumers; ++i) v.push_back(static_cast<double>(mine.peak_bytes[i]));
-  v.push_back(static_cast<double>(mine.total_peak_bytes));
-  const std::vector<double> all = gather_doubles(comm, dev, v);
-  for (int r = 0; r < comm.size(); ++r) {
-    SweepPoint p = sweep_point("DP-MEM", dev, DType::f32, model,
-                               {{"ranks", comm.size()}, {"rank", r}, {"optimizer", variant}, {"engine", comm.engine()}});
-    const double* x = all.data() + static_cast<size_t>(r) * v.size();
-    for (int i = 0; i < kNumConsumers; ++i) {
-      p.memory.current_bytes[i] = static_cast<size_t>(x[i]);
-      p.memory.peak_bytes[i] = static_cast<size_t>(x[kNumConsumers + i]);
-      p.memory.total_current_bytes += p.memory.current_bytes[i];
-    }
-    p.memory.total_peak_bytes = static_cast<size_t>(x[2 * kNumConsumers]);
-    out.points.push_back(std::move(p));
-  }
-}
-
 size_t count_mismatches(const NamedValues& a, const NamedValues& b) {
   size_t n = 0;
   for (size_t t = 0; t < a.size(); ++t)
@@ -408,7 +354,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
         dp.local().params().sync_compute();
         unsharded.push_back(parameter_values(dp.local()));
       }
-      if (record_points) mem_points(dev, comm, c.model, "adamw", held_since(before, dev.memory().snapshot()), out);
+      if (record_points) mem_points(dev, comm, c.model, DType::f32, {{"optimizer", "adamw"}}, held_since(before, dev.memory().snapshot()), out);
     }
 
     // ZeRO-1, correct and broken.
@@ -465,7 +411,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
       if (v.fault != dist::ZeroFault::none) continue;
 
       if (record_points) {
-        mem_points(dev, comm, c.model, "adamw_zero1", held_since(before, dev.memory().snapshot()), out);
+        mem_points(dev, comm, c.model, DType::f32, {{"optimizer", "adamw_zero1"}}, held_since(before, dev.memory().snapshot()), out);
         int64_t params = zero.total_elements();
         out.points.push_back(comm_point(comm, dev, c.model, "zero1_step", dp.local().config().accum_steps(),
                                         step_grads, step_comm, params));
@@ -532,14 +478,24 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
 
 }  // namespace
 
-DpOutput dp_properties(Device& dev, Communicator& comm, Preset preset, uint64_t seed) {
+DpPart parse_dp_part(const std::string& s) {
+  if (s == "all") return DpPart::all;
+  if (s == "data_parallel") return DpPart::data_parallel;
+  if (s == "sharding") return DpPart::sharding;
+  throw InvalidArgument(fmt::format("--part: '{}' (expected all, data_parallel or sharding)", s));
+}
+
+DpOutput dp_properties(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpPart part) {
   HR_ARG_CHECK(kEffectiveBatch % (2 * comm.size()) == 0, "DP: {} ranks do not divide the batch of {} into K >= 2",
                comm.size(), kEffectiveBatch);
   DpOutput out;
-  const Reference padded_ref = reference(dev, kCases[2], preset, seed);
-  dp1_dp4(dev, comm, preset, seed, padded_ref, out);
-  dp2(dev, comm, preset, padded_ref, out);
-  dp3(dev, comm, preset, seed, out, true);
+  if (part != DpPart::sharding) {
+    const Reference padded_ref = reference(dev, kCases[2], preset, seed);
+    dp1_dp4(dev, comm, preset, seed, padded_ref, out);
+    dp2(dev, comm, preset, padded_ref, out);
+    dp3(dev, comm, preset, seed, out, true);
+  }
+  if (part != DpPart::data_parallel) dp_sharding(dev, comm, preset, seed, out);
   return out;
 }
 

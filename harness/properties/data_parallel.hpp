@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "harness/dist/communicator.hpp"
@@ -21,8 +22,14 @@ struct DpOutput {
   std::vector<SweepPoint> points;
 };
 
-// DP-1..DP-4 at one seed on comm.size() ranks.
-DpOutput dp_properties(Device& dev, dist::Communicator& comm, Preset preset, uint64_t seed);
+// Which of them: DP-1..DP-4 with ZeRO-1's Zero1AdamW (data_parallel), the sharded
+// step's DP-3 setting, DP-5, DP-6 and their DP-MEM and DP-COMM rows (sharding), or both.
+enum class DpPart : uint8_t { all, data_parallel, sharding };
+DpPart parse_dp_part(const std::string& s);  // "all" | "data_parallel" | "sharding"
+
+// DP-1..DP-6 at one seed on comm.size() ranks.
+DpOutput dp_properties(Device& dev, dist::Communicator& comm, Preset preset, uint64_t seed,
+                       DpPart part = DpPart::all);
 
 // BM-DP: all-reduce time, algbw and busbw against message size, and the
 // data-parallel step time, at comm.size() ranks.

@@ -7,9 +7,24 @@
 
 namespace hr {
 
-CheckpointedStack::CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy)
-    : stack_(&stack), policy_(policy) {
+CheckpointedStack::CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy, PassHooks* hooks)
+    : stack_(&stack), hooks_(hooks), policy_(policy) {
   if (policy_.fault_off_checkpoints_every_block && !policy_.enabled()) policy_.every_k_blocks = 1;
+}
+
+Tensor CheckpointedStack::run_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer,
+                                      DropoutStream& rng, std::unique_ptr<BlockState>* state) {
+  if (hooks_ != nullptr) hooks_->before_block_forward(i);
+  Tensor y = stack_->block_forward(i, x, keep, recompute, out_consumer, rng, state);
+  if (hooks_ != nullptr) hooks_->after_block_forward(i);
+  return y;
+}
+
+Tensor CheckpointedStack::run_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) {
+  if (hooks_ != nullptr) hooks_->before_block_backward(i);
+  Tensor dx = stack_->block_backward(i, state, dy, need_dx);
+  if (hooks_ != nullptr) hooks_->after_block_backward(i);
+  return dx;
 }
 
 Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
@@ -31,13 +46,13 @@ Tensor CheckpointedStack::forward(const Tensor& x, DropoutStream& rng) {
       // kept. Inside a checkpointed segment, outputs are temporaries.
       const Consumer out_c = (keep || i + 1 == s.end) ? Consumer::activations : Consumer::workspace;
       std::unique_ptr<BlockState> st;
-      cur = stack_->block_forward(i, cur, keep, false, out_c, rng, keep ? &st : nullptr);
+      cur = run_forward(i, cur, keep, false, out_c, rng, keep ? &st : nullptr);
       if (keep) s.states.push_back(std::move(st));
     }
     if (first == 0 && !policy_.enabled())
       for (int64_t e = 0; e < policy_.fault_extra_block_forwards; ++e) {
         DropoutStream scratch = s.rng;
-        (void)stack_->block_forward(0, x, false, false, Consumer::workspace, scratch, nullptr);
+        (void)run_forward(0, x, false, false, Consumer::workspace, scratch, nullptr);
       }
     segments_.push_back(std::move(s));
     forward_counts_.push_back(1);
@@ -58,7 +73,7 @@ void CheckpointedStack::recompute(Segment& s) {
     for (int64_t e = 0; e < policy_.fault_extra_block_forwards; ++e) {
       DropoutStream scratch = rng;
       scratch.log = nullptr;
-      (void)stack_->block_forward(s.first, s.input, false, true, Consumer::workspace, scratch, nullptr);
+      (void)run_forward(s.first, s.input, false, true, Consumer::workspace, scratch, nullptr);
     }
   }
   if (rng.recompute_log != nullptr) rng.log = rng.recompute_log;
@@ -74,11 +89,11 @@ void CheckpointedStack::recompute(Segment& s) {
       DropoutStream scratch = rng;
       scratch.log = nullptr;
       std::unique_ptr<BlockState> leak;
-      (void)stack_->block_forward(i, cur, true, true, Consumer::workspace, scratch, &leak);
+      (void)run_forward(i, cur, true, true, Consumer::workspace, scratch, &leak);
       kept_.push_back(std::move(leak));
     }
     std::unique_ptr<BlockState> st;
-    cur = stack_->block_forward(i, cur, true, true, out_c, rng, &st);
+    cur = run_forward(i, cur, true, true, out_c, rng, &st);
     s.states.push_back(std::move(st));
   }
   if (policy_.fresh_rng_on_recompute) fresh_offset_ = rng.offset;
@@ -94,7 +109,7 @@ Tensor CheckpointedStack::backward(const Tensor& dy, bool need_dx) {
              s.states.size(), s.end - s.first);
     for (int64_t i = s.end - 1; i >= s.first; --i) {
       const bool dx_needed = need_dx || i > 0;
-      d = stack_->block_backward(i, *s.states[static_cast<size_t>(i - s.first)], d, dx_needed);
+      d = run_backward(i, *s.states[static_cast<size_t>(i - s.first)], d, dx_needed);
       s.states[static_cast<size_t>(i - s.first)].reset();  // its activations go as soon as they are used
     }
     s.states.clear();

@@ -72,10 +72,27 @@ class BlockStack {
   virtual Tensor block_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx) = 0;
 };
 
+// Called around the pieces of a pass, so that a sharded step
+// (harness/dist/sharded_step.hpp) can gather a block's parameters just before they
+// are read and reduce its gradients as soon as they are complete. The checkpoint
+// driver calls the block hooks around every block_forward (a recompute's too) and
+// every block_backward; the training step calls the pass hooks around each
+// micro-batch's forward (and backward).
+class PassHooks {
+ public:
+  virtual ~PassHooks() = default;
+  virtual void before_pass(bool backward) { (void)backward; }
+  virtual void after_pass(bool backward) { (void)backward; }
+  virtual void before_block_forward(int64_t block) { (void)block; }
+  virtual void after_block_forward(int64_t block) { (void)block; }
+  virtual void before_block_backward(int64_t block) { (void)block; }
+  virtual void after_block_backward(int64_t block) { (void)block; }
+};
+
 // One forward + backward of a block stack under a policy.
 class CheckpointedStack {
  public:
-  CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy);
+  CheckpointedStack(BlockStack& stack, const CheckpointPolicy& policy, PassHooks* hooks = nullptr);
 
   // x is kept (by reference) as the first segment's input. Returns the last
   // block's output (Consumer::activations).
@@ -97,8 +114,13 @@ class CheckpointedStack {
     std::vector<std::unique_ptr<BlockState>> states;  // per block (no checkpointing, or recomputed)
   };
   void recompute(Segment& s);
+  // stack_->block_forward / block_backward between the hooks.
+  Tensor run_forward(int64_t i, const Tensor& x, bool keep, bool recompute, Consumer out_consumer, DropoutStream& rng,
+                     std::unique_ptr<BlockState>* state);
+  Tensor run_backward(int64_t i, BlockState& state, const Tensor& dy, bool need_dx);
 
   BlockStack* stack_;
+  PassHooks* hooks_;
   CheckpointPolicy policy_;
   uint64_t fresh_offset_ = 0;  // where the broken variant draws from
   std::vector<Segment> segments_;

@@ -71,6 +71,93 @@ std::vector<int64_t> trainable_tensor_sizes(const StepConfig& cfg) {
   return sizes;
 }
 
+std::vector<int64_t> parameter_tensor_blocks(const StepConfig& cfg) {
+  std::vector<int64_t> blocks;
+  if (cfg.model == ModelKind::mlp) {
+    const MlpConfig& m = cfg.mlp;
+    // Block l: layer l's weight and bias, its norm, its adapters; the last layer outside.
+    for (int64_t l = 0; l < m.layers; ++l) blocks.insert(blocks.end(), 2, l + 1 == m.layers ? -1 : l);
+    if (m.norm != NormKind::none)
+      for (int64_t l = 0; l + 1 < m.layers; ++l) blocks.insert(blocks.end(), 2, l);
+    if (cfg.adapters.kind == AdapterKind::lora)
+      for (int64_t l = 0; l + 1 < m.layers; ++l) blocks.insert(blocks.end(), 2, l);
+    return blocks;
+  }
+  const TransformerConfig& t = cfg.transformer;
+  blocks = {-1, -1};
+  for (int64_t l = 0; l < t.layers; ++l) blocks.insert(blocks.end(), 16, l);
+  blocks.insert(blocks.end(), 3, -1);
+  if (cfg.adapters.kind == AdapterKind::lora)
+    for (int64_t l = 0; l < t.layers; ++l) blocks.insert(blocks.end(), 4, l);
+  return blocks;
+}
+
+ShardedPrediction predict_sharded(const StepConfig& cfg, int64_t ranks) {
+  HR_ARG_CHECK(cfg.sharding != Sharding::none, "predict_sharded: sharding none is the unsharded step (predict_memory)");
+  HR_ARG_CHECK(ranks >= 1 && ranks <= (int64_t{1} << 20), "predict_sharded: {} ranks", ranks);
+  HR_ARG_CHECK(cfg.adapters.kind == AdapterKind::none, "predict_sharded: adapters (LoRA) are not sharded");
+  HR_ARG_CHECK(cfg.optimizer.kind == OptimizerKind::adamw || cfg.optimizer.kind == OptimizerKind::sgd,
+               "predict_sharded: adamw or sgd, not {}", optimizer_kind_name(cfg.optimizer.kind));
+  HR_ARG_CHECK(cfg.batch % ranks == 0 && (cfg.batch / ranks) % cfg.micro_batch == 0,
+               "predict_sharded: batch {} over {} ranks in micro-batches of {}", cfg.batch, ranks, cfg.micro_batch);
+  ShardedPrediction p;
+  p.level = cfg.sharding;
+  p.ranks = ranks;
+  p.micro_batches = cfg.batch / ranks / cfg.micro_batch;
+  const std::vector<int64_t> sizes = parameter_tensor_sizes(cfg), blocks = parameter_tensor_blocks(cfg);
+  const int64_t B = cfg.model == ModelKind::mlp ? cfg.mlp.layers - 1 : cfg.transformer.layers;
+  std::vector<int64_t> unit(static_cast<size_t>(B) + 1, 0);  // P_u; the last: outside the blocks
+  for (size_t i = 0; i < sizes.size(); ++i)
+    unit[blocks[i] < 0 ? static_cast<size_t>(B) : static_cast<size_t>(blocks[i])] += sizes[i];
+  int64_t recomputed = 0;  // N S_b of the blocks a checkpointed backward gathers a third time
+  for (size_t u = 0; u < unit.size(); ++u) {
+    const int64_t S = (unit[u] + ranks - 1) / ranks, padded = std::max<int64_t>(S * ranks, 1);
+    p.parameters += unit[u];
+    p.shard += std::max<int64_t>(S, 1);
+    p.padded += padded;
+    if (u == unit.size() - 1) p.outside_padded = padded;
+    else {
+      p.largest_block_padded = std::max(p.largest_block_padded, padded);
+      if (cfg.checkpoint.enabled()) recomputed += padded;
+    }
+  }
+  const double P = static_cast<double>(p.parameters), K = static_cast<double>(p.micro_batches);
+  const size_t s = dtype_size(cfg.precision.compute);
+  const size_t copies = s == 4 ? 0 : static_cast<size_t>(p.parameters) * s;  // fp32: the masters are read
+  const size_t padded4 = static_cast<size_t>(p.padded) * 4, shard4 = static_cast<size_t>(p.shard) * 4;
+  switch (cfg.sharding) {
+    case Sharding::none: break;
+    case Sharding::zero1:
+      p.weights = p.weights_peak = padded4 + copies;
+      p.gradients = p.gradients_peak = padded4 + shard4;
+      p.gradient_elements = static_cast<double>(p.padded);
+      p.parameter_elements = static_cast<double>(p.padded);
+      p.zero_paper_elements = 2 * P;
+      break;
+    case Sharding::zero2:
+      p.weights = p.weights_peak = padded4 + copies;
+      p.gradients = shard4;
+      p.gradients_peak = shard4 + static_cast<size_t>(p.outside_padded + p.largest_block_padded) * 4;
+      p.gradient_elements = K * static_cast<double>(p.padded);
+      p.parameter_elements = static_cast<double>(p.padded);
+      p.zero_paper_elements = (K + 1) * P;
+      break;
+    case Sharding::zero3:
+      p.weights = shard4;
+      p.weights_peak = shard4 + static_cast<size_t>(p.outside_padded + p.largest_block_padded) * s;
+      p.gradients = shard4;
+      p.gradients_peak = shard4 + static_cast<size_t>(p.outside_padded + p.largest_block_padded) * 4;
+      p.gradient_elements = K * static_cast<double>(p.padded);
+      p.parameter_elements =
+          K * static_cast<double>(p.outside_padded + 2 * (p.padded - p.outside_padded) + recomputed);
+      p.zero_paper_elements = 3 * K * P;
+      break;
+  }
+  const bool adamw = cfg.optimizer.kind == OptimizerKind::adamw;
+  p.optimizer_state = adamw ? shard4 * 2 : (cfg.optimizer.sgd.momentum != 0.f ? shard4 : 0);
+  return p;
+}
+
 int64_t parameter_count(const StepConfig& cfg) {
   if (cfg.model == ModelKind::mlp) {
     const MlpConfig& m = cfg.mlp;

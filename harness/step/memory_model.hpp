@@ -72,6 +72,51 @@ std::vector<int64_t> parameter_tensor_sizes(const StepConfig& cfg);
 std::vector<int64_t> trainable_tensor_sizes(const StepConfig& cfg);
 // Parameter count of a configuration's model (no allocation).
 int64_t parameter_count(const StepConfig& cfg);
+// For each of parameter_tensor_sizes' tensors, the block whose forward and backward
+// alone use it, or -1 for one used outside the blocks (embeddings, the head).
+std::vector<int64_t> parameter_tensor_blocks(const StepConfig& cfg);
+
+// What one of N data-parallel ranks holds of the static consumers under
+// cfg.sharding (ZeRO stages, Rajbhandari et al. 2020), in the layout of
+// harness/dist/sharded_step.hpp: the trainable tensors in units (each block, then
+// the tensors outside the blocks), unit u's P_u elements padded to N x S_u,
+// S_u = ceil(P_u / N), the rank holding S_u of each. fp32 masters, fp32 gradients,
+// the compute dtype's copies; AdamW 8 or SGD with momentum 4 bytes of state per
+// element of the shard.
+//   zero1   weights   N S x 4 + P x s (16-bit copies)    gradients N S x 4 + S x 4
+//   zero2   weights   as zero1                           gradients S x 4, at the peak
+//                                                        + the outside unit's and the largest block's N S_u x 4
+//   zero3   weights   S x 4, at the peak + the outside unit and the largest block gathered, N S_u x s
+//           gradients as zero2
+// (S, N S: summed over units). Communication per step, in elements as nccl-tests
+// count payload (a reduce-scatter's input, an all-gather's output), K micro-batches
+// per rank: zero1 N S of reduce-scatter and N S of all-gather; zero2 K N S and N S;
+// zero3 K N S and K (N S_outside + 2 sum over blocks N S_b), plus a block's N S_b for
+// every recompute under checkpointing. ZeRO's analytical volumes, 2 P for zero1 and
+// zero2 and 3 P for zero3 at K = 1, are these less the padding (and, for zero3, the
+// outside unit's second gather, which FSDP's root unit skips by holding it through
+// the pass).
+struct ShardedPrediction {
+  Sharding level = Sharding::none;
+  int64_t ranks = 1, micro_batches = 1;
+  int64_t parameters = 0;      // P, trainable
+  int64_t shard = 0;           // sum of S_u: what one rank owns
+  int64_t padded = 0;          // sum of N S_u
+  int64_t outside_padded = 0;  // N S_u of the unit outside the blocks
+  int64_t largest_block_padded = 0;
+  size_t weights = 0, weights_peak = 0;
+  size_t gradients = 0, gradients_peak = 0;
+  size_t optimizer_state = 0;
+  double gradient_elements = 0;   // per step, payload
+  double parameter_elements = 0;  // per step, payload
+  // ZeRO's analytical per-step volume in elements (2 P or 3 P, times K for the
+  // per-micro-batch collectives), for comparison.
+  double zero_paper_elements = 0;
+  size_t static_bytes() const { return weights + gradients + optimizer_state; }
+};
+// InvalidArgument for sharding none, ranks < 1, adapters or another optimizer than
+// adamw or sgd (what the sharded step refuses too).
+ShardedPrediction predict_sharded(const StepConfig& cfg, int64_t ranks);
 
 // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 // Models", section 4.1): per transformer layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit,

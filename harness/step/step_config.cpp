@@ -44,6 +44,24 @@ LossNormalization parse_loss_normalization(const std::string& s) {
       "mean_div_k_plus_one or sum_div_window_items_plus_one)", s));
 }
 
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::none: return "none";
+    case Sharding::zero1: return "zero1";
+    case Sharding::zero2: return "zero2";
+    case Sharding::zero3: return "zero3";
+  }
+  return "?";
+}
+
+Sharding parse_sharding(const std::string& s) {
+  if (s == "none") return Sharding::none;
+  if (s == "zero1") return Sharding::zero1;
+  if (s == "zero2") return Sharding::zero2;
+  if (s == "zero3") return Sharding::zero3;
+  throw InvalidArgument(fmt::format("sharding: unknown sharding '{}' (expected none, zero1, zero2 or zero3)", s));
+}
+
 namespace {
 
 // Every size has a range: past it a step is not a model headroom can run (a loop
@@ -288,6 +306,7 @@ void to_json(nlohmann::json& j, const StepConfig& c) {
   j["init_seed"] = c.init_seed;
   j["dropout_seed"] = c.dropout_seed;
   j["dropout_keying"] = dropout_keying_name(c.dropout_keying);
+  j["sharding"] = sharding_name(c.sharding);
 }
 
 namespace {
@@ -375,6 +394,7 @@ std::string summary(const StepConfig& cfg) {
   s += fmt::format(", {}", optimizer_kind_name(cfg.optimizer.kind));
   if (cfg.adapters.kind == AdapterKind::lora)
     s += fmt::format(", LoRA rank {} alpha {:g} on q and v", cfg.adapters.rank, cfg.adapters.alpha);
+  if (cfg.sharding != Sharding::none) s += fmt::format(", ZeRO-{}", static_cast<int>(cfg.sharding));
   return s;
 }
 
@@ -599,6 +619,7 @@ StepConfig step_config_from_json(const nlohmann::json& j, const StepConfig& base
   // parse_dropout_keying names the field in its error.
   if (const std::string keying = get_str(j, "dropout_keying", "", ""); !keying.empty())
     c.dropout_keying = parse_dropout_keying(keying);
+  if (const std::string sh = get_str(j, "sharding", "", ""); !sh.empty()) c.sharding = parse_sharding(sh);
   // to_json writes accum_steps (derived); a file may repeat it but not contradict it.
   int64_t accum_steps = 0;
   get(j, "accum_steps", accum_steps, "");

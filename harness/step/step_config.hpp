@@ -94,6 +94,14 @@ struct AdapterConfig {
   std::string fault_grad_kept;
 };
 
+// How data parallelism shards the step's state over its ranks (ZeRO's stages;
+// harness/dist/sharded_step.hpp): none (every rank holds everything), zero1
+// (optimizer state), zero2 (and gradients), zero3 (and parameters, gathered per
+// block for its forward and its backward). A single-process TrainStep runs none only.
+enum class Sharding : uint8_t { none, zero1, zero2, zero3 };
+const char* sharding_name(Sharding s);  // "none" | "zero1" | "zero2" | "zero3"
+Sharding parse_sharding(const std::string& s);
+
 struct StepConfig {
   ModelKind model = ModelKind::transformer;
   MlpConfig mlp;
@@ -131,6 +139,7 @@ struct StepConfig {
   CheckpointPolicy checkpoint;
   OptimizerConfig optimizer;
   AdapterConfig adapters;
+  Sharding sharding = Sharding::none;
   // Wrong on purpose: kept tensors charged to workspace (MEM-1's negative controls).
   KeptLabelFault kept_label_fault = KeptLabelFault::none;
   uint64_t init_seed = 1234;    // Philox seed of the initial parameters

@@ -50,6 +50,10 @@ StepConfig running_config(const StepConfig& cfg) {
 
 TrainStep::TrainStep(Device& dev, const StepConfig& cfg)
     : dev_(&dev), cfg_(running_config(cfg)), scaler_(cfg_.precision.scaler) {
+  HR_ARG_CHECK(cfg_.sharding == Sharding::none,
+               "sharding: {} shards the step over data-parallel ranks; one process runs none (the sharded step is "
+               "harness/dist/sharded_step.hpp, run by headroom-dp)",
+               sharding_name(cfg_.sharding));
   model_ = make_model(dev, cfg_);
   optimizer_ = make_optimizer(cfg_.optimizer, model_->params());
   rng_.seed = cfg_.dropout_seed;
@@ -150,7 +154,10 @@ void TrainStep::accumulate(const Batch& batch) {
     if (cfg_.precision.overflow_fault == OverflowFault::skip_micro_batch)
       for (const Param& p : model_->params().all())
         if (p.grad.defined()) before.push_back(p.grad.to_host_f32());
+    opt.hooks = hooks_;
+    if (hooks_ != nullptr) hooks_->before_pass(true);
     losses.push_back(model_->forward_backward(micro, ls, opt));
+    if (hooks_ != nullptr) hooks_->after_pass(true);
     micro_scales_.push_back(static_cast<double>(ls.loss_scale));
     ++micro_batches_;
     if (cfg_.fault_unscale_every_micro_batch && cfg_.loss_scaling()) {
@@ -180,6 +187,14 @@ void TrainStep::accumulate(const Batch& batch) {
     }
     if (cfg_.precision.grad_accum != DType::f32) round_gradients_to(cfg_.precision.grad_accum);
   }
+}
+
+double TrainStep::take_window_loss() {
+  const double loss = window_loss();
+  pending_losses_.clear();
+  micro_batches_ = 0;
+  unscaled_ = false;
+  return loss;
 }
 
 double TrainStep::window_loss() {
@@ -328,8 +343,11 @@ double TrainStep::forward_only(const Batch& batch, const std::function<void(cons
     opt.rng = &rng_;
     opt.update_running_stats = false;
     opt.on_logits = on_logits;
+    opt.hooks = hooks_;
+    if (hooks_ != nullptr) hooks_->before_pass(false);
     losses.push_back(
         model_->forward_loss(batch.slice(static_cast<int64_t>(m) * mb, static_cast<int64_t>(m + 1) * mb), ls, opt));
+    if (hooks_ != nullptr) hooks_->after_pass(false);
   }
   double total = 0;  // read once every micro-batch is queued
   for (const LossValue& l : losses) total += l.value();

@@ -128,6 +128,13 @@ class TrainStep {
   // over real items divided by d (1: the plain sum), whatever cfg.loss_norm says.
   // 0 (the default): cfg.loss_norm decides.
   void set_loss_divisor(double d) { loss_divisor_ = d; }
+  // Hooks around every micro-batch's pass and every block's forward and backward
+  // (a sharded step's gathers and reductions, harness/dist/sharded_step.hpp);
+  // nullptr (the default): none. Not owned.
+  void set_pass_hooks(PassHooks* hooks) { hooks_ = hooks; }
+  // The window's loss (the sum of its micro-batches' losses, read back now), for a
+  // step that updates the parameters itself instead of apply(): the window ends.
+  double take_window_loss();
   int64_t steps_applied() const { return applied_; }
   int64_t steps_skipped() const { return skipped_; }
 
@@ -162,6 +169,7 @@ class TrainStep {
   bool last_skipped_ = false;
   uint64_t passes_ = 0;  // accumulate() calls: the per_sample dropout key's pass
   double loss_divisor_ = 0;
+  PassHooks* hooks_ = nullptr;
 };
 
 // Builds the model a configuration names (validates the configuration first).

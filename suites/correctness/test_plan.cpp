@@ -136,6 +136,7 @@ TEST(Plan, SampleCardsAgreeWithTheMemoryModel) {
           EXPECT_FALSE(o.fits) << o.technique;
     }
     ASSERT_GE(p.chosen, 0) << "every sample card fits the sample configuration with some technique";
+    if (p.card.count > 1) continue;  // several cards: Plan.SeveralCardsShardAndPayForTheirCollectives
     const auto& o = p.options[static_cast<size_t>(p.chosen)];
     // Rebuild the chosen combination by hand from the techniques it names.
     auto has = [&](const char* t) { return std::find(o.techniques.begin(), o.techniques.end(), t) != o.techniques.end(); };
@@ -179,6 +180,74 @@ TEST(Plan, SampleCardsAgreeWithTheMemoryModel) {
   EXPECT_EQ(std::find(pick.techniques.begin(), pick.techniques.end(), "checkpointing"), pick.techniques.end());
   for (const auto& o : small.options)
     if (o.key == "adamw8bit") EXPECT_LT(pick.cost_per_million_tokens, o.cost_per_million_tokens);
+}
+
+// Eight 24 GiB cards against one: each takes its share of the batch, the ZeRO stages
+// shard what the single card could only hold in 8 bits, the sharded rows hold less
+// per card the higher the stage, and the step pays for the collectives.
+TEST(Plan, SeveralCardsShardAndPayForTheirCollectives) {
+  plan::PlanInput in;
+  in.cfg = sample_config();
+  const json cards = json::parse(R"({"cards": [
+      {"name": "one", "memory_gib": 24, "price_per_hour": 0.8, "tokens_per_s": 20000},
+      {"name": "eight", "memory_gib": 24, "price_per_hour": 0.8, "tokens_per_s": 20000, "count": 8, "bus_gbps": 10}]})");
+  in.cards = plan::cards_from_json(cards);
+  const auto plans = plan::make_plan(in);
+  ASSERT_EQ(plans.size(), 2u);
+  ASSERT_GE(plans[0].chosen, 0);
+  ASSERT_GE(plans[1].chosen, 0);
+  const auto& one = plans[0].options[static_cast<size_t>(plans[0].chosen)];
+  const auto& eight = plans[1].options[static_cast<size_t>(plans[1].chosen)];
+  auto has = [](const plan::Option& o, const std::string& t) {
+    return std::find(o.techniques.begin(), o.techniques.end(), t) != o.techniques.end();
+  };
+  EXPECT_TRUE(has(one, "adamw8bit")) << one.technique;  // as SampleCardsAgreeWithTheMemoryModel shows
+  EXPECT_NE(eight.cfg.sharding, Sharding::none) << eight.technique;
+  EXPECT_FALSE(has(eight, "adamw8bit")) << "sharded over 8 cards, AdamW's fp32 state fits: " << eight.technique;
+  EXPECT_EQ(eight.cfg.batch, in.cfg.batch / 8);
+  EXPECT_NE(plan::spell_out(eight).find("over 8 cards"), std::string::npos) << plan::spell_out(eight);
+  // Its step: the share's compute at the card's throughput plus the collectives at 10 GB/s.
+  const double tokens = static_cast<double>(in.cfg.batch * in.cfg.seq_len);
+  const double comm_s = plan::bus_bytes_per_step(eight.cfg, 8) / 10e9;
+  EXPECT_GT(comm_s, 0);
+  EXPECT_NEAR(eight.step_time_s, tokens / 8 / 20000 * eight.time_factor + comm_s, 1e-9 * eight.step_time_s);
+  EXPECT_NEAR(eight.cost_per_million_tokens, 0.8 * 8 / 3600 * eight.step_time_s / tokens * 1e6,
+              1e-9 * eight.cost_per_million_tokens);
+  // Same techniques, higher stage: less per card; ZeRO-3 leaves about 2 of the 18
+  // bytes per parameter (bf16 copies, fp32 masters, gradients, AdamW) on each card
+  // and the gathered blocks.
+  StepConfig share = eight.cfg;
+  share.optimizer.kind = OptimizerKind::adamw;
+  share.precision.compute = DType::bf16;
+  std::vector<size_t> peaks;
+  for (Sharding s : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::zero3}) {
+    share.sharding = s;
+    peaks.push_back(plan::predicted_peak_per_card(share, 8));
+  }
+  for (size_t i = 1; i < peaks.size(); ++i) EXPECT_LT(peaks[i], peaks[i - 1]) << i;
+  const double P = static_cast<double>(parameter_count(share));
+  // (less the outside unit gathered whole: the embeddings and head, 0.15 P here)
+  EXPECT_GT(static_cast<double>(peaks[0] - peaks[3]), 14 * P);
+  share.precision.compute = DType::f32;  // zero3 gathers 16-bit copies, zero1 and zero2 the fp32 masters
+  share.sharding = Sharding::zero3;
+  const double zero3_bytes = plan::bus_bytes_per_step(share, 8);
+  share.sharding = Sharding::zero2;
+  EXPECT_GT(zero3_bytes, plan::bus_bytes_per_step(share, 8));  // parameters gathered twice per micro-batch
+  // Bad card files name the field.
+  for (const char* bad : {R"({"cards": [{"name": "x", "memory_gib": 24, "price_per_hour": 1, "tokens_per_s": 1, "count": 8}]})",
+                          R"({"cards": [{"name": "x", "memory_gib": 24, "price_per_hour": 1, "tokens_per_s": 1, "count": 0, "bus_gbps": 1}]})"}) {
+    try {
+      (void)plan::cards_from_json(json::parse(bad));
+      ADD_FAILURE() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(std::string(e.what()).find("bus_gbps") != std::string::npos ||
+                  std::string(e.what()).find("count") != std::string::npos)
+          << e.what();
+    }
+  }
+  std::ostringstream table;
+  plan::print_plan_table(plans, in.cfg, table);
+  EXPECT_NE(table.str().find("8 x 24 GiB"), std::string::npos) << table.str();
 }
 
 // A card where only LoRA fits: LoRA is chosen, and the plan says what it changes.

@@ -1,5 +1,6 @@
 // MPI engine of the communicator (see mpi_communicator.hpp): MPI_Allreduce,
-// MPI_Allgather, MPI_Bcast and MPI_Barrier over MPI_COMM_WORLD.
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast and MPI_Barrier over
+// MPI_COMM_WORLD.
 #include "harness/dist/mpi/mpi_communicator.hpp"
 
 #include <mpi.h>
@@ -53,6 +54,10 @@ class MpiCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     mpi_ok(MPI_Allgather(send, mpi_count(count), mpi_type(t), recv, mpi_count(count), mpi_type(t), MPI_COMM_WORLD),
            "MPI_Allgather");
+  }
+  void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
+    mpi_ok(MPI_Reduce_scatter_block(send, recv, mpi_count(count), mpi_type(t), MPI_SUM, MPI_COMM_WORLD),
+           "MPI_Reduce_scatter_block");
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
     mpi_ok(MPI_Bcast(buf, mpi_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");

@@ -42,6 +42,12 @@ int MPI_Allgather(const void* send, int send_count, MPI_Datatype send_type, void
   return PMPI_Allgather(send, send_count, send_type, recv, recv_count, recv_type, comm);
 }
 
+int MPI_Reduce_scatter_block(const void* send, void* recv, int recv_count, MPI_Datatype type, MPI_Op op,
+                             MPI_Comm comm) {
+  hr::dist::count(recv_count, type, 1);
+  return PMPI_Reduce_scatter_block(send, recv, recv_count, type, op, comm);
+}
+
 int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
   hr::dist::count(count, type, 1);
   return PMPI_Bcast(buf, count, type, root, comm);

@@ -1,5 +1,6 @@
 // headroom-dp: the data-parallel worker, one process per rank under mpirun.
-//   mpirun -np N headroom-dp properties [--seeds 1-20] [--preset quick] [--out FILE]
+//   mpirun -np N headroom-dp properties [--seeds 1-20] [--part all|data_parallel|sharding] [--preset quick]
+//                                       [--out FILE]
 //   mpirun -np N headroom-dp bench [--preset quick] [--out FILE]
 //   mpirun -np N headroom-dp dump --dir DIR [--steps S] [--data-seed D] [--lengths L,..] [--out FILE]
 //     (headroom dump --ranks N: DIR holds the dump's conventions.json, whose
@@ -35,6 +36,7 @@ namespace {
 struct Args {
   std::string mode, preset = "quick", backend = "cpu", engine = "mpi", out;
   std::vector<uint64_t> seeds{1234};
+  hr::props::DpPart part = hr::props::DpPart::all;
   // dump
   std::string dir;
   int64_t steps = 1;
@@ -71,7 +73,7 @@ std::vector<int64_t> parse_lengths(const std::string& s) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  if (argc < 2) throw hr::InvalidArgument("usage: headroom-dp properties|bench|dump [--seed S | --seeds A-B] [--preset quick|full] "
+  if (argc < 2) throw hr::InvalidArgument("usage: headroom-dp properties|bench|dump [--seed S | --seeds A-B] [--part all|data_parallel|sharding] [--preset quick|full] "
                                           "[--backend cpu|cuda] [--engine mpi|nccl] [--out FILE] [--dir DIR "
                                           "--steps S --data-seed D --lengths L,..]");
   a.mode = argv[1];
@@ -86,6 +88,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--engine") a.engine = v;
     else if (k == "--out") a.out = v;
     else if (k == "--seed" || k == "--seeds") a.seeds = parse_seeds(v);
+    else if (k == "--part") a.part = hr::props::parse_dp_part(v);
     else if (k == "--dir") a.dir = v;
     else if (k == "--steps") a.steps = std::stoll(v);
     else if (k == "--data-seed") a.data_seed = std::stoull(v);
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
     std::vector<hr::SweepPoint> points;
     if (a.mode == "properties") {
       for (size_t i = 0; i < a.seeds.size(); ++i) {
-        hr::props::DpOutput o = hr::props::dp_properties(*dev, *comm, preset, a.seeds[i]);
+        hr::props::DpOutput o = hr::props::dp_properties(*dev, *comm, preset, a.seeds[i], a.part);
         for (auto& m : o.measurements) {
           if (a.seeds.size() > 1) m.config["seed"] = a.seeds[i];
           all.push_back(std::move(m));

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   hr::RunCommand run;
   auto* run_cmd = app.add_subcommand("run", "run every property and sweep of a preset; write results.json and index.html");
   add_run_options(run_cmd, run);
-  // The data-parallel entries (DP-1..DP-4, DP-MEM, BM-DP) launch mpirun -np N for N in {2, 4}.
+  // The data-parallel entries (DP-1..DP-6, DP-MEM, BM-DP) launch mpirun -np N for N in {2, 4}.
   run_cmd->add_option_function<int>("--ranks", [&run](const int& n) { run.dp_ranks = {n}; },
                                     "data-parallel entries: launch N ranks only (default: 2 and 4)")
       ->check(CLI::IsMember({2, 4, 8, 16}));

@@ -1,4 +1,4 @@
-// DP-1..DP-4 and BM-DP (docs/catalogue.md DP): data parallelism checked across the
+// DP-1..DP-6 and BM-DP (docs/catalogue.md DP): data parallelism checked across the
 // ranks of a Communicator. These functions are collective: every rank of the job
 // calls them with the same arguments; the returned measurements and sweep points
 // are complete on rank 0 (the other ranks' numbers are gathered there). The

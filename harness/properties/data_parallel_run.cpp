@@ -1,4 +1,4 @@
-// The data-parallel entries of `headroom run`: DP-1..DP-4, their per-rank memory
+// The data-parallel entries of `headroom run`: DP-1..DP-6, their per-rank memory
 // and communication numbers (DP-MEM, DP-COMM) and BM-DP, each run by launching the
 // headroom-dp worker under mpirun for every rank count (harness/dist/launch.hpp),
 // because the collective work needs N processes and the run is one. Where MPI or
@@ -95,7 +95,7 @@ std::vector<SweepPoint> run_worker_points(RunContext& ctx, const char* mode, con
 
 }  // namespace
 
-HR_REGISTER_PROPERTY(PropertySpec{"DP-1", kDpTitle, 4.0, run_dp_properties, "mpirun"});
+HR_REGISTER_PROPERTY(PropertySpec{"DP-1", kDpTitle, 20.0, run_dp_properties, "mpirun"});
 HR_REGISTER_SWEEP(SweepSpec{"DP-MEM", "data parallel: bytes per consumer per rank, communication bytes per step", 1.0,
                             [](RunContext& c) { return run_worker_points(c, "properties", "DP-MEM"); }, {},
                             "mpirun"});

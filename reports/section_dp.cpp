@@ -52,12 +52,16 @@ std::string dp_section(const Results& r) {
   if (mem.empty()) {
     s += not_measured("no DP-MEM sweep points");
   } else {
-    s += R"(<table><thead><tr><th>Ranks</th><th>Rank</th><th>Optimizer</th><th>Model</th>)";
+    s += R"(<table><thead><tr><th>Ranks</th><th>Rank</th><th>Optimizer, sharding</th><th>Model</th>)";
     for (Consumer c : kAllConsumers) s += fmt::format(R"(<th class="num">{}</th>)", esc(consumer_name(c)));
     s += R"(<th class="num">Peak total</th></tr></thead><tbody>)";
     for (const auto* p : mem) {
       s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>", esc(dp_int(p->config, "ranks")),
-                       esc(dp_int(p->config, "rank")), esc(str_of(p->config, "optimizer")), esc(p->model));
+                       esc(dp_int(p->config, "rank")),
+                       esc(p->config.contains("sharding")
+                               ? fmt::format("adamw, {} ({})", str_of(p->config, "sharding"), p->dtype)
+                               : str_of(p->config, "optimizer")),
+                       esc(p->model));
       for (Consumer c : kAllConsumers)
         s += fmt::format(R"(<td class="num">{}</td>)", esc(fmt_bytes_short(static_cast<double>(p->memory.current(c)))));
       s += fmt::format(R"(<td class="num">{}</td></tr>)",
@@ -85,7 +89,8 @@ std::string dp_section(const Results& r) {
           esc(fmt_bytes_short(num_of(p->metrics, {"bus_bytes_per_step"}).value_or(NAN))));
     s += "</tbody></table><p class=\"lead\" style=\"margin-top:8px\">Bytes by nccl-tests' definitions: the message "
          "size of each collective (all-gather: its output), and what crosses the busiest link of a ring "
-         "(all-reduce 2 (N-1)/N of it, all-gather (N-1)/N).</p>";
+         "(all-reduce 2 (N-1)/N of it, all-gather and reduce-scatter (N-1)/N; a reduce-scatter's size is its input). "
+         "Synchronisation zero1, zero2, zero3: the sharded step's ZeRO stage.</p>";
   }
 
   s += "<h3>BM-DP</h3>";

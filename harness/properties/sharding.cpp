@@ -341,7 +341,8 @@ void memory_and_comm(Device& dev, Communicator& comm, Preset preset, uint64_t se
       SweepPoint p = sweep_point("DP-COMM", dev, c.dtype, model_kind_name(c.model),
                                  {{"ranks", n}, {"engine", comm.engine()}, {"sync", sharding_name(level)},
                                   {"micro_batches_per_rank", r.last.micro_batches}});
-      p.metrics = {{"gradient_payload_elements_per_step", static_cast<double>(r.last.gradients.payload_bytes) / 4},
+      p.metrics = {{"gradient_payload_bytes_per_step", r.last.gradients.payload_bytes},
+                   {"gradient_payload_elements_per_step", static_cast<double>(r.last.gradients.payload_bytes) / 4},
                    {"parameter_payload_elements_per_step",
                     static_cast<double>(r.last.parameters.payload_bytes) / static_cast<double>(param_elem)},
                    {"predicted_gradient_elements_per_step", pred.gradient_elements},

@@ -689,8 +689,8 @@ inline constexpr int64_t kShardedAdamSteps = 3;
 // linear in the gradient). What differs from the reference is the order of fp32 sums
 // in the gradients (the ranks' micro-batches, the reduce-scatter), as in DP-1, and
 // each step carries the earlier steps' differences into its gradient: GA-1's bound,
-// for fp32 3x over ten steps. Measured at seeds 1-8, N = 2 and 4: fp32 worst 9.7e-6
-// (the MLP), bf16 5.3e-4 (the transformer; a 16-bit copy that rounds the other way
+// for fp32 3x over ten steps. Measured at seeds 1-14, N = 2 and 4: fp32 worst 9.7e-6
+// (the MLP), bf16 7.0e-4 (the transformer; a 16-bit copy that rounds the other way
 // moves one weight by 2^-8, and every later step carries it). Per tensor the
 // maximum is no measure here: a norm weight whose updates cancel reached 3.8e-5 in
 // fp32 and 8e-3 in bf16 while the whole stayed at 1e-6.
@@ -699,12 +699,12 @@ inline constexpr const char* kShardedUpdateReason =
     "GA-1's bound (3x for fp32 over ten steps): the ranks' partial sums and the reduce-scatter only reorder fp32 "
     "additions, SGD's update is linear in the gradient, and each step carries the earlier ones' differences "
     "(harness/tolerances.hpp kShardedUpdateRelL2)";
-// Their subtle control: the last rank rounds what it sends to every reduce-scatter to
-// fp16 (one rank's compression hook): one rounding, 2^-11 / sqrt(3) relative, of that
-// rank's share of every gradient, as DP-4's one-rank fp16 all-reduce.
+// Their subtle control: every rank rounds what it sends to each reduce-scatter to
+// fp16, scaled per bucket by a power of two (a compression hook): one rounding,
+// 2^-11 / sqrt(3) relative, of every rank's share of every gradient.
 inline constexpr const char* kShardedSubtleReason =
-    "one rank reduce-scatters in fp16: one fp16 rounding of its share of every gradient, tens of times GA-1's fp32 "
-    "bound";
+    "gradients reduce-scattered in fp16: one fp16 rounding of every rank's share of every gradient, a few times "
+    "the trajectory bound";
 // DP-6's AdamW check, ZeRO-3 against ZeRO-2: the same reduce-scatters in the same
 // order and AdamW on the same pieces; the parameters are gathered copies (each rank
 // rounds its own piece to the compute dtype) instead of whole ones: bitwise.

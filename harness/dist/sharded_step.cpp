@@ -275,8 +275,7 @@ void ShardedStep::reduce_gradients(Unit& u, bool add) {
   if (fault_ == ShardFault::drop_rank_contribution && comm_->rank() == comm_->size() - 1 && comm_->size() > 1) {
     send = Tensor::zeros(*dev_, u.grad_flat.shape(), DType::f32, Consumer::workspace);
   }
-  const bool last = comm_->rank() == comm_->size() - 1;
-  if (fault_ == ShardFault::fp16_reduce_scatter && last) send = rounded_to_fp16(send);
+  if (fault_ == ShardFault::fp16_reduce_scatter) send = rounded_to_fp16(send);
   Tensor reduced = add ? Tensor::empty(*dev_, u.grad_shard.shape(), DType::f32, Consumer::workspace) : u.grad_shard;
   if (fault_ == ShardFault::all_reduce_gradients) {
     // The whole gradient, summed on every rank, of which each keeps its shard.

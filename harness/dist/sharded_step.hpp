@@ -45,7 +45,7 @@ enum class ShardFault : uint8_t {
   keep_full_gradients,       // zero2/zero3: no full gradient buffer is freed after its reduce-scatter
   all_reduce_gradients,      // the gradients are all-reduced in full and each rank keeps its shard
   reduce_scatter_one_short,  // the outside unit's reduce-scatter leaves each rank's last element out
-  fp16_reduce_scatter,       // the last rank rounds what it sends to every reduce-scatter to fp16
+  fp16_reduce_scatter,       // every rank rounds what it sends to each reduce-scatter to (scaled) fp16
 };
 const char* shard_fault_name(ShardFault f);
 

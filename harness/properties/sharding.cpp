@@ -221,7 +221,7 @@ void equivalence(Device& dev, Communicator& comm, Preset preset, uint64_t seed, 
       std::vector<Control> controls = {
           {ShardFault::drop_rank_contribution, false, "a reduce-scatter that drops the last rank's gradients is flagged"},
           {ShardFault::shard_one_short, false, "optimizer state one element short of every shard is flagged"},
-          {ShardFault::fp16_reduce_scatter, true, "one rank reduce-scattering in fp16 (a compression hook) is flagged"}};
+          {ShardFault::fp16_reduce_scatter, true, "gradients reduce-scattered in fp16 (a compression hook) are flagged"}};
       if (level != Sharding::zero1)
         controls.push_back({ShardFault::last_micro_batch_only, false,
                             "keeping only the last micro-batch's gradient in the shard is flagged"});

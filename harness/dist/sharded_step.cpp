@@ -276,7 +276,7 @@ void ShardedStep::reduce_gradients(Unit& u, bool add) {
     send = Tensor::zeros(*dev_, u.grad_flat.shape(), DType::f32, Consumer::workspace);
   }
   if (fault_ == ShardFault::fp16_reduce_scatter) send = rounded_to_fp16(send);
-  Tensor reduced = add ? Tensor::empty(*dev_, u.grad_shard.shape(), DType::f32, Consumer::workspace) : u.grad_shard;
+  Tensor reduced = add ? Tensor::zeros(*dev_, u.grad_shard.shape(), DType::f32, Consumer::workspace) : u.grad_shard;
   if (fault_ == ShardFault::all_reduce_gradients) {
     // The whole gradient, summed on every rank, of which each keeps its shard.
     Tensor whole = send.clone(Consumer::workspace);

@@ -82,7 +82,7 @@ class ShardedStep final : private PassHooks {
   int64_t units() const { return static_cast<int64_t>(units_.size()); }
   int64_t trainable_elements() const;  // P = sum of P_u
   int64_t padded_elements() const;     // sum of N x S_u
-  int64_t largest_unit_padded() const; // max of N x S_u
+  int64_t largest_unit_padded() const; // max of N x S_u over the blocks (not the outside unit)
   int64_t rows_per_rank() const { return rows_; }
   int64_t micro_batches_per_rank() const { return rows_ / global_.micro_batch; }
   TrainStep& local() { return *step_; }

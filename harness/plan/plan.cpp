@@ -343,6 +343,10 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
   HR_ARG_CHECK(in.headroom_fraction >= 0 && in.headroom_fraction < 1, "--headroom: {} is not in [0, 1)",
                in.headroom_fraction);
   validate(in.cfg);
+  HR_ARG_CHECK(in.cfg.sharding == Sharding::none,
+               "sharding: {} in the configuration; plan tries the ZeRO stages itself on cards with a count, so give "
+               "it unsharded",
+               sharding_name(in.cfg.sharding));
   std::vector<CardPlan> plans;
   const double tokens_per_step =
       static_cast<double>(in.cfg.batch) * static_cast<double>(in.cfg.model == ModelKind::transformer ? in.cfg.seq_len : 1);

@@ -7,7 +7,7 @@
 // (elements per step against predict_sharded, and ZeRO's analytical volumes).
 //
 // The reference is another code path: one process, the whole batch as one
-// micro-batch, TrainStep's own normalisation and its own AdamW over whole tensors;
+// micro-batch, TrainStep's own normalisation and its own optimizer over whole tensors;
 // no slicing, no collective, no shard. What is compared is each tensor's update
 // since the start, p_s - p_0, after every step: an error in one step's gradient or
 // update stays in every later difference.
@@ -355,7 +355,7 @@ void memory_and_comm(Device& dev, Communicator& comm, Preset preset, uint64_t se
                    {"trainable_parameters", pred.parameters},
                    {"padded_elements", pred.padded}};
       out.points.push_back(std::move(p));
-      if (level == Sharding::zero1) continue;  // ZeRO-1's state bytes are DP-3's check
+      if (level == Sharding::zero1) continue;  // ZeRO-1's bytes and elements: points, not checked
 
       // DP-MEM: the tracker's bytes on every rank against the prediction.
       {

@@ -317,14 +317,6 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
   }
 }
 
-size_t count_mismatches(const NamedValues& a, const NamedValues& b) {
-  size_t n = 0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].second.size(); ++i)
-      if (std::memcmp(&a[t].second[i], &b[t].second[i], sizeof(float)) != 0) ++n;
-  return n;
-}
-
 void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput& out, bool record_points) {
   const int64_t steps = 2;  // the second step reads the moments the first wrote
   // The MLP: sharding is element-wise, so one model (with and without weight decay
@@ -386,7 +378,7 @@ void dp3(Device& dev, Communicator& comm, Preset preset, uint64_t seed, DpOutput
         step_comm.calls = comm.stats().calls - s0.calls;
         step_comm.payload_bytes = comm.stats().payload_bytes - s0.payload_bytes;
         step_comm.bus_bytes = comm.stats().bus_bytes - s0.bus_bytes;
-        mismatches.push_back(count_mismatches(parameter_values(dp.local()), unsharded[static_cast<size_t>(s - 1)]));
+        mismatches.push_back(count_bitwise_mismatches(parameter_values(dp.local()), unsharded[static_cast<size_t>(s - 1)]));
       }
       // The check after each step (the second reads the moments the first wrote). A
       // control is judged after its first step: from then on the parameters differ,

@@ -28,6 +28,14 @@ double max_over_ranks(dist::Communicator& comm, Device& dev, double v) {
   return m;
 }
 
+size_t count_bitwise_mismatches(const NamedValues& a, const NamedValues& b) {
+  size_t n = 0;
+  for (size_t t = 0; t < a.size() && t < b.size(); ++t)
+    for (size_t i = 0; i < a[t].second.size() && i < b[t].second.size(); ++i)
+      if (std::memcmp(&a[t].second[i], &b[t].second[i], sizeof(float)) != 0) ++n;
+  return n;
+}
+
 MemorySnapshot held_since(const MemorySnapshot& before, const MemorySnapshot& after) {
   MemorySnapshot d;
   for (int i = 0; i < kNumConsumers; ++i) {

@@ -10,6 +10,7 @@
 #include "harness/device.hpp"
 #include "harness/dtype.hpp"
 #include "harness/dist/communicator.hpp"
+#include "harness/properties/accum_support.hpp"
 #include "harness/properties/data_parallel.hpp"
 
 namespace hr::props {
@@ -20,6 +21,9 @@ std::vector<double> gather_doubles(dist::Communicator& comm, Device& dev, const 
 
 // The largest value over ranks; NaN when any rank has one. Collective.
 double max_over_ranks(dist::Communicator& comm, Device& dev, double v);
+
+// Elements of a that differ bitwise from b's, tensor by tensor in order.
+size_t count_bitwise_mismatches(const NamedValues& a, const NamedValues& b);
 
 // Per-consumer bytes a variant added on this rank: held after its steps (current)
 // and its high-water mark, both above what was held before it was built.

@@ -82,14 +82,6 @@ StepConfig shard_config(const ShardCase& c, Optim optim, Sharding level, int64_t
   return cfg;
 }
 
-size_t count_bitwise_mismatches(const NamedValues& a, const NamedValues& b) {
-  size_t n = 0;
-  for (size_t t = 0; t < a.size() && t < b.size(); ++t)
-    for (size_t i = 0; i < a[t].second.size() && i < b[t].second.size(); ++i)
-      if (std::memcmp(&a[t].second[i], &b[t].second[i], sizeof(float)) != 0) ++n;
-  return n;
-}
-
 // The batch of step s (each step its own rows; the transformer's padded).
 Batch step_batch(Device& dev, const StepConfig& cfg, const ShardCase& c, uint64_t seed, int64_t s) {
   const uint64_t data_seed = seed * 1000003u + static_cast<uint64_t>(s);

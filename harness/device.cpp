@@ -201,6 +201,7 @@ bool cuda_device_available(std::string* reason) {
   if (reason) *reason = "this build of headroom has no CUDA backend (configured without nvcc)";
   return false;
 }
+int cuda_device_count() { return 0; }
 #endif
 
 }  // namespace hr

@@ -169,6 +169,9 @@ std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
 // Whether a CUDA device can be used; when not, *reason says why
 // ("built without CUDA", "no CUDA device: <driver message>").
 bool cuda_device_available(std::string* reason = nullptr);
+// CUDA devices this process can see (CUDA_VISIBLE_DEVICES applies); 0 without a
+// CUDA backend or when the driver does not answer.
+int cuda_device_count();
 
 // The read-back order's fault switch, the control of the host-wait count: a read
 // that must wait waits for its own copy only and marks none landed (as if a

@@ -319,6 +319,15 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // leave no error set for the next call
+    return 0;
+  }
+  return n;
+}
+
 bool cuda_device_available(std::string* reason) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

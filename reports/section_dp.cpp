@@ -101,7 +101,13 @@ std::string dp_section(const Results& r) {
          R"(<th class="num">algbw</th><th class="num">busbw</th><th class="num">Throughput</th></tr></thead><tbody>)";
     for (const auto* p : bm) {
       const auto bytes = num_of(p->config, {"bytes"});
-      const std::string what = bytes ? "all-reduce " + fmt_bytes_short(*bytes) : str_of(p->config, "what");
+      std::string what = bytes ? "all-reduce " + fmt_bytes_short(*bytes) : str_of(p->config, "what");
+      if (const auto buckets = num_of(p->config, {"buckets"}); buckets && !bytes) {
+        const auto ov = p->config.find("overlap");
+        const bool overlapped = ov != p->config.end() && ov->is_boolean() && ov->get<bool>();
+        what += fmt::format(", {} bucket{}{}", *buckets, *buckets == 1 ? "" : "s",
+                            overlapped ? " overlapped with the backward" : " after the backward");
+      }
       const auto alg = num_of(p->metrics, {"algbw_GBps"}), bus = num_of(p->metrics, {"busbw_GBps"});
       const auto tok = num_of(p->metrics, {"tokens_per_s"});
       s += fmt::format(

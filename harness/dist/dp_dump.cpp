@@ -26,7 +26,9 @@ int64_t dump_rank(Device& dev, Communicator& comm, const StepConfig& cfg, const 
   DumpOptions o = opt;
   o.ranks = comm.size();
   validate(o, cfg);
-  DataParallelStep dp(dev, comm, cfg, DpSync::once_per_window);
+  DpOptions record;
+  record.record_sent = true;
+  DataParallelStep dp(dev, comm, cfg, DpSync::once_per_window, DpFault::none, record);
   TrainStep& local = dp.local();
   Zero1AdamW zero(dev, comm, local.params(), cfg.optimizer.adamw);
   const std::filesystem::path root = std::filesystem::path(dir) / fmt::format("rank_{}", comm.rank());

@@ -6,6 +6,7 @@
 #include "harness/check.hpp"
 #include "harness/faults.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/elementwise/elementwise.hpp"
 
 namespace hr::dist {
 
@@ -19,6 +20,9 @@ const char* dp_fault_name(DpFault f) {
     case DpFault::reduce_accumulated: return "reduce_accumulated";
     case DpFault::fp16_one_rank: return "fp16_one_rank";
     case DpFault::once_one_element_short: return "once_one_element_short";
+    case DpFault::reduce_before_ready: return "reduce_before_ready";
+    case DpFault::reduce_after_backward: return "reduce_after_backward";
+    case DpFault::last_block_bucket_late: return "last_block_bucket_late";
   }
   return "?";
 }
@@ -57,57 +61,178 @@ void all_gather_host(Communicator& comm, Device& dev, const std::vector<float>& 
   recv = r.to_host_f32();
 }
 
-std::vector<float> flat_gradients(TrainStep& step) {
-  std::vector<float> flat;
-  for (const auto& [name, g] : step.gradients()) {
-    const std::vector<float> v = g.to_host_f32();
-    flat.insert(flat.end(), v.begin(), v.end());
-  }
-  return flat;
+namespace {
+
+// The fault path of a compression hook: fp32 values rounded to fp16 in place (on
+// the host; a broken variant need not be fast).
+void round_to_fp16_in_place(Tensor& t) {
+  std::vector<float> v = t.to_host_f32();
+  for (float& x : v) x = round_to<half_t>(x);
+  t.copy_from(Tensor::from_host(t.device(), v, t.shape(), DType::f32, Consumer::workspace));
 }
 
-void set_flat_gradients(TrainStep& step, const std::vector<float>& flat) {
-  size_t at = 0;
-  for (Param& p : step.params().all()) {
-    if (!p.grad.defined()) continue;
-    const size_t n = static_cast<size_t>(p.grad.numel());
-    HR_CHECK(at + n <= flat.size(), "set_flat_gradients: {} values for more gradients", flat.size());
-    std::vector<float> part(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + n));
-    p.grad.copy_from(Tensor::from_host(step.device(), part, p.grad.shape(), DType::f32, Consumer::workspace));
-    at += n;
-  }
-  HR_CHECK(at == flat.size(), "set_flat_gradients: {} values for {} gradient elements", flat.size(), at);
-}
+}  // namespace
 
 DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepConfig& global, DpSync sync,
-                                   DpFault fault)
-    : dev_(&dev), comm_(&comm), global_(global), sync_(sync), fault_(faults::armed(fault)) {
+                                   DpFault fault, DpOptions options)
+    : dev_(&dev), comm_(&comm), global_(global), sync_(sync), fault_(faults::armed(fault)), opt_(options) {
   const int64_t n = comm.size();
   HR_ARG_CHECK(global.batch % n == 0, "data parallel: batch {} is not divisible by {} ranks", global.batch, n);
   rows_ = global.batch / n;
   HR_ARG_CHECK(rows_ % global.micro_batch == 0, "data parallel: micro_batch {} does not divide the {} rows per rank",
                global.micro_batch, rows_);
+  HR_ARG_CHECK(opt_.bucket_bytes >= 0, "data parallel: a bucket of {} bytes", opt_.bucket_bytes);
+  HR_ARG_CHECK(global.precision.grad_accum == DType::f32, "data parallel: gradients accumulate in fp32");
+  HR_ARG_CHECK(global.sharding == Sharding::none, "data parallel: sharding {} runs in ShardedStep (sharded_step.hpp)",
+               sharding_name(global.sharding));
+  const bool overlap_fault = fault_ == DpFault::reduce_before_ready || fault_ == DpFault::reduce_after_backward ||
+                             fault_ == DpFault::last_block_bucket_late;
+  HR_ARG_CHECK(!overlap_fault || opt_.overlap, "data parallel: fault {} needs overlap", dp_fault_name(fault_));
   StepConfig local = global;
   local.batch = sync == DpSync::once_per_window ? rows_ : global.micro_batch;
   step_ = std::make_unique<TrainStep>(dev, local);
   // Plain sums over real items; the one division comes after the all-reduce.
   step_->set_loss_divisor(1.0);
+
+  // Buckets in the order the backward finishes the gradients: the blocks from the
+  // last to the first (each block's parameters last to first, as DDP fills its
+  // buckets from the end of the parameter list), then the parameters used outside
+  // the blocks, whose gradients are final only when the whole backward is.
+  std::vector<Param>& ps = step_->params().all();
+  const std::vector<int64_t> blocks = step_->model().param_blocks();
+  const int64_t B = step_->model().num_blocks();
+  std::vector<size_t> order;
+  for (int64_t b = B - 1; b >= -1; --b)
+    for (size_t i = ps.size(); i-- > 0;)
+      if (ps[i].grad.defined() && blocks[i] == b) order.push_back(i);
+  flat_offset_.assign(ps.size(), -1);
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].grad.defined()) {
+      flat_offset_[i] = total_elements_;
+      total_elements_ += ps[i].grad.numel();
+    }
+  for (size_t i : order) {
+    if (buckets_.empty() || (opt_.bucket_bytes > 0 && buckets_.back().elements * 4 >= opt_.bucket_bytes))
+      buckets_.emplace_back();
+    Bucket& b = buckets_.back();
+    b.params.push_back(i);
+    b.offsets.push_back(b.elements);
+    if (std::find(b.blocks.begin(), b.blocks.end(), blocks[i]) == b.blocks.end()) b.blocks.push_back(blocks[i]);
+    b.elements += ps[i].grad.numel();
+  }
+  // The gradients become views into their bucket (the tensors they replace are freed).
+  for (Bucket& b : buckets_) {
+    b.flat = Tensor::zeros(dev, {b.elements}, DType::f32, Consumer::gradients);
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      Param& p = ps[b.params[k]];
+      p.grad = b.flat.slice(b.offsets[k], b.offsets[k] + p.grad.numel()).reshape(p.grad.shape());
+    }
+  }
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    if (std::find(buckets_[k].blocks.begin(), buckets_[k].blocks.end(), int64_t{-1}) == buckets_[k].blocks.end())
+      last_block_bucket_ = k;
+  block_done_.assign(static_cast<size_t>(std::max<int64_t>(B, 0)), false);
+  step_->set_pass_hooks(this);
 }
 
-void DataParallelStep::all_reduce(std::vector<float>& flat) {
-  const bool last = comm_->rank() == comm_->size() - 1;
-  if (fault_ == DpFault::fp16_communication || (fault_ == DpFault::fp16_one_rank && last))
-    for (float& x : flat) x = round_to<half_t>(x);
-  if (fault_ == DpFault::skip_all_reduce_one_rank && last) {
+DataParallelStep::~DataParallelStep() = default;
+
+std::vector<std::vector<std::string>> DataParallelStep::bucket_parameters() const {
+  std::vector<std::vector<std::string>> out;
+  const std::vector<Param>& ps = step_->params().all();
+  for (const Bucket& b : buckets_) {
+    std::vector<std::string>& names = out.emplace_back();
+    for (size_t i : b.params) names.push_back(ps[i].name);
+  }
+  return out;
+}
+
+void DataParallelStep::all_reduce_in_place(Tensor& flat, int64_t count) {
+  if (comm_->device_buffers() == dev_->is_cuda() || comm_->size() == 1) {
+    // Where it lives: host memory for MPI on CPU ranks, device memory for NCCL (the
+    // single engine's all-reduce touches nothing).
+    comm_->all_reduce_sum(flat.data(), static_cast<size_t>(count), CommDType::f32);
+    return;
+  }
+  // A GPU rank under the MPI engine: through the host.
+  std::vector<float> v = flat.to_host_f32();
+  v.resize(static_cast<size_t>(count));
+  comm_->all_reduce_sum(v.data(), v.size(), CommDType::f32);
+  std::vector<float> whole = flat.to_host_f32();
+  std::copy(v.begin(), v.end(), whole.begin());
+  flat.copy_from(Tensor::from_host(*dev_, whole, flat.shape(), DType::f32, Consumer::workspace));
+}
+
+void DataParallelStep::reduce(Bucket& b) {
+  if (opt_.record_sent && sync_ == DpSync::once_per_window) {
+    const std::vector<float> v = b.flat.to_host_f32();
+    const std::vector<Param>& ps = step_->params().all();
+    for (size_t k = 0; k < b.params.size(); ++k)
+      std::copy(v.begin() + b.offsets[k], v.begin() + b.offsets[k] + ps[b.params[k]].grad.numel(),
+                sent_.begin() + flat_offset_[b.params[k]]);
+  }
+  const bool last_rank = comm_->rank() == comm_->size() - 1;
+  const bool fp16 = fault_ == DpFault::fp16_communication || (fault_ == DpFault::fp16_one_rank && last_rank);
+  if (fp16) round_to_fp16_in_place(b.flat);
+  int64_t count = b.elements;
+  if (fault_ == DpFault::once_one_element_short && sync_ == DpSync::once_per_window && &b == &buckets_.back())
+    count = std::max<int64_t>(count - 1, 0);  // the last element stays local
+  if (fault_ == DpFault::skip_all_reduce_one_rank && last_rank) {
     // The collective still runs (the other ranks would wait for it); this rank
     // keeps its own gradient, as a rank that skipped the all-reduce would.
-    std::vector<float> discarded = flat;
-    all_reduce_host(*comm_, *dev_, discarded);
+    Tensor discarded = b.flat.clone(Consumer::workspace);
+    all_reduce_in_place(discarded, count);
   } else {
-    all_reduce_host(*comm_, *dev_, flat);
+    all_reduce_in_place(b.flat, count);
   }
-  if (fault_ == DpFault::fp16_communication || (fault_ == DpFault::fp16_one_rank && last))
-    for (float& x : flat) x = round_to<half_t>(x);
+  if (fp16) round_to_fp16_in_place(b.flat);
+  if (sync_ == DpSync::every_micro_batch) ops::add(b.sum, b.flat, b.sum);
+  ++window_->all_reduces;
+  if (in_block_hook_) ++window_->before_backward_end;
+}
+
+// ---- overlap: the backward's hooks -------------------------------------------------
+
+bool DataParallelStep::ready(const Bucket& b) const {
+  const auto done = [&](int64_t block) { return block < 0 ? outside_done_ : block_done_[static_cast<size_t>(block)]; };
+  if (fault_ == DpFault::reduce_before_ready) return done(b.blocks.front());
+  if (fault_ == DpFault::reduce_after_backward ||
+      (fault_ == DpFault::last_block_bucket_late && &b == &buckets_[last_block_bucket_]))
+    return outside_done_;
+  for (int64_t block : b.blocks)
+    if (!done(block)) return false;
+  return true;
+}
+
+void DataParallelStep::launch_ready() {
+  // In bucket order only, so that every rank calls the same collectives in the same order.
+  while (next_bucket_ < buckets_.size() && ready(buckets_[next_bucket_])) reduce(buckets_[next_bucket_++]);
+}
+
+void DataParallelStep::before_pass(bool backward) {
+  if (!backward || window_ == nullptr) return;
+  // once_per_window: only the window's last backward reduces; every_micro_batch: each.
+  reducing_ = opt_.overlap && --passes_left_ == 0;
+  std::fill(block_done_.begin(), block_done_.end(), false);
+  outside_done_ = false;
+  next_bucket_ = 0;
+}
+
+void DataParallelStep::after_block_backward(int64_t block) {
+  if (!reducing_) return;
+  block_done_[static_cast<size_t>(block)] = true;
+  in_block_hook_ = true;
+  launch_ready();
+  in_block_hook_ = false;
+}
+
+void DataParallelStep::after_pass(bool backward) {
+  if (!backward || !reducing_) return;
+  outside_done_ = true;
+  launch_ready();
+  HR_CHECK(next_bucket_ == buckets_.size(), "data parallel: {} of {} buckets were all-reduced in the backward",
+           next_bucket_, buckets_.size());
+  reducing_ = false;
 }
 
 DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
@@ -122,36 +247,42 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     return d;
   };
   DpWindow w;
+  window_ = &w;
+  struct Reset {
+    DataParallelStep* s;
+    ~Reset() {
+      s->window_ = nullptr;
+      s->reducing_ = s->in_block_hook_ = false;
+    }
+  } reset{this};
   const Batch mine = global_batch.slice(comm_->rank() * rows_, (comm_->rank() + 1) * rows_);
   const int64_t mb = global_.micro_batch, K = rows_ / mb;
   w.micro_batches = K;
   for (int64_t m = 0; m < K; ++m)
     w.local_items += static_cast<double>(step_->model().loss_items(mine.slice(m * mb, (m + 1) * mb)));
+  if (opt_.record_sent) sent_.assign(static_cast<size_t>(total_elements_), 0.f);
 
-  std::vector<float> summed;
+  // Without overlap, after the backward: every bucket in order.
+  const auto reduce_all = [&] {
+    if (opt_.overlap) return;
+    for (Bucket& b : buckets_) reduce(b);
+  };
+  step_->zero_grad();
   if (sync_ == DpSync::once_per_window) {
-    step_->zero_grad();
+    passes_left_ = K;
     step_->accumulate(mine);
-    summed = flat_gradients(*step_);
-    sent_ = summed;
-    if (fault_ == DpFault::once_one_element_short && !summed.empty()) {
-      std::vector<float> head(summed.begin(), summed.end() - 1);  // the last element stays local
-      all_reduce(head);
-      std::copy(head.begin(), head.end(), summed.begin());
-    } else {
-      all_reduce(summed);
-    }
-    ++w.all_reduces;
+    reduce_all();
   } else {
-    step_->zero_grad();
+    for (Bucket& b : buckets_) b.sum = Tensor::zeros(*dev_, {b.elements}, DType::f32, Consumer::gradients);
     for (int64_t m = 0; m < K; ++m) {
       if (fault_ != DpFault::reduce_accumulated) step_->zero_grad();
+      passes_left_ = 1;
       step_->accumulate(mine.slice(m * mb, (m + 1) * mb));
-      std::vector<float> g = flat_gradients(*step_);
-      all_reduce(g);
-      ++w.all_reduces;
-      if (summed.empty()) summed.assign(g.size(), 0.f);
-      for (size_t i = 0; i < g.size(); ++i) summed[i] += g[i];
+      reduce_all();
+    }
+    for (Bucket& b : buckets_) {
+      b.flat.copy_from(b.sum);
+      b.sum = Tensor();
     }
   }
 
@@ -165,8 +296,7 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
   if (fault_ == DpFault::divide_by_n_twice) divisor *= comm_->size();
   if (fault_ == DpFault::local_item_count) divisor = w.local_items;
   const float inv = static_cast<float>(1.0 / divisor);
-  for (float& x : summed) x *= inv;
-  set_flat_gradients(*step_, summed);
+  for (Bucket& b : buckets_) ops::scale(b.flat, inv, b.flat);
 
   w.comm = delta(comm_->stats(), before);
   return w;

@@ -6,11 +6,21 @@
 // holds across ranks. ZeRO-1 (Zero1AdamW) shards AdamW's moments over the ranks
 // and all-gathers the parameters after the step.
 //
-// Buffers go to the communicator through host memory for host engines (single,
-// MPI) and through a device staging tensor for NCCL; the properties run in fp32.
+// The gradients live in buckets, as PyTorch's DDP keeps them: flat fp32 tensors of
+// about DpOptions::bucket_bytes each, every parameter's gradient a view into one,
+// filled in the order the backward finishes them (the blocks from the last to the
+// first, then the parameters used outside the blocks). Each bucket is all-reduced in
+// place where it lives: host memory for the MPI engine on CPU ranks, device memory
+// for NCCL on GPU ranks (nothing staged); only a GPU rank under the MPI engine
+// stages through the host. With overlap, a bucket is all-reduced inside the
+// window's last backward as soon as every gradient in it is final (the block hooks
+// of harness/step/checkpoint.hpp say when), not after the backward; buckets go in
+// one order on every rank. NCCL queues the collectives on the compute stream, so on
+// a GPU they are ordered between the backward's kernels, not run beside them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,15 +43,35 @@ enum class DpFault : uint8_t {
   fp16_communication,       // gradients rounded to fp16 for the all-reduce (a compression hook)
   reduce_accumulated,       // every_micro_batch: the accumulated buffer re-reduced each time
   fp16_one_rank,            // the last rank alone rounds to fp16 what it sends and what it receives
-  once_one_element_short,   // once_per_window: the all-reduce leaves the last gradient element out
+  once_one_element_short,   // once_per_window: the last bucket's all-reduce leaves its last element out
+  reduce_before_ready,      // overlap: a bucket is all-reduced once its first block's gradients are final,
+                            // before the other blocks in it have run their backward
+  reduce_after_backward,    // overlap: every bucket waits for the end of the backward (no overlap)
+  last_block_bucket_late,   // overlap: the last bucket of block gradients (the first block's) waits for
+                            // the end of the backward
 };
 const char* dp_fault_name(DpFault f);
+
+struct DpOptions {
+  // A bucket closes once it holds this many bytes of gradients (PyTorch DDP's
+  // bucket_cap_mb, 25 MiB by default); a parameter larger than that has a bucket to
+  // itself. 0: one bucket for every gradient.
+  int64_t bucket_bytes = int64_t{25} << 20;
+  // All-reduce each bucket inside the backward as soon as its gradients are final
+  // (DDP's overlap), rather than after the backward.
+  bool overlap = true;
+  // Keep a host copy of what this rank sent to the all-reduce (sent(); headroom dump).
+  bool record_sent = false;
+};
 
 struct DpWindow {
   double local_items = 0;   // real items (tokens, regression outputs) of this rank's slice
   double global_items = 0;  // all-reduced
   int64_t micro_batches = 0;   // on this rank
-  int64_t all_reduces = 0;     // gradient all-reduces this window
+  int64_t all_reduces = 0;     // gradient all-reduces this window (one per bucket per reduction)
+  // of which launched from a block's backward hook, before the backward ended
+  // (overlap: every bucket that holds no parameter used outside the blocks)
+  int64_t before_backward_end = 0;
   CommStats comm;              // what this window communicated (gradients and the count)
   CommStats gradients;         // of which the gradient all-reduces
   // The gradient all-reduces as the collective library saw them on this rank
@@ -49,13 +79,16 @@ struct DpWindow {
   CommStats gradients_received;
 };
 
-class DataParallelStep {
+class DataParallelStep final : private PassHooks {
  public:
   // `global` is the configuration of the whole step: batch = global rows, cut into
   // N slices of batch / N rows, each in micro-batches of micro_batch rows. Every
   // rank builds the same initial parameters (cfg.init_seed).
   DataParallelStep(Device& dev, Communicator& comm, const StepConfig& global, DpSync sync,
-                   DpFault fault = DpFault::none);
+                   DpFault fault = DpFault::none, DpOptions options = {});
+  ~DataParallelStep() override;
+  DataParallelStep(const DataParallelStep&) = delete;
+  DataParallelStep& operator=(const DataParallelStep&) = delete;
 
   // This rank's gradients of the global batch (every rank passes the same batch
   // and takes its slice): all-reduced and divided by the global real-item count,
@@ -64,27 +97,55 @@ class DataParallelStep {
 
   TrainStep& local() { return *step_; }
   int64_t rows_per_rank() const { return rows_; }
-  // once_per_window: what this rank sent to the last window's all-reduce, its K
-  // micro-batches' plain sums over real items (flat, in parameter order).
+  // once_per_window with record_sent: what this rank sent to the last window's
+  // all-reduce, its K micro-batches' plain sums over real items (flat, in parameter order).
   const std::vector<float>& sent() const { return sent_; }
+  // The buckets, in the order they are all-reduced: each one's parameter names.
+  std::vector<std::vector<std::string>> bucket_parameters() const;
+  const DpOptions& options() const { return opt_; }
 
  private:
-  void all_reduce(std::vector<float>& flat);
+  struct Bucket {
+    std::vector<size_t> params;    // indices into params().all(), in the bucket's order
+    std::vector<int64_t> offsets;  // each one's offset in the flat tensor
+    std::vector<int64_t> blocks;   // the blocks whose backward writes its gradients (-1: outside them)
+    int64_t elements = 0;
+    Tensor flat;  // [elements] fp32, Consumer::gradients: the gradients are views
+    Tensor sum;   // every_micro_batch: the reduced micro-batches so far
+  };
+
+  void before_pass(bool backward) override;
+  void after_pass(bool backward) override;
+  void after_block_backward(int64_t block) override;
+
+  bool ready(const Bucket& b) const;
+  void launch_ready();
+  void reduce(Bucket& b);
+  void all_reduce_in_place(Tensor& flat, int64_t count);
 
   Device* dev_;
   Communicator* comm_;
   StepConfig global_;
   DpSync sync_;
   DpFault fault_;
+  DpOptions opt_;
   int64_t rows_ = 0;
   std::unique_ptr<TrainStep> step_;
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> flat_offset_;  // each parameter's offset in parameter order (sent())
+  int64_t total_elements_ = 0;
   std::vector<float> sent_;
+  // Within a reduction: whether this pass reduces, the blocks whose backward has
+  // finished, the next bucket to all-reduce.
+  int64_t passes_left_ = 0;
+  bool reducing_ = false;
+  bool in_block_hook_ = false;
+  std::vector<bool> block_done_;
+  bool outside_done_ = false;
+  size_t next_bucket_ = 0;
+  size_t last_block_bucket_ = 0;  // the last bucket that holds no parameter used outside the blocks
+  DpWindow* window_ = nullptr;
 };
-
-// The trainable parameters' gradients as one flat host vector, in parameter order,
-// and back.
-std::vector<float> flat_gradients(TrainStep& step);
-void set_flat_gradients(TrainStep& step, const std::vector<float>& flat);
 
 // Wrong on purpose (DP-3 controls).
 enum class ZeroFault : uint8_t {

@@ -26,6 +26,7 @@ const char* shard_fault_name(ShardFault f) {
     case ShardFault::all_reduce_gradients: return "all_reduce_gradients";
     case ShardFault::reduce_scatter_one_short: return "reduce_scatter_one_short";
     case ShardFault::fp16_reduce_scatter: return "fp16_reduce_scatter";
+    case ShardFault::whole_state: return "whole_state";
   }
   return "?";
 }
@@ -158,7 +159,9 @@ ShardedStep::ShardedStep(Device& dev, Communicator& comm, const StepConfig& glob
     u.grad_shard = Tensor::zeros(dev, {shard}, DType::f32, Consumer::gradients);
     // The optimizer state of the shard (the fault: one element short, so the shard's
     // last element is never updated).
-    const int64_t state = fault_ == ShardFault::shard_one_short && shard > 1 ? shard - 1 : shard;
+    // Under whole_state, the state of the whole unit (the update reads its first S).
+    int64_t state = fault_ == ShardFault::shard_one_short && shard > 1 ? shard - 1 : shard;
+    if (fault_ == ShardFault::whole_state) state = padded;
     if (adamw || global.optimizer.sgd.momentum != 0.f)
       u.state_a = Tensor::zeros(dev, {state}, DType::f32, Consumer::optimizer_state);
     if (adamw) u.state_b = Tensor::zeros(dev, {state}, DType::f32, Consumer::optimizer_state);
@@ -357,7 +360,7 @@ void ShardedStep::update(Unit& u) {
   if (u.elements == 0) return;
   const int64_t r = comm_->rank(), begin = std::min(u.elements, r * u.shard);
   int64_t end = std::min(u.elements, (r + 1) * u.shard);
-  if (u.state_a.defined()) end = std::min(end, r * u.shard + u.state_a.numel());  // one short under the fault
+  if (u.state_a.defined()) end = std::min(end, r * u.shard + std::min(u.state_a.numel(), u.shard));  // one short under the fault
   if (end <= begin) return;
   Tensor params = level_ == Sharding::zero3 ? u.master_shard : u.master_flat.slice(r * u.shard, (r + 1) * u.shard);
   const std::vector<Param>& ps = step_->params().all();

@@ -46,6 +46,7 @@ enum class ShardFault : uint8_t {
   all_reduce_gradients,      // the gradients are all-reduced in full and each rank keeps its shard
   reduce_scatter_one_short,  // the outside unit's reduce-scatter leaves each rank's last element out
   fp16_reduce_scatter,       // every rank rounds what it sends to each reduce-scatter to (scaled) fp16
+  whole_state,               // every rank holds the optimizer state of its units whole (N x S), not its shard
 };
 const char* shard_fault_name(ShardFault f);
 

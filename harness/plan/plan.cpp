@@ -300,7 +300,7 @@ std::vector<Option> options_for(const StepConfig& given, size_t usable, int64_t 
   std::vector<std::string> toggles{"mixed_precision", "checkpointing", "adamw8bit", "lora"};
   if (given.model == ModelKind::transformer) toggles.insert(toggles.begin() + 1, "seq_padding");
   // With several cards, each combination also under each ZeRO stage the sharded
-  // step runs (AdamW or SGD state, no adapters).
+  // step runs (AdamW or SGD state, no adapters, fp32 or bf16 with fp32 masters).
   std::vector<std::string> stages{""};
   if (ranks > 1 && given.sharding == Sharding::none) stages.insert(stages.end(), {"zero1", "zero2", "zero3"});
   for (const std::string& stage : stages)
@@ -318,7 +318,8 @@ std::vector<Option> options_for(const StepConfig& given, size_t usable, int64_t 
       if (no_op) continue;
       if (!stage.empty()) {
         if (k.adapters.kind != AdapterKind::none ||
-            (k.optimizer.kind != OptimizerKind::adamw && k.optimizer.kind != OptimizerKind::sgd))
+            (k.optimizer.kind != OptimizerKind::adamw && k.optimizer.kind != OptimizerKind::sgd) ||
+            (k.precision.compute != DType::f32 && k.precision.compute != DType::bf16) || !k.precision.master_weights)
           continue;
         switch_on(k, stage);
         set.push_back(stage);

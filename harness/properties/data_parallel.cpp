@@ -15,12 +15,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/dist/dp_step.hpp"
 #include "harness/properties/accum_support.hpp"
 #include "harness/properties/dp_support.hpp"
+#include "harness/step/memory_model.hpp"
 #include "harness/tolerances.hpp"
 
 namespace hr::props {
@@ -85,14 +88,42 @@ Reference reference(Device& dev, const Case& c, Preset preset, uint64_t seed) {
 struct DpGrads {
   NamedValues grads;
   dist::DpWindow window;
+  int64_t buckets = 0;
+  std::vector<std::vector<std::string>> bucket_names;  // in all-reduce order
+  dist::DpOptions options;
 };
 
+// How the checks run the step, as DDP runs it: buckets all-reduced inside the
+// backward as soon as their gradients are final. The cap is a quarter of the model's
+// gradient bytes (DDP's 25 MiB would hold a quick model whole), so every model runs
+// in four or five buckets, some of them spanning two blocks.
+dist::DpOptions bucketed(const StepConfig& cfg) {
+  dist::DpOptions o;
+  int64_t elements = 0;
+  for (int64_t n : trainable_tensor_sizes(cfg)) elements += n;
+  o.bucket_bytes = std::max<int64_t>(elements, 1);  // a quarter of 4 bytes per element
+  o.overlap = true;
+  return o;
+}
+
+// The comparison: one bucket of every gradient, all-reduced after the backward.
+dist::DpOptions one_bucket_after_backward() {
+  dist::DpOptions o;
+  o.bucket_bytes = 0;
+  o.overlap = false;
+  return o;
+}
+
 DpGrads dp_gradients(Device& dev, Communicator& comm, const Case& c, int64_t micro_batch, Preset preset,
-                     const Batch& batch, DpSync sync, DpFault fault) {
-  DataParallelStep dp(dev, comm, case_config(c, micro_batch, preset), sync, fault);
+                     const Batch& batch, DpSync sync, DpFault fault, std::optional<dist::DpOptions> options = {}) {
+  const StepConfig cfg = case_config(c, micro_batch, preset);
   DpGrads g;
+  g.options = options ? *options : bucketed(cfg);
+  DataParallelStep dp(dev, comm, cfg, sync, fault, g.options);
   g.window = dp.reduce_gradients(batch);
   g.grads = gradient_values(dp.local());
+  g.bucket_names = dp.bucket_parameters();
+  g.buckets = static_cast<int64_t>(g.bucket_names.size());
   return g;
 }
 
@@ -114,6 +145,17 @@ void fill(Measurement& m, const Device& dev, const Communicator& comm, const Cas
   m.config = dp_config(comm, c, micro_batch, sync);
   m.metric = "max_tensor_rel_l2 (max over ranks)";
   m.tolerance_reason = std::string(tol::kDataParallelReason);
+}
+
+// fill, and how the step bucketed and overlapped its all-reduces.
+void fill(Measurement& m, const Device& dev, const Communicator& comm, const Case& c, int64_t micro_batch,
+          DpSync sync, const DpGrads& g) {
+  fill(m, dev, comm, c, micro_batch, sync);
+  m.config["buckets"] = g.buckets;
+  m.config["overlap"] = g.options.overlap;
+  m.details["bucket_bytes_cap"] = g.options.bucket_bytes;
+  m.details["all_reduces"] = g.window.all_reduces;
+  m.details["all_reduces_before_the_backward_ended"] = g.window.before_backward_end;
 }
 
 // This rank's error against the reference, then the largest over ranks.
@@ -142,15 +184,21 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
   for (const Case& c : kCases) {
     const Reference ref = c.rows == Rows::padded ? padded_ref : reference(dev, c, preset, seed);
     for (int64_t mb : dp_micro_batches(comm, c)) {
-      const DpGrads g = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window, DpFault::none);
-      nlohmann::json d;
-      const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
-      Measurement m = make_check("DP-1", kDp1Title, e, tol);
-      fill(m, dev, comm, c, mb, DpSync::once_per_window);
-      m.details = d;
-      m.details["global_items"] = g.window.global_items;
-      m.details["items_per_rank"] = gather_doubles(comm, dev, {g.window.local_items});
-      out.measurements.push_back(std::move(m));
+      // Bucketed and overlapped, as DDP runs; on padded rows also one bucket after
+      // the backward.
+      std::vector<std::optional<dist::DpOptions>> ways{std::nullopt};
+      if (c.rows == Rows::padded) ways.push_back(one_bucket_after_backward());
+      for (const auto& way : ways) {
+        const DpGrads g = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window, DpFault::none, way);
+        nlohmann::json d;
+        const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
+        Measurement m = make_check("DP-1", kDp1Title, e, tol);
+        m.details = d;
+        fill(m, dev, comm, c, mb, DpSync::once_per_window, g);
+        m.details["global_items"] = g.window.global_items;
+        m.details["items_per_rank"] = gather_doubles(comm, dev, {g.window.local_items});
+        out.measurements.push_back(std::move(m));
+      }
     }
   }
 
@@ -174,6 +222,9 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
        ""},
       {"DP-4", DpFault::local_item_count, false,
        "dividing by each rank's own real-token count instead of the global one is flagged by DP-1's check", ""},
+      {"DP-4", DpFault::reduce_before_ready, false,
+       "a bucket all-reduced before every gradient in it is final is flagged by DP-1's check",
+       tol::kDataParallelEarlyBucketReason},
   };
   for (const Control& k : controls) {
     const DpGrads g = dp_gradients(dev, comm, padded, mb, preset, ref.batch, DpSync::once_per_window, k.fault);
@@ -181,7 +232,7 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
     const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
     const std::string of = check_name("DP-1", kDp1Title);
     Measurement m = k.subtle ? make_subtle_control(k.id, k.title, e, tol, of) : make_negative_control(k.id, k.title, e, tol, of);
-    fill(m, dev, comm, padded, mb, DpSync::once_per_window);
+    fill(m, dev, comm, padded, mb, DpSync::once_per_window, g);
     m.config["fault"] = dist::dp_fault_name(k.fault);
     m.details.update(d);
     if (*k.reason) m.details["fault"] = k.reason;
@@ -196,7 +247,7 @@ void dp1_dp4(Device& dev, Communicator& comm, Preset preset, uint64_t seed, cons
   const double e = error_over_ranks(dev, comm, g.grads, ref, &d);
   Measurement m = make_subtle_control("DP-4", "one rank rounding its all-reduce to fp16 is flagged by DP-1's check", e, tol,
                                       check_name("DP-1", kDp1Title));
-  fill(m, dev, comm, padded, mb, DpSync::once_per_window);
+  fill(m, dev, comm, padded, mb, DpSync::once_per_window, g);
   m.config["fault"] = dist::dp_fault_name(DpFault::fp16_one_rank);
   m.details.update(d);
   m.details["fault"] = tol::kDataParallelOneRankSubtleReason;
@@ -295,6 +346,43 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
     s.tolerance_reason = "exact (a count: under one)";
     s.details = bytes_details(shortr);
     out.measurements.push_back(std::move(s));
+  }
+  // Overlap: every bucket whose parameters all belong to blocks (the memory model's
+  // layout, not the step's) is all-reduced from a block's backward hook, before the
+  // backward ends. Gross control: every bucket held to the end; subtle: the last one of block
+  // gradients (the first block's), one bucket late.
+  {
+    const StepConfig cfg = case_config(c, mb, preset);
+    const std::vector<int64_t> blocks = parameter_tensor_blocks(cfg);
+    HR_CHECK(blocks.size() == once.grads.size(), "DP-2: {} parameter blocks for {} gradients", blocks.size(),
+             once.grads.size());
+    std::map<std::string, int64_t> block_of;
+    for (size_t i = 0; i < blocks.size(); ++i) block_of[once.grads[i].first] = blocks[i];
+    const std::string title = "with overlap, every bucket of block gradients is all-reduced before the backward ends";
+    auto late = [&](const DpGrads& g) {
+      int64_t expected = 0;
+      for (const auto& names : g.bucket_names)
+        expected += std::all_of(names.begin(), names.end(), [&](const std::string& n) { return block_of.at(n) >= 0; });
+      return max_over_ranks(comm, dev, std::fabs(static_cast<double>(expected - g.window.before_backward_end)));
+    };
+    auto record = [&](Measurement m, const DpGrads& g, DpFault f) {
+      fill(m, dev, comm, c, mb, DpSync::once_per_window, g);
+      m.metric = "buckets of block gradients all-reduced after the backward (max over ranks)";
+      m.tolerance_reason = "exact: a count (under one)";
+      if (f != DpFault::none) m.config["fault"] = dist::dp_fault_name(f);
+      out.measurements.push_back(std::move(m));
+    };
+    record(make_check("DP-2", title, late(once), tol::kBitwiseMismatches), once, DpFault::none);
+    const DpGrads all_late = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window,
+                                          DpFault::reduce_after_backward);
+    record(make_negative_control("DP-2", "buckets all held to the end of the backward are flagged", late(all_late),
+                                 tol::kBitwiseMismatches, check_name("DP-2", title)),
+           all_late, DpFault::reduce_after_backward);
+    const DpGrads first_late = dp_gradients(dev, comm, c, mb, preset, ref.batch, DpSync::once_per_window,
+                                            DpFault::last_block_bucket_late);
+    record(make_subtle_control("DP-2", "the last bucket of block gradients held to the end of the backward is flagged", late(first_late),
+                               tol::kBitwiseMismatches, check_name("DP-2", title)),
+           first_late, DpFault::last_block_bucket_late);
   }
   int64_t params = 0;
   for (const auto& [name, v] : ref.grads) params += static_cast<int64_t>(v.size());
@@ -535,21 +623,27 @@ std::vector<SweepPoint> bm_dp(Device& dev, Communicator& comm, Preset preset) {
   }
 
   // The data-parallel step (forward, backward, all-reduce, divide; no optimizer) at
-  // the fixed global batch: the time against N.
+  // the fixed global batch: the time against N, bucketed and overlapped as DDP runs,
+  // and with one bucket after the backward.
   const Case c = kCases[1];
   const int64_t mb = kEffectiveBatch / n / 2;
   const StepConfig cfg = case_config(c, mb, preset);
   const Batch batch = accum_batch(dev, case_config(c, kEffectiveBatch, preset), 99);
-  DataParallelStep dp(dev, comm, cfg, DpSync::once_per_window);
-  SweepPoint s = sweep_point("BM-DP", dev, DType::f32, c.model,
-                             {{"engine", comm.engine()}, {"ranks", n}, {"global_batch", kEffectiveBatch},
-                              {"micro_batch", mb}, {"what", "data-parallel step (no optimizer)"}});
-  dist::CommStats step_comm;
-  s.time = time_collective([&] { step_comm = dp.reduce_gradients(batch).comm; });
-  s.metrics = {{"payload_bytes_per_step", step_comm.payload_bytes}, {"bus_bytes_per_step", step_comm.bus_bytes},
-               {"tokens_per_s", static_cast<double>(kEffectiveBatch * cfg.seq_len) / s.time->median_s},
-               {"noisy", s.time->noisy}};
-  out.push_back(std::move(s));
+  for (const dist::DpOptions& o : {bucketed(cfg), one_bucket_after_backward()}) {
+    DataParallelStep dp(dev, comm, cfg, DpSync::once_per_window, DpFault::none, o);
+    SweepPoint s = sweep_point("BM-DP", dev, DType::f32, c.model,
+                               {{"engine", comm.engine()}, {"ranks", n}, {"global_batch", kEffectiveBatch},
+                                {"micro_batch", mb}, {"what", "data-parallel step (no optimizer)"},
+                                {"buckets", static_cast<int64_t>(dp.bucket_parameters().size())},
+                                {"overlap", o.overlap}});
+    dist::CommStats step_comm;
+    s.time = time_collective([&] { step_comm = dp.reduce_gradients(batch).comm; });
+    s.metrics = {{"payload_bytes_per_step", step_comm.payload_bytes}, {"bus_bytes_per_step", step_comm.bus_bytes},
+                 {"bucket_bytes_cap", o.bucket_bytes},
+                 {"tokens_per_s", static_cast<double>(kEffectiveBatch * cfg.seq_len) / s.time->median_s},
+                 {"noisy", s.time->noisy}};
+    out.push_back(std::move(s));
+  }
   return out;
 }
 

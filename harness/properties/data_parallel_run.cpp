@@ -11,7 +11,9 @@
 #include <tuple>
 
 #include "harness/check.hpp"
+#include "harness/device.hpp"
 #include "harness/dist/launch.hpp"
+#include "harness/dist/nccl_communicator.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/results.hpp"
 
@@ -21,10 +23,37 @@ namespace {
 constexpr const char* kDpTitle = "data parallel across processes (DP-1..DP-4) under mpirun";
 constexpr double kWorkerTimeoutS = 900;
 
-// The DP ranks always run the CPU backend with the MPI engine: multi-GPU NCCL runs
-// are launched directly (README: mpirun -np N headroom-dp properties --engine nccl).
-std::vector<std::string> worker_args(const char* mode, Preset preset, uint64_t seed) {
-  return {mode, "--preset", preset_name(preset), "--seed", std::to_string(seed), "--backend", "cpu", "--engine", "mpi"};
+// Where the ranks of one launch run. A CUDA run on a machine with at least N GPUs
+// and a loadable NCCL runs one process per GPU with the NCCL engine (each rank binds
+// the GPU of its rank on the node, harness/dist/mpi/worker_main.cpp); otherwise the
+// ranks run the CPU backend with MPI, and `why_cpu` says why (it goes into the
+// measurements' details and the progress line).
+struct Ranks {
+  std::vector<std::string> args;
+  std::string backend = "cpu";
+  std::string why_cpu;
+};
+
+Ranks worker_args(const char* mode, const RunContext& ctx, int n) {
+  Ranks r;
+  if (ctx.device.is_cuda()) {
+    const int gpus = cuda_device_count();
+    const std::string nccl = dist::nccl_unavailable_reason();
+    if (gpus < n)
+      r.why_cpu = fmt::format("{} ranks need {} GPUs, this machine has {}: the ranks ran on CPUs under MPI", n, n, gpus);
+    else if (!nccl.empty())
+      r.why_cpu = fmt::format("NCCL is unavailable ({}): the ranks ran on CPUs under MPI", nccl);
+    else
+      r.backend = "cuda";
+  }
+  r.args = {mode, "--preset", preset_name(ctx.preset), "--seed", std::to_string(ctx.seed), "--backend", r.backend,
+            "--engine", r.backend == "cuda" ? "nccl" : "mpi"};
+  return r;
+}
+
+std::string launch_note(int n, const Ranks& r) {
+  return r.backend == "cuda" ? fmt::format("mpirun -np {}, one GPU each (NCCL)", n)
+                             : fmt::format("mpirun -np {} on CPUs", n);
 }
 
 // The points of each properties launch, so DP-MEM need not launch again.
@@ -49,16 +78,22 @@ std::vector<Measurement> run_dp_properties(RunContext& ctx) {
   // baseline that ran these checks says they are missing here, and why.
   if (!why.empty()) throw Skipped(why);
   for (int n : dist::dp_rank_counts()) {
-    if (ctx.progress) ctx.progress(fmt::format("mpirun -np {}", n));
-    const dist::WorkerRun r = dist::run_dp_worker(n, worker_args("properties", ctx.preset, ctx.seed), kWorkerTimeoutS);
+    const Ranks ranks = worker_args("properties", ctx, n);
+    if (ctx.progress) ctx.progress(launch_note(n, ranks));
+    const dist::WorkerRun r = dist::run_dp_worker(n, ranks.args, kWorkerTimeoutS);
     if (!r.ok) {
-      Measurement m = make_error_measurement("DP-1", kDpTitle, "cpu", r.error);
+      Measurement m = make_error_measurement("DP-1", kDpTitle, ranks.backend, r.error);
       m.config = {{"ranks", n}};
       m.details["command"] = r.command;
+      if (!ranks.why_cpu.empty()) m.details["ranks_on_cpus"] = ranks.why_cpu;
       out.push_back(std::move(m));
       continue;
     }
-    for (const auto& j : r.output.at("measurements")) out.push_back(measurement_from_json(j));
+    for (const auto& j : r.output.at("measurements")) {
+      Measurement m = measurement_from_json(j);
+      if (!ranks.why_cpu.empty()) m.details["ranks_on_cpus"] = ranks.why_cpu;
+      out.push_back(std::move(m));
+    }
     std::vector<SweepPoint> pts;
     for (const auto& j : r.output.at("sweep_points")) pts.push_back(sweep_point_from_json(j));
     std::lock_guard<std::mutex> lk(g_mu);
@@ -80,10 +115,12 @@ std::vector<SweepPoint> run_worker_points(RunContext& ctx, const char* mode, con
         continue;
       }
     }
-    if (ctx.progress) ctx.progress(fmt::format("mpirun -np {}", n));
-    const dist::WorkerRun r = dist::run_dp_worker(n, worker_args(mode, ctx.preset, ctx.seed), kWorkerTimeoutS);
+    const Ranks ranks = worker_args(mode, ctx, n);
+    if (ctx.progress) ctx.progress(launch_note(n, ranks));
+    const dist::WorkerRun r = dist::run_dp_worker(n, ranks.args, kWorkerTimeoutS);
     if (!r.ok) {
       SweepPoint p = skipped_point(sweep, r.error, n);
+      p.backend = ranks.backend;
       p.status = "error";
       out.push_back(std::move(p));
       continue;

@@ -96,6 +96,11 @@ ShardedPrediction predict_sharded(const StepConfig& cfg, int64_t ranks) {
   HR_ARG_CHECK(cfg.sharding != Sharding::none, "predict_sharded: sharding none is the unsharded step (predict_memory)");
   HR_ARG_CHECK(ranks >= 1 && ranks <= (int64_t{1} << 20), "predict_sharded: {} ranks", ranks);
   HR_ARG_CHECK(cfg.adapters.kind == AdapterKind::none, "predict_sharded: adapters (LoRA) are not sharded");
+  // What the sharded step runs (harness/dist/sharded_step.hpp), so nothing is predicted
+  // for a step that cannot be run.
+  HR_ARG_CHECK(cfg.precision.compute == DType::f32 || cfg.precision.compute == DType::bf16,
+               "predict_sharded: the sharded step runs fp32 or bf16, not {}", dtype_name(cfg.precision.compute));
+  HR_ARG_CHECK(cfg.precision.master_weights, "predict_sharded: the sharded step keeps fp32 master weights");
   HR_ARG_CHECK(cfg.optimizer.kind == OptimizerKind::adamw || cfg.optimizer.kind == OptimizerKind::sgd,
                "predict_sharded: adamw or sgd, not {}", optimizer_kind_name(cfg.optimizer.kind));
   HR_ARG_CHECK(cfg.batch % ranks == 0 && (cfg.batch / ranks) % cfg.micro_batch == 0,

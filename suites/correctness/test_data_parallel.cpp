@@ -6,12 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
 
 #include "harness/check.hpp"
 #include "harness/dist/communicator.hpp"
+#include "harness/dist/dp_step.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/dist/nccl_communicator.hpp"
+#include "harness/properties/accum_support.hpp"
 #include "harness/properties/data_parallel.hpp"
+#include "harness/step/memory_model.hpp"
 #include "harness/tensor.hpp"
 #include "suites/common/property_check.hpp"
 #include "suites/common/test_support.hpp"
@@ -52,6 +58,96 @@ TEST(DataParallel, SingleRankChecksHold) {
   }
   EXPECT_GE(checks, 8u);
   EXPECT_FALSE(o.points.empty());
+}
+
+// The buckets: every gradient in exactly one, as a view (the gradients' bytes are
+// the model's, once), filled in the order the backward finishes the blocks (the
+// memory model's layout: the last block first, the parameters outside the blocks last).
+TEST(DataParallel, BucketsHoldEveryGradientOnceInBackwardOrder) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  auto comm = hr::dist::make_single_communicator();
+  const hr::StepConfig cfg = hr::props::accum_transformer_config(hr::DType::f32, 4, hr::Preset::quick);
+  const std::vector<int64_t> sizes = hr::trainable_tensor_sizes(cfg), blocks = hr::parameter_tensor_blocks(cfg);
+  int64_t elements = 0;
+  for (int64_t n : sizes) elements += n;
+  for (int64_t cap : {int64_t{0}, elements, elements / 3}) {
+    SCOPED_TRACE(cap);
+    hr::dist::DpOptions o;
+    o.bucket_bytes = cap;
+    const size_t before = dev.memory().snapshot().current(hr::Consumer::gradients);
+    hr::dist::DataParallelStep dp(dev, *comm, cfg, hr::dist::DpSync::once_per_window, hr::dist::DpFault::none, o);
+    EXPECT_EQ(dev.memory().snapshot().current(hr::Consumer::gradients) - before, static_cast<size_t>(elements) * 4);
+    const auto buckets = dp.bucket_parameters();
+    if (cap == 0) EXPECT_EQ(buckets.size(), 1u);
+    if (cap == elements / 3) EXPECT_GE(buckets.size(), 3u);
+    std::map<std::string, int64_t> block_of;
+    const auto names = dp.local().gradients();
+    ASSERT_EQ(names.size(), blocks.size());
+    for (size_t i = 0; i < names.size(); ++i) block_of[names[i].first] = blocks[i];
+    std::set<std::string> seen;
+    int64_t last = std::numeric_limits<int64_t>::max();
+    for (const auto& b : buckets)
+      for (const std::string& n : b) {
+        EXPECT_TRUE(seen.insert(n).second) << n << " in two buckets";
+        const int64_t blk = block_of.at(n) < 0 ? -1 : block_of.at(n);
+        EXPECT_LE(blk, last) << n << ": a block before one the backward finishes later";
+        last = blk;
+      }
+    EXPECT_EQ(seen.size(), names.size());
+  }
+}
+
+// At one rank the all-reduce is the identity: bucketed and overlapped gradients equal
+// one bucket after the backward bitwise, every bucket of block gradients goes from a
+// block's hook, and the overlap's faults move them (the controls' switches).
+TEST(DataParallel, OverlappedBucketsEqualOneBucketAfterTheBackward) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  auto comm = hr::dist::make_single_communicator();
+  const hr::StepConfig cfg = hr::props::accum_transformer_config(hr::DType::f32, 4, hr::Preset::quick);
+  const hr::Batch batch = hr::props::accum_batch(dev, cfg, 11);
+  auto run = [&](int64_t cap, bool overlap, hr::dist::DpFault fault, hr::dist::DpWindow* w = nullptr) {
+    hr::dist::DpOptions o;
+    o.bucket_bytes = cap;
+    o.overlap = overlap;
+    hr::dist::DataParallelStep dp(dev, *comm, cfg, hr::dist::DpSync::once_per_window, fault, o);
+    const hr::dist::DpWindow got = dp.reduce_gradients(batch);
+    if (w) *w = got;
+    return hr::props::gradient_values(dp.local());
+  };
+  int64_t elements = 0;
+  for (int64_t n : hr::trainable_tensor_sizes(cfg)) elements += n;
+  hr::dist::DpWindow one, many, late;
+  const auto a = run(0, false, hr::dist::DpFault::none, &one);
+  const auto b = run(elements, true, hr::dist::DpFault::none, &many);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+  EXPECT_EQ(one.all_reduces, 1);
+  EXPECT_EQ(one.before_backward_end, 0);
+  EXPECT_GE(many.all_reduces, 4);
+  EXPECT_GE(many.before_backward_end, 2);
+  EXPECT_LT(many.before_backward_end, many.all_reduces);  // the embeddings' bucket waits for the end
+  (void)run(elements, true, hr::dist::DpFault::reduce_after_backward, &late);
+  EXPECT_EQ(late.before_backward_end, 0);
+  (void)run(elements, true, hr::dist::DpFault::last_block_bucket_late, &late);
+  EXPECT_EQ(late.before_backward_end, many.before_backward_end - 1);
+}
+
+TEST(DataParallel, RefusesWhatItCannotRun) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  auto comm = hr::dist::make_single_communicator();
+  const hr::StepConfig cfg = hr::props::accum_mlp_config(hr::DType::f32, 4, hr::Preset::quick);
+  hr::dist::DpOptions o;
+  o.bucket_bytes = -1;
+  EXPECT_THROW(hr::dist::DataParallelStep(dev, *comm, cfg, hr::dist::DpSync::once_per_window, hr::dist::DpFault::none, o),
+               hr::InvalidArgument);
+  o = {};
+  o.overlap = false;
+  EXPECT_THROW(hr::dist::DataParallelStep(dev, *comm, cfg, hr::dist::DpSync::once_per_window,
+                                          hr::dist::DpFault::last_block_bucket_late, o),
+               hr::InvalidArgument);
+  hr::StepConfig sharded = cfg;
+  sharded.sharding = hr::Sharding::zero2;
+  EXPECT_THROW(hr::dist::DataParallelStep(dev, *comm, sharded, hr::dist::DpSync::once_per_window), hr::InvalidArgument);
 }
 
 // NCCL with one rank (no MPI needed): the GPU smoke test, also run from the GPU bundle.

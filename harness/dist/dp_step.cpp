@@ -228,7 +228,10 @@ void DataParallelStep::after_block_backward(int64_t block) {
 
 void DataParallelStep::after_pass(bool backward) {
   if (!backward || !reducing_) return;
+  // The backward has ended: every gradient is final (a block whose hooks did not
+  // run, too).
   outside_done_ = true;
+  std::fill(block_done_.begin(), block_done_.end(), true);
   launch_ready();
   HR_CHECK(next_bucket_ == buckets_.size(), "data parallel: {} of {} buckets were all-reduced in the backward",
            next_bucket_, buckets_.size());

@@ -406,7 +406,8 @@ void memory_and_comm(Device& dev, Communicator& comm, Preset preset, uint64_t se
                     tol::kBitwiseMismatches, "largest |measured - predicted| bus elements per step (max over ranks)",
                     tol::kShardedCommReason);
       nlohmann::json d;
-      f.check(max_over_ranks(comm, dev, comm_miss(r.last, &d)), cfg, d);
+      const double comm_error = max_over_ranks(comm, dev, comm_miss(r.last, &d));  // d filled before it is passed
+      f.check(comm_error, cfg, d);
       for (const auto& [fault, subtle, title] :
            {std::tuple{ShardFault::all_reduce_gradients, false,
                        "gradients all-reduced in full instead of reduce-scattered are flagged"},

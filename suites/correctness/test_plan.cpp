@@ -248,6 +248,14 @@ TEST(Plan, SeveralCardsShardAndPayForTheirCollectives) {
   std::ostringstream table;
   plan::print_plan_table(plans, in.cfg, table);
   EXPECT_NE(table.str().find("8 x 24 GiB"), std::string::npos) << table.str();
+  // fp16 (with its loss scaler): the sharded step does not run it, so no ZeRO row is
+  // offered (and nothing throws), though the unsharded rows still are.
+  plan::PlanInput fp16 = in;
+  fp16.cfg.precision.compute = DType::f16;
+  const auto fp16_plans = plan::make_plan(fp16);
+  ASSERT_EQ(fp16_plans.size(), 2u);
+  EXPECT_FALSE(fp16_plans[1].options.empty());
+  for (const auto& o : fp16_plans[1].options) EXPECT_EQ(o.cfg.sharding, Sharding::none) << o.technique;
 }
 
 // A card where only LoRA fits: LoRA is chosen, and the plan says what it changes.

@@ -145,6 +145,14 @@ TEST(ShardedStep, RefusesWhatItDoesNotRun) {
     hr::StepConfig c = cfg;
     c.precision.compute = hr::DType::f16;
     EXPECT_THROW(hr::dist::ShardedStep(dev, *comm, c), hr::InvalidArgument);
+    EXPECT_THROW(hr::predict_sharded(c, 2), hr::InvalidArgument);  // nothing predicted for a step that cannot run
+  }
+  {
+    hr::StepConfig c = cfg;
+    c.precision.compute = hr::DType::bf16;
+    c.precision.master_weights = false;
+    EXPECT_THROW(hr::dist::ShardedStep(dev, *comm, c), hr::InvalidArgument);
+    EXPECT_THROW(hr::predict_sharded(c, 2), hr::InvalidArgument);
   }
   {
     hr::StepConfig c = cfg;

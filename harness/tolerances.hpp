@@ -673,10 +673,11 @@ inline constexpr const char* kDataParallelOneRankSubtleReason =
     "one rank rounds its all-reduce to fp16 (sent and received): one fp16 rounding of that rank's gradients, "
     "~30x GA-1's fp32 bound";
 // DP-4's control for overlap: a bucket spanning two blocks all-reduced once the first
-// of them has run its backward; the other block's gradients stay this rank's own
-// (about 1/N of their true value), far past the bound.
+// of them has run its backward; the other block's gradients come out as the global
+// sum of the first K - 1 micro-batches plus this rank's last one, far past the bound.
 inline constexpr const char* kDataParallelEarlyBucketReason =
-    "a bucket all-reduced before its second block's backward: that block's gradients are one rank's share";
+    "a bucket all-reduced before its second block's last backward: that block's gradients miss the other ranks' "
+    "last micro-batch";
 
 // ---- DP-3 (ZeRO-1 as a setting), DP-5, DP-6: the sharded step (harness/properties/sharding.cpp) ----
 // kShardedSteps steps, each on its own batch; controls over kShardedControlSteps

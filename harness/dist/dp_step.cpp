@@ -120,14 +120,29 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
     if (std::find(b.blocks.begin(), b.blocks.end(), blocks[i]) == b.blocks.end()) b.blocks.push_back(blocks[i]);
     b.elements += ps[i].grad.numel();
   }
-  // The gradients become views into their bucket (the tensors they replace are freed).
+  // The gradients become views into their bucket: the tensors they replace are freed
+  // first, so the gradients' peak stays the model's.
+  std::vector<Shape> shapes(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].grad.defined()) {
+      shapes[i] = ps[i].grad.shape();
+      ps[i].grad = Tensor();
+    }
   for (Bucket& b : buckets_) {
     b.flat = Tensor::zeros(dev, {b.elements}, DType::f32, Consumer::gradients);
     for (size_t k = 0; k < b.params.size(); ++k) {
       Param& p = ps[b.params[k]];
-      p.grad = b.flat.slice(b.offsets[k], b.offsets[k] + p.grad.numel()).reshape(p.grad.shape());
+      const Shape& shape = shapes[b.params[k]];
+      p.grad = b.flat.slice(b.offsets[k], b.offsets[k] + shape_numel(shape)).reshape(shape);
     }
   }
+  // reduce_before_ready: the buckets that span two blocks or more, all of them blocks
+  // (the fault launches those once their first block is done).
+  for (Bucket& b : buckets_)
+    b.spans_blocks = b.blocks.size() >= 2 && std::find(b.blocks.begin(), b.blocks.end(), int64_t{-1}) == b.blocks.end();
+  HR_ARG_CHECK(fault_ != DpFault::reduce_before_ready ||
+                   std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.spans_blocks; }),
+               "data parallel: fault reduce_before_ready needs a bucket that spans two blocks (a smaller bucket cap)");
   for (size_t k = 0; k < buckets_.size(); ++k)
     if (std::find(buckets_[k].blocks.begin(), buckets_[k].blocks.end(), int64_t{-1}) == buckets_[k].blocks.end())
       last_block_bucket_ = k;
@@ -195,7 +210,7 @@ void DataParallelStep::reduce(Bucket& b) {
 
 bool DataParallelStep::ready(const Bucket& b) const {
   const auto done = [&](int64_t block) { return block < 0 ? outside_done_ : block_done_[static_cast<size_t>(block)]; };
-  if (fault_ == DpFault::reduce_before_ready) return done(b.blocks.front());
+  if (fault_ == DpFault::reduce_before_ready && b.spans_blocks) return done(b.blocks.front());
   if (fault_ == DpFault::reduce_after_backward ||
       (fault_ == DpFault::last_block_bucket_late && &b == &buckets_[last_block_bucket_]))
     return outside_done_;
@@ -228,6 +243,9 @@ void DataParallelStep::after_block_backward(int64_t block) {
 
 void DataParallelStep::after_pass(bool backward) {
   if (!backward || !reducing_) return;
+  // What the collective library has received so far this window: the buckets launched
+  // from the block hooks (counted where the library is entered, not by this step).
+  window_->library_calls_before_backward_end = comm_->library_received().calls - library_calls_at_start_;
   // The backward has ended: every gradient is final (a block whose hooks did not
   // run, too).
   outside_done_ = true;
@@ -256,8 +274,10 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     ~Reset() {
       s->window_ = nullptr;
       s->reducing_ = s->in_block_hook_ = false;
+      for (Bucket& b : s->buckets_) b.sum = Tensor();  // every_micro_batch's sums, also when a pass threw
     }
   } reset{this};
+  library_calls_at_start_ = received_before.calls;
   const Batch mine = global_batch.slice(comm_->rank() * rows_, (comm_->rank() + 1) * rows_);
   const int64_t mb = global_.micro_batch, K = rows_ / mb;
   w.micro_batches = K;
@@ -271,10 +291,17 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
     for (Bucket& b : buckets_) reduce(b);
   };
   step_->zero_grad();
+  // Every bucket once per reducing pass, however it was launched (a hook that did not
+  // run would leave the gradients unreduced; every rank counts the same, so all throw).
+  const auto check_all_reduced = [&](int64_t passes) {
+    HR_CHECK(w.all_reduces == static_cast<int64_t>(buckets_.size()) * passes,
+             "data parallel: {} bucket all-reduces in {} passes of {} buckets", w.all_reduces, passes, buckets_.size());
+  };
   if (sync_ == DpSync::once_per_window) {
     passes_left_ = K;
     step_->accumulate(mine);
     reduce_all();
+    check_all_reduced(1);
   } else {
     for (Bucket& b : buckets_) b.sum = Tensor::zeros(*dev_, {b.elements}, DType::f32, Consumer::gradients);
     for (int64_t m = 0; m < K; ++m) {
@@ -283,6 +310,7 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
       step_->accumulate(mine.slice(m * mb, (m + 1) * mb));
       reduce_all();
     }
+    check_all_reduced(K);
     for (Bucket& b : buckets_) {
       b.flat.copy_from(b.sum);
       b.sum = Tensor();

@@ -13,9 +13,11 @@
 // place where it lives: host memory for the MPI engine on CPU ranks, device memory
 // for NCCL on GPU ranks (nothing staged); only a GPU rank under the MPI engine
 // stages through the host. With overlap, a bucket is all-reduced inside the
-// window's last backward as soon as every gradient in it is final (the block hooks
-// of harness/step/checkpoint.hpp say when), not after the backward; buckets go in
-// one order on every rank. NCCL queues the collectives on the compute stream, so on
+// reducing backward (the window's last; each one in every_micro_batch mode) as soon
+// as every gradient in it is final, not after the backward: from a block's hook
+// (harness/step/checkpoint.hpp) for block gradients, at the end of the pass for a
+// bucket holding a parameter used outside the blocks; buckets go in one order on
+// every rank. NCCL queues the collectives on the compute stream, so on
 // a GPU they are ordered between the backward's kernels, not run beside them.
 #pragma once
 
@@ -44,18 +46,18 @@ enum class DpFault : uint8_t {
   reduce_accumulated,       // every_micro_batch: the accumulated buffer re-reduced each time
   fp16_one_rank,            // the last rank alone rounds to fp16 what it sends and what it receives
   once_one_element_short,   // once_per_window: the last bucket's all-reduce leaves its last element out
-  reduce_before_ready,      // overlap: a bucket is all-reduced once its first block's gradients are final,
-                            // before the other blocks in it have run their backward
+  reduce_before_ready,      // overlap: a bucket spanning two blocks is all-reduced once its first block's
+                            // gradients are final, before the other block has run its backward
   reduce_after_backward,    // overlap: every bucket waits for the end of the backward (no overlap)
-  last_block_bucket_late,   // overlap: the last bucket of block gradients (the first block's) waits for
-                            // the end of the backward
+  last_block_bucket_late,   // overlap: the last bucket that holds block gradients only waits for the
+                            // end of the backward
 };
 const char* dp_fault_name(DpFault f);
 
 struct DpOptions {
-  // A bucket closes once it holds this many bytes of gradients (PyTorch DDP's
-  // bucket_cap_mb, 25 MiB by default); a parameter larger than that has a bucket to
-  // itself. 0: one bucket for every gradient.
+  // A bucket closes once it holds this many bytes of gradients or more (PyTorch DDP's
+  // bucket_cap_mb, 25 MiB by default): a parameter joins the open bucket, however
+  // large. 0: one bucket for every gradient.
   int64_t bucket_bytes = int64_t{25} << 20;
   // All-reduce each bucket inside the backward as soon as its gradients are final
   // (DDP's overlap), rather than after the backward.
@@ -70,8 +72,11 @@ struct DpWindow {
   int64_t micro_batches = 0;   // on this rank
   int64_t all_reduces = 0;     // gradient all-reduces this window (one per bucket per reduction)
   // of which launched from a block's backward hook, before the backward ended
-  // (overlap: every bucket that holds no parameter used outside the blocks)
+  // (overlap: every bucket that holds no parameter used outside the blocks), as this
+  // step counts them and as the collective library saw them (its calls this window
+  // when the last backward ended; 0 for the single engine, which has no library)
   int64_t before_backward_end = 0;
+  uint64_t library_calls_before_backward_end = 0;
   CommStats comm;              // what this window communicated (gradients and the count)
   CommStats gradients;         // of which the gradient all-reduces
   // The gradient all-reduces as the collective library saw them on this rank
@@ -112,6 +117,7 @@ class DataParallelStep final : private PassHooks {
     int64_t elements = 0;
     Tensor flat;  // [elements] fp32, Consumer::gradients: the gradients are views
     Tensor sum;   // every_micro_batch: the reduced micro-batches so far
+    bool spans_blocks = false;  // two blocks or more, none of them outside
   };
 
   void before_pass(bool backward) override;
@@ -144,6 +150,7 @@ class DataParallelStep final : private PassHooks {
   bool outside_done_ = false;
   size_t next_bucket_ = 0;
   size_t last_block_bucket_ = 0;  // the last bucket that holds no parameter used outside the blocks
+  uint64_t library_calls_at_start_ = 0;
   DpWindow* window_ = nullptr;
 };
 

@@ -122,9 +122,10 @@ std::string describe_change(double change) {
   return change >= 0 ? fmt::format("slower by {:.1f}%", change * 100) : fmt::format("faster by {:.1f}%", -change * 100);
 }
 
-// Times shown but never judged: BM-DP's ranks are host processes talking MPI over
-// shared memory (in a GPU run too), so its times follow the host's cores and load,
-// not the device; on two shared cores one run differs from the next by 30%.
+// Times shown but never judged: BM-DP's CPU ranks (also those of a GPU run with too
+// few GPUs) are host processes talking MPI over shared memory, so their times follow
+// the host's cores and load, not the device; on two shared cores one run differs
+// from the next by 30%.
 bool time_not_judged(const SweepPoint& p) { return p.sweep == "BM-DP" && p.backend == "cpu"; }
 
 // Under a busy host a judged change within busy_time_floor is not a verdict.

@@ -74,9 +74,12 @@ TEST(DataParallel, BucketsHoldEveryGradientOnceInBackwardOrder) {
     SCOPED_TRACE(cap);
     hr::dist::DpOptions o;
     o.bucket_bytes = cap;
+    dev.memory().reset_peak();
     const size_t before = dev.memory().snapshot().current(hr::Consumer::gradients);
     hr::dist::DataParallelStep dp(dev, *comm, cfg, hr::dist::DpSync::once_per_window, hr::dist::DpFault::none, o);
     EXPECT_EQ(dev.memory().snapshot().current(hr::Consumer::gradients) - before, static_cast<size_t>(elements) * 4);
+    // Not twice: the step's own gradient tensors go before the buckets come.
+    EXPECT_EQ(dev.memory().snapshot().peak(hr::Consumer::gradients) - before, static_cast<size_t>(elements) * 4);
     const auto buckets = dp.bucket_parameters();
     if (cap == 0) EXPECT_EQ(buckets.size(), 1u);
     if (cap == elements / 3) EXPECT_GE(buckets.size(), 3u);

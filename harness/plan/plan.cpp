@@ -87,9 +87,10 @@ std::vector<Card> cards_from_json(const nlohmann::json& j, const std::string& ba
       card.count = n->get<int64_t>();
     }
     if (auto b = c.find("bus_gbps"); b != c.end()) card.bus_gbps = positive_number(*b, at + ".bus_gbps", 1e-3, 1e5);
-    HR_ARG_CHECK(card.count == 1 || card.bus_gbps,
-                 "{}: {} cards need bus_gbps (their collectives' bus bandwidth in GB/s, e.g. BM-DP's busbw)", at,
-                 card.count);
+    HR_ARG_CHECK(card.count == 1 || card.bus_gbps || !card.results_path.empty(),
+                 "{}: {} cards need bus_gbps (their collectives' bus bandwidth in GB/s, e.g. BM-DP's busbw) or a "
+                 "results file with BM-DP at {} ranks",
+                 at, card.count, card.count);
     out.push_back(std::move(card));
   }
   return out;
@@ -144,6 +145,37 @@ TimeFactors factors_from_results(const std::string& path) {
   }
   HR_ARG_CHECK(base && !f.factor.empty(), "{}: no TRADE rows with tokens_per_s (run `headroom run` with TRADE)", path);
   return f;
+}
+
+double bus_gbps_from_results(const std::string& path, int64_t ranks, std::string* from) {
+  const Results r = load_results(path);
+  std::optional<double> best;
+  int64_t best_bytes = -1;
+  std::set<int64_t> rank_counts;
+  for (const SweepPoint& p : r.sweep_points) {
+    if (p.sweep != "BM-DP" || p.model != "op:all_reduce" || p.status != "ok") continue;
+    const auto n = p.config.find("ranks"), b = p.config.find("bytes");
+    const auto bw = p.metrics.find("busbw_GBps");
+    if (n == p.config.end() || !n->is_number_integer() || b == p.config.end() || !b->is_number_integer() ||
+        bw == p.metrics.end() || !bw->is_number())
+      continue;
+    rank_counts.insert(n->get<int64_t>());
+    if (n->get<int64_t>() != ranks || b->get<int64_t>() <= best_bytes) continue;
+    const double v = bw->get<double>();
+    HR_ARG_CHECK(std::isfinite(v) && v > 0 && v <= 1e5, "{}: BM-DP at {} ranks: busbw {} is not a bandwidth", path,
+                 ranks, bw->dump());
+    best = v;
+    best_bytes = b->get<int64_t>();
+  }
+  if (!best) {
+    std::string have;
+    for (int64_t n : rank_counts) have += (have.empty() ? "" : ", ") + std::to_string(n);
+    throw InvalidArgument(fmt::format("{}: no BM-DP all-reduce at {} ranks (it has {}): give the card bus_gbps, or run "
+                                      "`headroom run --only BM-DP --ranks {}` there",
+                                      path, ranks, have.empty() ? "none" : have, ranks));
+  }
+  if (from) *from = fmt::format("BM-DP in {}: all-reduce of {} bytes at {} ranks", path, best_bytes, ranks);
+  return *best;
 }
 
 namespace {
@@ -351,9 +383,14 @@ std::vector<CardPlan> make_plan(const PlanInput& in) {
   std::vector<CardPlan> plans;
   const double tokens_per_step =
       static_cast<double>(in.cfg.batch) * static_cast<double>(in.cfg.model == ModelKind::transformer ? in.cfg.seq_len : 1);
-  for (const Card& card : in.cards) {
+  for (const Card& given : in.cards) {
     CardPlan cp;
-    cp.card = card;
+    cp.card = given;
+    Card& card = cp.card;
+    if (card.count > 1) {
+      if (card.bus_gbps) cp.bus_source = "the cards file";
+      else card.bus_gbps = bus_gbps_from_results(card.results_path, card.count, &cp.bus_source);
+    }
     cp.usable_bytes = static_cast<size_t>(static_cast<double>(card.memory_bytes()) * (1.0 - in.headroom_fraction));
     // Several cards: each takes batch / count rows (the micro-batch as given, or the
     // share when it is larger).
@@ -531,6 +568,12 @@ void print_plan_table(const std::vector<CardPlan>& plans, const StepConfig& cfg,
                    "optimizer-state peaks added as if at once",
                    kConsoleColumns, 2))
       out << l << "\n";
+  for (const CardPlan& p : plans)
+    if (p.card.count > 1 && p.bus_source != "the cards file" && !p.bus_source.empty())
+      for (const std::string& l :
+           wrap_text(fmt::format("{}: bus bandwidth {:.3g} GB/s from {}", p.card.name, *p.card.bus_gbps, p.bus_source),
+                     kConsoleColumns, 2))
+        out << l << "\n";
   if (!cards_note.empty())
     for (const std::string& l : wrap_text("cards: " + cards_note, kConsoleColumns, 2)) out << l << "\n";
   for (const std::string& l : wrap_text("not modelled: packing (the memory model takes full rows of seq_len tokens; "
@@ -555,6 +598,7 @@ nlohmann::json plan_to_json(const std::vector<CardPlan>& plans, const PlanInput&
     c["price_per_hour"] = p.card.price_per_hour;
     c["count"] = p.card.count;
     c["bus_gbps"] = p.card.bus_gbps ? nlohmann::json(*p.card.bus_gbps) : nlohmann::json(nullptr);
+    if (!p.bus_source.empty()) c["bus_source"] = p.bus_source;
     c["tokens_per_s"] = p.tokens_per_s ? nlohmann::json(*p.tokens_per_s) : nlohmann::json(nullptr);
     c["time_factors_from"] = p.time_source;
     c["bound"] = p.bound;

@@ -36,7 +36,8 @@ struct Card {
 };
 
 // Reads {"cards": [{"name", "memory_gib", "price_per_hour", "tokens_per_s" | "results",
-// ["count", "bus_gbps"]}], ...}
+// ["count", "bus_gbps"]}], ...} (several cards with a results file and no bus_gbps:
+// the bandwidth is BM-DP's, bus_gbps_from_results)
 // strictly: an unknown key, a missing or mistyped field throws InvalidArgument naming the
 // JSON path ("cards[2].memory_gib: expected a positive number, got -3"). A relative
 // results path is taken from base_dir (the cards file's folder).
@@ -54,6 +55,13 @@ struct TimeFactors {
   // combinations beyond the guide's order; 1 where the row is missing.
   double own(const std::string& key) const;
 };
+// The all-reduce bus bandwidth BM-DP measured at `ranks` ranks in a results.json
+// (GB/s, nccl-tests' busbw, at its largest message): what several cards' collectives
+// are estimated with when their file says no bus_gbps. `from` says which point.
+// Throws InvalidArgument naming the rank counts the file has when it has none at
+// `ranks`.
+double bus_gbps_from_results(const std::string& path, int64_t ranks, std::string* from = nullptr);
+
 // The field guide's figures: checkpointing ~ one third more compute, the rest ~ free.
 TimeFactors field_guide_factors();
 // From a results.json's TRADE rows (tokens/s per token slot, each against the baseline's).
@@ -90,6 +98,7 @@ struct CardPlan {
   std::string note;            // what the choice changes (LoRA), when it does
   std::string time_source;
   std::string time_backend, time_device;  // where measured factors were measured ("" for the guide's)
+  std::string bus_source;  // several cards: where bus_gbps came from (the cards file, or a BM-DP point)
   std::optional<double> tokens_per_s;  // the throughput of the configuration as given
   std::string answer;          // one line for people
 };

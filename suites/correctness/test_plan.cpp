@@ -330,6 +330,43 @@ TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
     if (o.key == "seq_padding") EXPECT_DOUBLE_EQ(o.time_factor, 0.8);
     if (o.key == "as_given") EXPECT_DOUBLE_EQ(o.time_factor, 1.0);
   }
+  // Several such cards and no bus_gbps: the bandwidth is BM-DP's at that many ranks,
+  // its largest all-reduce; a rank count the file lacks is refused, naming what it has.
+  for (const auto& [bytes, busbw] : {std::pair{4096, 0.5}, std::pair{16 << 20, 3.0}}) {
+    SweepPoint p;
+    p.sweep = "BM-DP";
+    p.backend = "cpu";
+    p.dtype = "fp32";
+    p.model = "op:all_reduce";
+    p.config = {{"engine", "mpi"}, {"ranks", 4}, {"bytes", bytes}};
+    TimeStats t;
+    t.reps = 3;
+    t.median_s = 1e-3;
+    p.time = t;
+    p.metrics = {{"busbw_GBps", busbw}, {"algbw_GBps", busbw / 1.5}};
+    r.sweep_points.push_back(p);
+  }
+  compute_totals(r);
+  write_output((dir / "group.json").string(), results_to_json(r).dump());
+  const json group = {{"cards", json::array({{{"name", "four"}, {"memory_gib", 1}, {"price_per_hour", 3.6},
+                                              {"results", "group.json"}, {"count", 4}}})}};
+  plan::PlanInput gin;
+  gin.cfg = sample_config();
+  gin.cards = plan::cards_from_json(group, dir.string());
+  const auto gplans = plan::make_plan(gin);
+  ASSERT_EQ(gplans.size(), 1u);
+  ASSERT_TRUE(gplans[0].card.bus_gbps.has_value());
+  EXPECT_DOUBLE_EQ(*gplans[0].card.bus_gbps, 3.0);
+  EXPECT_NE(gplans[0].bus_source.find("16777216 bytes at 4 ranks"), std::string::npos) << gplans[0].bus_source;
+  const json eight = {{"cards", json::array({{{"name", "eight"}, {"memory_gib", 1}, {"price_per_hour", 3.6},
+                                              {"results", "group.json"}, {"count", 8}}})}};
+  gin.cards = plan::cards_from_json(eight, dir.string());
+  try {
+    (void)plan::make_plan(gin);
+    ADD_FAILURE() << "no BM-DP at 8 ranks, and no bus_gbps";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("it has 4"), std::string::npos) << e.what();
+  }
   // Factors measured on the CPU and applied to a card: the plan says so.
   std::ostringstream table;
   plan::print_plan_table(plans, in.cfg, table);

@@ -74,7 +74,8 @@ struct DpWindow {
   // of which launched from a block's backward hook, before the backward ended
   // (overlap: every bucket that holds no parameter used outside the blocks), as this
   // step counts them and as the collective library saw them (its calls this window
-  // when the last backward ended; 0 for the single engine, which has no library)
+  // when the last backward ended, earlier micro-batches' included in every_micro_batch
+  // mode; 0 for the single engine, which has no library)
   int64_t before_backward_end = 0;
   uint64_t library_calls_before_backward_end = 0;
   CommStats comm;              // what this window communicated (gradients and the count)

@@ -138,14 +138,15 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
   }
   // reduce_before_ready: the buckets that span two blocks or more, all of them blocks
   // (the fault launches those once their first block is done).
-  for (Bucket& b : buckets_)
-    b.spans_blocks = b.blocks.size() >= 2 && std::find(b.blocks.begin(), b.blocks.end(), int64_t{-1}) == b.blocks.end();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    const bool outside = std::find(b.blocks.begin(), b.blocks.end(), int64_t{-1}) != b.blocks.end();
+    b.spans_blocks = b.blocks.size() >= 2 && !outside;
+    if (!outside) last_block_bucket_ = k;
+  }
   HR_ARG_CHECK(fault_ != DpFault::reduce_before_ready ||
                    std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.spans_blocks; }),
                "data parallel: fault reduce_before_ready needs a bucket that spans two blocks (a smaller bucket cap)");
-  for (size_t k = 0; k < buckets_.size(); ++k)
-    if (std::find(buckets_[k].blocks.begin(), buckets_[k].blocks.end(), int64_t{-1}) == buckets_[k].blocks.end())
-      last_block_bucket_ = k;
   block_done_.assign(static_cast<size_t>(std::max<int64_t>(B, 0)), false);
   step_->set_pass_hooks(this);
 }
@@ -169,13 +170,11 @@ void DataParallelStep::all_reduce_in_place(Tensor& flat, int64_t count) {
     comm_->all_reduce_sum(flat.data(), static_cast<size_t>(count), CommDType::f32);
     return;
   }
-  // A GPU rank under the MPI engine: through the host.
+  // A GPU rank under the MPI engine: through the host (elements past count come back
+  // as they were).
   std::vector<float> v = flat.to_host_f32();
-  v.resize(static_cast<size_t>(count));
-  comm_->all_reduce_sum(v.data(), v.size(), CommDType::f32);
-  std::vector<float> whole = flat.to_host_f32();
-  std::copy(v.begin(), v.end(), whole.begin());
-  flat.copy_from(Tensor::from_host(*dev_, whole, flat.shape(), DType::f32, Consumer::workspace));
+  comm_->all_reduce_sum(v.data(), static_cast<size_t>(count), CommDType::f32);
+  flat.copy_from(Tensor::from_host(*dev_, v, flat.shape(), DType::f32, Consumer::workspace));
 }
 
 void DataParallelStep::reduce(Bucket& b) {

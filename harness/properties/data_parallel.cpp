@@ -88,7 +88,6 @@ Reference reference(Device& dev, const Case& c, Preset preset, uint64_t seed) {
 struct DpGrads {
   NamedValues grads;
   dist::DpWindow window;
-  int64_t buckets = 0;
   std::vector<std::vector<std::string>> bucket_names;  // in all-reduce order
   dist::DpOptions options;
 };
@@ -100,9 +99,9 @@ struct DpGrads {
 // spanning two blocks.
 dist::DpOptions bucketed(const StepConfig& cfg) {
   dist::DpOptions o;
-  int64_t elements = 0;
-  for (int64_t n : trainable_tensor_sizes(cfg)) elements += n;
-  o.bucket_bytes = std::max<int64_t>(elements, 1);  // a quarter of 4 bytes per element
+  int64_t gradient_bytes = 0;
+  for (int64_t n : trainable_tensor_sizes(cfg)) gradient_bytes += n * 4;
+  o.bucket_bytes = std::max<int64_t>(gradient_bytes / 4, 1);
   o.overlap = true;
   return o;
 }
@@ -124,7 +123,6 @@ DpGrads dp_gradients(Device& dev, Communicator& comm, const Case& c, int64_t mic
   g.window = dp.reduce_gradients(batch);
   g.grads = gradient_values(dp.local());
   g.bucket_names = dp.bucket_parameters();
-  g.buckets = static_cast<int64_t>(g.bucket_names.size());
   return g;
 }
 
@@ -152,7 +150,7 @@ void fill(Measurement& m, const Device& dev, const Communicator& comm, const Cas
 void fill(Measurement& m, const Device& dev, const Communicator& comm, const Case& c, int64_t micro_batch,
           DpSync sync, const DpGrads& g) {
   fill(m, dev, comm, c, micro_batch, sync);
-  m.config["buckets"] = g.buckets;
+  m.config["buckets"] = static_cast<int64_t>(g.bucket_names.size());
   m.config["overlap"] = g.options.overlap;
   m.details["bucket_bytes_cap"] = g.options.bucket_bytes;
   m.details["all_reduces"] = g.window.all_reduces;

@@ -3,6 +3,8 @@
 #include "kernels/gelu/gelu.hpp"
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <type_traits>
 
 #include "kernels/common/cpu_vector_math.hpp"
@@ -44,37 +46,26 @@ bool overlap(const void* a, const void* b, int64_t n) {
 constexpr int64_t kLanes = 8;    // AVX2's floats per vector (and twice SSE's)
 constexpr int64_t kChunk = 512;  // a multiple of kLanes
 
-void forward_all(const float* x, float* y, int64_t n) {
+// out[i] = f(in[0][i], ..., in[N-1][i]) for i < n, where loop(in..., out, count) is a
+// vector loop as above.
+template <size_t N, typename Loop>
+void in_whole_vectors(const std::array<const float*, N>& in, float* out, int64_t n, Loop loop) {
   int64_t i = 0;
-  if (!overlap(x, y, n)) {
+  if (std::none_of(in.begin(), in.end(), [&](const float* p) { return overlap(p, out, n); })) {
     i = n - n % kLanes;
-    forward_f32(x, y, i);
+    std::apply([&](auto... p) { loop(p..., out, i); }, in);
   }
-  alignas(32) float in[kChunk], out[kChunk];
+  alignas(32) float buf[N][kChunk], res[kChunk];
   for (; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i), padded = (len + kLanes - 1) / kLanes * kLanes;
-    std::copy(x + i, x + i + len, in);
-    std::fill(in + len, in + padded, 0.f);
-    forward_f32(in, out, padded);
-    std::copy(out, out + len, y + i);
-  }
-}
-
-void backward_all(const float* x, const float* dy, float* dx, int64_t n) {
-  int64_t i = 0;
-  if (!overlap(x, dx, n) && !overlap(dy, dx, n)) {
-    i = n - n % kLanes;
-    backward_f32(x, dy, dx, i);
-  }
-  alignas(32) float in[kChunk], din[kChunk], out[kChunk];
-  for (; i < n; i += kChunk) {
-    const int64_t len = std::min(kChunk, n - i), padded = (len + kLanes - 1) / kLanes * kLanes;
-    std::copy(x + i, x + i + len, in);
-    std::copy(dy + i, dy + i + len, din);
-    std::fill(in + len, in + padded, 0.f);
-    std::fill(din + len, din + padded, 0.f);
-    backward_f32(in, din, out, padded);
-    std::copy(out, out + len, dx + i);
+    for (size_t k = 0; k < N; ++k) {
+      std::copy(in[k] + i, in[k] + i + len, buf[k]);
+      std::fill(buf[k] + len, buf[k] + padded, 0.f);
+    }
+    std::array<const float*, N> padded_in;
+    for (size_t k = 0; k < N; ++k) padded_in[k] = buf[k];
+    std::apply([&](auto... p) { loop(p..., res, padded); }, padded_in);
+    std::copy(res, res + len, out + i);
   }
 }
 
@@ -91,7 +82,7 @@ static void gelu_forward_computed(const Tensor& x, Tensor& y) {
     const T* px = x.data_as<T>();
     T* py = y.data_as<T>();
     const int64_t n = y.numel();
-    if constexpr (std::is_same_v<T, float>) return forward_all(px, py, n);
+    if constexpr (std::is_same_v<T, float>) return in_whole_vectors<1>({px}, py, n, forward_f32);
     for (int64_t i = 0; i < n; ++i) py[i] = from_float<T>(gelu::forward(to_float(px[i])));
   });
 }
@@ -116,7 +107,7 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* pdy = dy.data_as<T>();
     T* pdx = dx.data_as<T>();
     const int64_t n = dx.numel();
-    if constexpr (std::is_same_v<T, float>) return backward_all(px, pdy, pdx, n);
+    if constexpr (std::is_same_v<T, float>) return in_whole_vectors<2>({px, pdy}, pdx, n, backward_f32);
     for (int64_t i = 0; i < n; ++i) pdx[i] = from_float<T>(gelu::backward(to_float(px[i]), to_float(pdy[i])));
   });
 }

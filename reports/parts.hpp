@@ -73,6 +73,7 @@ std::string curve_q83(const Results& r);
 std::string curve_mp(const Results& r);
 std::string trade_section(const Results& r);
 std::string dp_section(const Results& r);
+std::string peer_section(const ReportOptions& opt);
 std::string baseline_section(const Results& r, const ReportOptions& opt);
 std::string run_section(const Results& r);
 

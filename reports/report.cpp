@@ -1,8 +1,8 @@
 // The HTML report, assembled from its sections (reports/section_*.cpp, on the
 // shared toolkit of reports/parts.hpp): summary, device and build, conformance
-// matrix, memory by consumer, curves, trade table, data parallel, baseline
-// verdict, run record. Each section reads only the Results; a section without data
-// says so.
+// matrix, memory by consumer, curves, trade table, data parallel, the PyTorch
+// peer, baseline verdict, run record. Each section reads the Results (the peer
+// section its own record); a section without data says so.
 #include "reports/report.hpp"
 
 #include <fmt/format.h>
@@ -33,7 +33,7 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
   for (const auto& [id, name] : std::initializer_list<std::pair<const char*, const char*>>{
            {"summary", "Summary"}, {"conformance", "Conformance"}, {"memory", "Memory"},
            {"curve-bm-mb", "Micro-batch"}, {"curve-ck-3", "Depth"}, {"curve-seq", "Sequence"},
-           {"curve-q8-3", "8-bit state"}, {"curve-mp", "Mixed precision"}, {"trade", "Trade"}, {"dp", "Data parallel"},
+           {"curve-q8-3", "8-bit state"}, {"curve-mp", "Mixed precision"}, {"trade", "Trade"}, {"dp", "Data parallel"}, {"peer", "PyTorch"},
            {"baseline", "Baseline"}, {"device", "Device"}, {"run", "Run"}})
     h += fmt::format(R"(<a href="#{}">{}</a>)", id, name);
   h += R"(</div></nav><main class="wrap">)";
@@ -49,6 +49,7 @@ std::string render_report(const Results& r, const ReportOptions& opt) {
   h += curve_mp(r);
   h += trade_section(r);
   h += dp_section(r);
+  h += peer_section(opt);
   h += baseline_section(r, opt);
   h += device_section(r);
   h += run_section(r);

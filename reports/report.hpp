@@ -26,12 +26,13 @@ struct ReportOptions {
   const Results* baseline = nullptr;      // with comparison: the baseline section
   const Comparison* comparison = nullptr;
   std::string baseline_source;            // shown beside the baseline (e.g. its path)
+  const nlohmann::json* peer = nullptr;   // ci/peer/torch_step.py's record: the peer section
 };
 
 std::string render_report(const Results& r, const ReportOptions& opt = {});
 
 // The ids of the report's sections, in order (the tests check each is present).
 const char* const kSectionIds[] = {"summary", "conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq",
-                                   "curve-q8-3", "trade", "baseline", "device", "run"};
+                                   "curve-q8-3", "trade", "peer", "baseline", "device", "run"};
 
 }  // namespace hr::report

@@ -781,20 +781,43 @@ int command_compare(const std::string& a, const std::string& b, const std::strin
   });
 }
 
+// The peer record of `path`, refused unless it timed a BM-MB point that ran in `r`
+// (the same configuration, dtype and backend), so that its ratio is of the same step.
+nlohmann::json load_peer(const std::string& path, const Results& r) {
+  nlohmann::json p = read_json_file(path, "peer record", size_t{16} << 20);
+  HR_ARG_CHECK(p.is_object() && p.contains("forms") && p["forms"].is_array() && !p["forms"].empty(),
+               "{}: not a record of ci/peer/torch_step.py (no forms)", path);
+  const auto& point = p.value("headroom_point", nlohmann::json());
+  HR_ARG_CHECK(point.is_object() && point.contains("config"),
+               "{}: the peer timed no headroom point (run it with --point RESULTS)", path);
+  const bool found = std::any_of(r.sweep_points.begin(), r.sweep_points.end(), [&](const SweepPoint& q) {
+    return q.sweep == "BM-MB" && q.status == "ok" && q.config == point["config"] && q.dtype == point.value("dtype", std::string()) &&
+           q.backend == p.value("device", std::string());
+  });
+  HR_ARG_CHECK(found, "{}: its point (BM-MB {} {}) is not a BM-MB point of these results; time the peer with "
+               "--point on this results file",
+               path, point.value("dtype", std::string()), point["config"].dump());
+  return p;
+}
+
 int command_report(const std::string& results, const std::string& baseline, const std::string& html,
-                   std::ostream& out, std::ostream& err) {
+                   std::ostream& out, std::ostream& err, const std::string& peer) {
   return guarded(err, [&] {
     HR_ARG_CHECK(!html.empty(), "report needs --html OUT");
-    refuse_output_over_input(html, "--html", {{results, "RESULTS"}, {baseline, "--baseline"}});
+    refuse_output_over_input(html, "--html", {{results, "RESULTS"}, {baseline, "--baseline"}, {peer, "--peer"}});
     const Results cur = load_results(results);
-    if (baseline.empty()) {
-      write_output(html, report::render_report(cur));
-    } else {
-      const Results base = load_baseline(baseline);
-      const Comparison cmp = compare_results(base, cur);
-      report::ReportOptions ro{&base, &cmp, baseline};
-      write_output(html, report::render_report(cur, ro));
+    nlohmann::json peer_record;
+    if (!peer.empty()) peer_record = load_peer(peer, cur);
+    std::optional<Results> base;
+    std::optional<Comparison> cmp;
+    report::ReportOptions ro;
+    if (!baseline.empty()) {
+      base = load_baseline(baseline);
+      cmp = compare_results(*base, cur);
+      ro = report::ReportOptions{&*base, &*cmp, baseline};
     }
+    if (!peer.empty()) ro.peer = &peer_record;
+    write_output(html, report::render_report(cur, ro));
     fmt::print(out, "headroom: report:  {}\n", fs::absolute(html).string());
     return 0;
   });

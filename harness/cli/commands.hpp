@@ -97,8 +97,9 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
 // Compares B (the run judged) against A (the baseline); exit code as validate.
 int command_compare(const std::string& a, const std::string& b, const std::string& html, std::ostream& out,
                     std::ostream& err, const CompareOptions& opt = {});
-// Renders the report of a results file (with a baseline comparison when given).
+// Renders the report of a results file (with a baseline comparison when given,
+// and ci/peer/torch_step.py's record of the same step when `peer` names one).
 int command_report(const std::string& results, const std::string& baseline, const std::string& html,
-                   std::ostream& out, std::ostream& err);
+                   std::ostream& out, std::ostream& err, const std::string& peer = "");
 
 }  // namespace hr

@@ -240,12 +240,16 @@ int main(int argc, char** argv) {
                    "  headroom dump --layout packed --lengths 100,60,28,5 --out packed\n"
                    "  headroom dump --model mlp --ranks 2 --steps 2 --micro-batch 16  # data parallel, ZeRO-1");
 
-  std::string rep_results, rep_baseline, rep_html;
+  std::string rep_results, rep_baseline, rep_html, rep_peer;
   auto* rep_cmd = app.add_subcommand("report", "write the HTML report of a results.json");
   rep_cmd->add_option("RESULTS", rep_results, "results.json")->required();
   rep_cmd->add_option("--baseline", rep_baseline, "compare against this results.json in the report");
   rep_cmd->add_option("--html", rep_html, "output HTML file")->required();
-  rep_cmd->footer("Example:\n  headroom report results/results.json --baseline trusted/results.json --html report.html");
+  rep_cmd->add_option("--peer", rep_peer,
+                      "ci/peer/torch_step.py's record of a BM-MB point of RESULTS: the PyTorch section");
+  rep_cmd->footer(
+      "Example:\n  headroom report results/results.json --baseline trusted/results.json --html report.html\n"
+      "  headroom report results/results.json --peer results-peer.json --html report.html");
 
   // ---- headroom plan (harness/plan/plan.hpp) ----
   hr::plan::PlanCommand plan;
@@ -336,7 +340,7 @@ int main(int argc, char** argv) {
     return hr::command_validate(val, std::cout, std::cerr);
   }
   if (cmp_cmd->parsed()) return hr::command_compare(cmp_a, cmp_b, cmp_html, std::cout, std::cerr, cmp_opt);
-  if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr);
+  if (rep_cmd->parsed()) return hr::command_report(rep_results, rep_baseline, rep_html, std::cout, std::cerr, rep_peer);
   if (dump_cmd->parsed()) return hr::command_dump(dump, std::cout, std::cerr);
   if (list_cmd->parsed()) return hr::command_list(list, std::cout, std::cerr);
   if (plan_cmd->parsed()) return hr::plan::command_plan(plan, std::cout, std::cerr);

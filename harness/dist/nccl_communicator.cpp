@@ -5,6 +5,7 @@
 
 #include "harness/check.hpp"
 #include "harness/device.hpp"
+#include "harness/dist/watchdog.hpp"
 
 #if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_NCCL_HEADER
 #include <cuda_runtime_api.h>
@@ -13,7 +14,9 @@
 
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <optional>
 #endif
 
 namespace hr::dist {
@@ -39,6 +42,7 @@ struct NcclApi {
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclCommGetAsyncError) get_async_error = nullptr;
   int version = 0;  // the loaded library's NCCL_VERSION_CODE
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
@@ -67,6 +71,7 @@ const NcclApi& nccl() {
     api.comm_destroy = reinterpret_cast<decltype(api.comm_destroy)>(sym("ncclCommDestroy"));
     api.comm_abort = reinterpret_cast<decltype(api.comm_abort)>(sym("ncclCommAbort"));
     api.get_version = reinterpret_cast<decltype(api.get_version)>(sym("ncclGetVersion"));
+    api.get_async_error = reinterpret_cast<decltype(api.get_async_error)>(sym("ncclCommGetAsyncError"));
     api.all_reduce = reinterpret_cast<decltype(api.all_reduce)>(sym("ncclAllReduce"));
     api.all_gather = reinterpret_cast<decltype(api.all_gather)>(sym("ncclAllGather"));
     api.reduce_scatter = reinterpret_cast<decltype(api.reduce_scatter)>(sym("ncclReduceScatter"));
@@ -75,7 +80,7 @@ const NcclApi& nccl() {
     if (!api.error.empty()) return;
     // The types are the header's, checked at build time; each function is looked up
     // above. Another major version may change them; within version 2, every release
-    // since 2.4 (the first with ncclCommAbort) has all of them.
+    // since 2.4 (the first with ncclCommAbort and ncclCommGetAsyncError) has all of them.
     if (api.get_version(&api.version) != ncclSuccess) {
       api.error = "libnccl.so.2 does not report its version";
     } else if (const int major = api.version >= 10000 ? api.version / 10000 : api.version / 1000;
@@ -118,22 +123,47 @@ class NcclCommunicator final : public Communicator {
     cuda_ok(cudaMalloc(&barrier_byte_, 1), "cudaMalloc");
     ncclUniqueId id;
     std::memcpy(&id, id_bytes.data(), sizeof id);
+    if (const cudaError_t e = cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming); e != cudaSuccess) {
+      cudaFree(barrier_byte_);
+      cuda_ok(e, "cudaEventCreateWithFlags");
+    }
     const ncclResult_t rc = nccl().comm_init_rank(&comm_, ranks, id, rank);
     if (rc != ncclSuccess) {
+      cudaEventDestroy(queued_);
       cudaFree(barrier_byte_);
       HR_CHECK(false, "ncclCommInitRank: {}", nccl_message(rc));
     }
+    // From here on a collective that never finishes is aborted (watchdog.hpp).
+    const int ordinal = dev.record().ordinal;
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        WatchdogHooks{[this]() -> std::optional<std::string> {
+                        ncclResult_t async = ncclSuccess;
+                        const ncclResult_t q = nccl().get_async_error(comm_, &async);
+                        if (q != ncclSuccess) return fmt::format("ncclCommGetAsyncError: {}", nccl_message(q));
+                        if (async != ncclSuccess) return nccl_message(async);
+                        return std::nullopt;
+                      },
+                      [this, ordinal] {
+                        (void)cudaSetDevice(ordinal);  // this thread's current device
+                        return cudaEventQuery(queued_) == cudaErrorNotReady;
+                      },
+                      [this] { (void)nccl().comm_abort(comm_); }},
+        CollectiveWatchdog::timeout_from_env());
   }
   ~NcclCommunicator() override {
-    // The communicator goes first: after a failed call, or while an error unwinds
-    // past it (another rank may be gone), its kernels may never finish, and
-    // ncclCommDestroy, like cudaFree, would wait for them forever: abort.
-    if (comm_ != nullptr) {
+    // The watchdog stops first, so that nothing else touches the communicator. Then
+    // the communicator goes: after a failed call, or while an error unwinds past it
+    // (another rank may be gone), its kernels may never finish, and ncclCommDestroy,
+    // like cudaFree, would wait for them forever: abort (unless the watchdog has).
+    const bool aborted = watchdog_ != nullptr && watchdog_->aborted();
+    watchdog_.reset();
+    if (comm_ != nullptr && !aborted) {
       if (failed_ || std::uncaught_exceptions() > 0)
         (void)nccl().comm_abort(comm_);
       else
         (void)nccl().comm_destroy(comm_);
     }
+    if (queued_ != nullptr) cudaEventDestroy(queued_);
     if (barrier_byte_ != nullptr) cudaFree(barrier_byte_);
   }
   int rank() const override { return rank_; }
@@ -146,40 +176,61 @@ class NcclCommunicator final : public Communicator {
       dev_.synchronize();
     } catch (...) {
       failed_ = true;
+      alive();  // the watchdog's reason, when it aborted, says more than the stream's error
       throw;
     }
+    alive();
   }
   CommStats library_received() const override { return received_; }
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
+    alive();
     ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     receive(count * comm_dtype_size(t));
   }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
+    alive();
     ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
+    alive();
     ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
     receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
+    alive();
     ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
+    alive();
     ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
        "ncclAllReduce (barrier)");
     synchronize();
   }
 
  private:
+  // After each collective is queued: its event, and the watchdog's deadline.
   void ok(ncclResult_t rc, const char* what) {
-    if (rc == ncclSuccess) return;
+    if (rc != ncclSuccess) {
+      failed_ = true;
+      alive();
+      HR_CHECK(false, "{}: {}", what, nccl_message(rc));
+    }
+    if (const cudaError_t e = cudaEventRecord(queued_, stream_); e != cudaSuccess) {
+      failed_ = true;
+      cuda_ok(e, "cudaEventRecord (collective watchdog)");
+    }
+    watchdog_->queued();
+  }
+  // Throws the watchdog's reason once it has aborted the communicator.
+  void alive() {
+    if (!watchdog_->aborted()) return;
     failed_ = true;
-    HR_CHECK(false, "{}: {}", what, nccl_message(rc));
+    HR_CHECK(false, "NCCL rank {} of {} aborted: {}", rank_, size_, watchdog_->reason().value_or("unknown reason"));
   }
   // Counted after each NCCL call returned (its receive buffer handed to the library).
   void receive(size_t bytes) {
@@ -192,6 +243,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
   void* barrier_byte_ = nullptr;
+  cudaEvent_t queued_ = nullptr;  // recorded after each collective: the watchdog's "pending"
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   bool failed_ = false;  // a call failed: the communicator is aborted, not destroyed
   CommStats received_;
 };

@@ -90,6 +90,19 @@ struct TransformerConfig {
   }
 };
 
+// Model FLOPs of one trained token (forward and backward, recomputation not
+// counted), as MFU counts them (PaLM, appendix B): 6 per matrix parameter (each
+// block's q, k, v, output, fc and proj, and the untied head; not the embeddings,
+// biases or norms) plus attention's 12 x layers x seq x d_model (QK^T and PV,
+// 2 seq d_model each in the forward, twice that in the backward; the masked half
+// of a causal score matrix is counted too).
+inline double model_flops_per_token(const TransformerConfig& t, int64_t seq_len) {
+  const double d = static_cast<double>(t.d_model);
+  const double block_matrix = (4.0 + 2.0 * static_cast<double>(t.mlp_ratio)) * d * d;
+  const double matrix = static_cast<double>(t.layers) * block_matrix + d * static_cast<double>(t.vocab);
+  return 6.0 * matrix + 12.0 * static_cast<double>(t.layers) * static_cast<double>(seq_len) * d;
+}
+
 // A model size together with the batch a step runs on.
 struct MlpPreset {
   MlpConfig model;

@@ -102,6 +102,11 @@ SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t
     p.metrics["step_time_s"] = p.time->median_s;
     p.metrics["tokens_per_s"] = tokens / p.time->median_s;
     p.metrics["samples_per_s"] = static_cast<double>(cfg.batch) / p.time->median_s;
+    if (cfg.model == ModelKind::transformer) {  // MFU = model_tflops_per_s / the card's peak
+      const double per_token = model_flops_per_token(cfg.transformer, cfg.seq_len);
+      p.metrics["model_flops_per_token"] = per_token;
+      p.metrics["model_tflops_per_s"] = per_token * tokens / p.time->median_s / 1e12;
+    }
   });
   return p;
 }

@@ -51,10 +51,59 @@ struct MmaType<bfloat16_t> {
 
 using attn_kernels::row_mask;
 
-// This lane's half of one output row: dst[d] = factor * row[d] for d < D.
+// This lane's half of one output row: dst[d] = factor * row[d] for d < D (where the
+// rows are not whole 16-byte vectors; store_rows otherwise).
 template <typename S, int kD>
 __device__ void store_half_row(S* __restrict__ dst, const float* row, float factor, int half, int D) {
   for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dst[d] = from_float<S>(factor * row[d]);
+}
+
+// The warp's 16 output rows from its fp32 stage ([16][kLdOut]) into dst, the first
+// of them, at D elements a row: row i times the `factor` of lane 2i, rows from
+// `rows` on left alone. Where the rows are whole 16-byte vectors (D a multiple of 8,
+// dst aligned), each lane stores 16-byte vectors of 8 elements, so a warp writes
+// whole rows at once; otherwise each lane pair its row, element by element. Every
+// lane of the warp must call it.
+template <typename S, int kD>
+__device__ void store_rows(S* __restrict__ dst, const float* stage, float factor, int rows, int D, int lane) {
+  static_assert(sizeof(S) == 2, "16-bit outputs");
+  if (D % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    constexpr int kVecs = kD / 8;  // per row
+    static_assert(16 * kVecs % 32 == 0, "whole warp passes");
+#pragma unroll
+    for (int i = lane; i < 16 * kVecs; i += 32) {
+      const int row = i / kVecs, c = (i % kVecs) * 8;
+      const float f = __shfl_sync(0xffffffffu, factor, 2 * row);
+      if (row >= rows || c >= D) continue;
+      const float* src = stage + row * kLdOut<kD> + c;
+      uint32_t w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        w[k] = static_cast<uint32_t>(from_float<S>(f * src[2 * k]).bits) |
+               (static_cast<uint32_t>(from_float<S>(f * src[2 * k + 1]).bits) << 16);
+      *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row) * D + c) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  } else if ((lane >> 1) < rows) {
+    store_half_row<S, kD>(dst + static_cast<int64_t>(lane >> 1) * D, stage + (lane >> 1) * kLdOut<kD>, factor,
+                          lane & 1, D);
+  }
+}
+
+// The column a lane takes at step c of its loops over its half of a row (32 columns,
+// or kD / 2 output columns). Lane 2r + h reads row r, half h; the rows are 68 floats
+// (or 72 halves, or kD + 4 floats) apart and the halves 32 columns, so in step
+// order every lane pair, and rows r and r + 8, would meet in one bank (4-way). A
+// lane starts (r / 8) + 2h columns in instead: the fp32 rows are then conflict-free
+// and the 16-bit ones 2-way. The sums over a row's columns change order, nothing else.
+__device__ __forceinline__ int lane_column(int c, int lane, int n) {
+  return (c + ((lane >> 1) >> 3) + 2 * (lane & 1)) & (n - 1);
+}
+
+// The query tile of this block. The grid runs y by y, so under a causal mask the
+// last tiles, which see the most keys, go first and the one-step tiles fill the
+// tail, not the other way round (blocks are otherwise the same work).
+__device__ __forceinline__ int query_tile(const MaskArgs& mask) {
+  return mask.causal ? static_cast<int>(gridDim.y - 1 - blockIdx.y) : static_cast<int>(blockIdx.y);
 }
 
 // Rows [r0, r0 + kTile) of a [T, D] matrix into dst [kTile][kLdIn], zero past T
@@ -136,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
                warp * 16 * kLdOut<kD>;
 
   const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kTile, w0 = t0 + warp * 16;  // the block's and the warp's first row
+  const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;  // the block's and the warp's first row
   const int64_t base = static_cast<int64_t>(bh) * T * D;
   const int r = lane >> 1, half = lane & 1;  // this lane's row of the warp, and its half of the columns
   const int t = w0 + r;
@@ -161,8 +210,8 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t ok = 0;
     float chunk_max = -INFINITY;
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int s = s0 + half * 32 + c;
+    for (int i = 0; i < 32; ++i) {
+      const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
       if (active && s < T && sm::allowed(rm, s)) {
         ok |= 1u << c;
         chunk_max = fmaxf(chunk_max, scale * srow[c]);
@@ -173,7 +222,8 @@ __global__ void __launch_bounds__(kThreads)
     M* prow = p_w + r * kLdProb + half * 32;
     float sum = 0.f;
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int c = lane_column(i, lane, 32);
       const float p = (ok & (1u << c)) ? attn::online_weight(scale * srow[c], m) : 0.f;
       sum += p;
       prow[c] = MmaType<S>::from(p);
@@ -182,7 +232,7 @@ __global__ void __launch_bounds__(kThreads)
     if (factor != 1.f) {
       float* orow = o_w + r * kLdOut<kD> + half * (kD / 2);
 #pragma unroll
-      for (int d = 0; d < kD / 2; ++d) orow[d] *= factor;
+      for (int i = 0; i < kD / 2; ++i) orow[lane_column(i, lane, kD / 2)] *= factor;
     }
     __syncwarp();
     // O += P V one 16-column tile at a time: one accumulator live, not kD / 16.
@@ -203,12 +253,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
   }
   __syncwarp();
-  if (!active) return;
-  const float inv = attn::inv_row_sum(l);
-  const float* orow = o_w + r * kLdOut<kD>;
-  S* o = out + base + static_cast<int64_t>(t) * D;
-  store_half_row<S, kD>(o, orow, inv, half, D);
-  if (half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
+  if (w0 >= T) return;  // uniform across the warp
+  store_rows<S, kD>(out + base + static_cast<int64_t>(w0) * D, o_w, active ? attn::inv_row_sum(l) : 0.f,
+                    min(16, T - w0), D, lane);
+  if (active && half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 #else
   __trap();  // the dispatcher selects these kernels only on sm_80 and newer
 #endif
@@ -263,7 +311,7 @@ __global__ void __launch_bounds__(kThreads)
             warp * 16 * kLdProb;
 
   const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kTile, w0 = t0 + warp * 16;
+  const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
   const int r = lane >> 1, half = lane & 1;
   const int t = w0 + r;
@@ -294,8 +342,8 @@ __global__ void __launch_bounds__(kThreads)
     M* dsrow = ds_w + r * kLdProb + half * 32;
     float ds_max = 0.f;
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int s = s0 + half * 32 + c;
+    for (int i = 0; i < 32; ++i) {
+      const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
       float ds = 0.f;
       if (active && s < T && sm::allowed(rm, s))
         ds = attn::dscore_unscaled(attn::prob_from_lse(scale * srow[c], lse_t), dprow[c], dot_t);
@@ -304,7 +352,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc);
 #pragma unroll
-    for (int c = 0; c < 32; ++c) dsrow[c] = MmaType<S>::from(dprow[c] * ds_factor);
+    for (int i = 0; i < 32; ++i) {
+      const int c = lane_column(i, lane, 32);
+      dsrow[c] = MmaType<S>::from(dprow[c] * ds_factor);
+    }
     __syncwarp();
     accumulate_pb<M, kD>(acc, ds_w, ks);
   }
@@ -314,10 +365,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
-  if (!active) return;
-  const float* row = stage + r * kLdOut<kD>;
-  S* o = dq + base + static_cast<int64_t>(t) * D;
-  store_half_row<S, kD>(o, row, ldexpf(scale, ds_exp), half, D);
+  store_rows<S, kD>(dq + base + static_cast<int64_t>(w0) * D, stage, ldexpf(scale, ds_exp), min(16, T - w0), D, lane);
 #else
   __trap();
 #endif
@@ -347,6 +395,7 @@ __global__ void __launch_bounds__(kThreads)
   M* dst_w = pt_w + 16 * kLdProb;
 
   const int bh = blockIdx.x, b = bh / H;
+  // Causal: key tile 0 sees every query, the heaviest first already (query_tile).
   const int s_first = blockIdx.y * kTile, w0 = s_first + warp * 16;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
   const int r = lane >> 1, half = lane & 1;  // this lane's key of the warp, and its half of the queries
@@ -383,8 +432,8 @@ __global__ void __launch_bounds__(kThreads)
     M* dsrow = dst_w + r * kLdProb + half * 32;
     float ds_max = 0.f;
 #pragma unroll 2  // fuller unrolling spills 32 bytes in bf16 (ptxas, sm_90)
-    for (int c = 0; c < 32; ++c) {
-      const int i = half * 32 + c, t = t0 + i;
+    for (int j = 0; j < 32; ++j) {
+      const int c = lane_column(j, lane, 32), i = half * 32 + c, t = t0 + i;
       float p = 0.f, ds = 0.f;
       if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
         p = attn::prob_from_lse(scale * strow[c], lse_s[i]);
@@ -396,7 +445,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
 #pragma unroll 4
-    for (int c = 0; c < 32; ++c) dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
+    for (int j = 0; j < 32; ++j) {
+      const int c = lane_column(j, lane, 32);
+      dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
+    }
     __syncwarp();
     accumulate_pb<M, kD>(acc_dv, pt_w, gs);
     accumulate_pb<M, kD>(acc_dk, dst_w, qs);
@@ -404,19 +456,17 @@ __global__ void __launch_bounds__(kThreads)
   __syncwarp();
   if (w0 >= T) return;
   float* stage = st_w;  // [16][kLdOut] fits the warp's two score buffers
-  const float* row = stage + r * kLdOut<kD>;
-  const int64_t at = base + static_cast<int64_t>(s) * D;
+  const int64_t at = base + static_cast<int64_t>(w0) * D;
+  const int rows = min(16, T - w0);
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dv[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
-  if (active)
-    store_half_row<S, kD>(dv + at, row, 1.f, half, D);
+  store_rows<S, kD>(dv + at, stage, 1.f, rows, D, lane);
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dk[j], kLdOut<kD>, wmma::mem_row_major);
   __syncwarp();
-  if (active)
-    store_half_row<S, kD>(dk + at, row, ldexpf(scale, ds_exp), half, D);
+  store_rows<S, kD>(dk + at, stage, ldexpf(scale, ds_exp), rows, D, lane);
 #else
   __trap();
 #endif

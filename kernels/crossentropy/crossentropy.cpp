@@ -4,10 +4,12 @@
 // the reduced loss is deterministic on both backends.
 #include "kernels/crossentropy/crossentropy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "harness/check.hpp"
+#include "kernels/common/cpu_rows.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/host_ints.hpp"
@@ -57,14 +59,23 @@ double reduction_weight(const CrossEntropyConfig& cfg, int64_t real) {
   return 0;
 }
 
+// A row of logits in cpu_rows.hpp's padded float buffer (-inf past V).
+template <typename T>
+float* row_in_buffer(const T* x, int64_t V) {
+  const int64_t n = rows::padded(V);
+  float* e = rows::row_buffer(n);
+  for (int64_t v = 0; v < V; ++v) e[v] = to_float(x[v]);
+  std::fill(e + V, e + n, -INFINITY);
+  return e;
+}
+
 // Row log-sum-exp on the CPU: fp32 max, double sum of fp32 exponentials.
 template <typename T>
 float row_lse(const T* x, int64_t V) {
-  float mx = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) mx = std::fmax(mx, to_float(x[v]));
-  double s = 0;
-  for (int64_t v = 0; v < V; ++v) s += std::exp(to_float(x[v]) - mx);
-  return ce::logsumexp(mx, static_cast<float>(s));
+  const int64_t n = rows::padded(V);
+  float* e = row_in_buffer(x, V);
+  const float mx = rows::max_of(e, n);
+  return ce::logsumexp(mx, static_cast<float>(rows::exp_shifted_sum(e, n, mx)));
 }
 
 template <typename T>
@@ -94,7 +105,10 @@ void backward_cpu(const Tensor& logits, const HostInts& t, int32_t ignore, float
       continue;
     }
     const float lse = row_lse(x, V);
-    for (int64_t v = 0; v < V; ++v) d[v] = from_float<D>(ce::dlogit(to_float(x[v]), lse, v == t[n], weight));
+    // ce::dlogit, (expf(x - lse) - onehot) * weight, with the exponentials taken a row at a time.
+    float* e = row_in_buffer(x, V);
+    rows::exp_shifted_sum(e, rows::padded(V), lse);
+    for (int64_t v = 0; v < V; ++v) d[v] = from_float<D>((e[v] - (v == t[n] ? 1.f : 0.f)) * weight);
   }
 }
 

@@ -1,13 +1,17 @@
 // Masked row softmax: argument checks, backend dispatch and the CPU loops.
 // Row sums accumulate in double on the CPU; mask and element math are
-// softmax_math.hpp's, shared with the CUDA kernels.
+// softmax_math.hpp's, shared with the CUDA kernels; the row loops are
+// cpu_rows.hpp's, vectorised.
 #include "kernels/softmax/softmax.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <initializer_list>
+#include <type_traits>
 
 #include "harness/check.hpp"
+#include "kernels/common/cpu_rows.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/op_fault.hpp"
@@ -35,6 +39,8 @@ void check_mask(const Tensor& scores, const AttnMask& mask, const char* op) {
   }
 }
 
+// The CPU rows go through cpu_rows.hpp's padded float buffer: a masked key holds
+// -inf there, so it adds nothing to the max or the sum and gets probability 0.
 template <typename T>
 void forward_cpu(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
   const int64_t B = scores.dim(0), H = scores.dim(1), Tq = scores.dim(2), S = scores.dim(3);
@@ -42,40 +48,55 @@ void forward_cpu(const Tensor& scores, const AttnMask& mask, float scale, Tensor
   T* pp = probs.data_as<T>();
   const int32_t* kvl = mask.key_valid_len.defined() ? mask.key_valid_len.data_as<int32_t>() : nullptr;
   const int32_t* seg = mask.segment_ids.defined() ? mask.segment_ids.data_as<int32_t>() : nullptr;
+  const int64_t n = rows::padded(S);
+  float* e = rows::row_buffer(n);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < Tq; ++t) {
         const sm::RowMask m{mask.causal, static_cast<int32_t>(t), kvl ? kvl[b] : INT32_MAX,
                             seg ? seg + b * Tq : nullptr};
         const int64_t o = ((b * H + h) * Tq + t) * S;
-        float mx = -INFINITY;
-        for (int64_t s = 0; s < S; ++s)
-          if (sm::allowed(m, static_cast<int32_t>(s))) mx = std::fmax(mx, scale * to_float(xp[o + s]));
-        double sum = 0;
-        if (mx != -INFINITY)
+        if (seg == nullptr) {  // the allowed keys are a prefix: those before the causal and length limits
+          const int64_t end = std::min<int64_t>(mask.causal ? t + 1 : S, std::min<int64_t>(m.kv_len, S));
+          for (int64_t s = 0; s < end; ++s) e[s] = scale * to_float(xp[o + s]);
+          std::fill(e + std::max<int64_t>(end, 0), e + n, -INFINITY);
+        } else {
           for (int64_t s = 0; s < S; ++s)
-            if (sm::allowed(m, static_cast<int32_t>(s))) sum += std::exp(scale * to_float(xp[o + s]) - mx);
-        const float inv = mx == -INFINITY ? 0.f : static_cast<float>(1.0 / sum);
-        for (int64_t s = 0; s < S; ++s)
-          pp[o + s] = from_float<T>(sm::allowed(m, static_cast<int32_t>(s))
-                                        ? sm::prob(scale * to_float(xp[o + s]), mx, inv)
-                                        : 0.f);
+            e[s] = sm::allowed(m, static_cast<int32_t>(s)) ? scale * to_float(xp[o + s]) : -INFINITY;
+          std::fill(e + S, e + n, -INFINITY);
+        }
+        const float mx = rows::max_of(e, n);
+        // sm::prob's expf(x - max) * (1 / sum); a row with no allowed key is all 0.
+        const float inv = mx == -INFINITY ? 0.f : static_cast<float>(1.0 / rows::exp_shifted_sum(e, n, mx));
+        if (mx == -INFINITY) std::fill(e, e + S, 0.f);
+        for (int64_t s = 0; s < S; ++s) pp[o + s] = from_float<T>(e[s] * inv);
       }
 }
 
 template <typename T>
 void backward_cpu(const Tensor& probs, const Tensor& dprobs, float scale, Tensor& dscores) {
-  const int64_t S = probs.dim(-1), rows = probs.numel() / S;
+  const int64_t S = probs.dim(-1), count = probs.numel() / S;
   const T* pp = probs.data_as<T>();
   const T* dp = dprobs.data_as<T>();
   T* dsp = dscores.data_as<T>();
-  for (int64_t r = 0; r < rows; ++r) {
+  float* buf = rows::row_buffer(2 * S);
+  float *p = buf, *d = buf + S;
+  for (int64_t r = 0; r < count; ++r) {
     const int64_t o = r * S;
-    double dot = 0;
-    for (int64_t s = 0; s < S; ++s) dot += static_cast<double>(to_float(dp[o + s]) * to_float(pp[o + s]));
-    const float d = static_cast<float>(dot);
-    for (int64_t s = 0; s < S; ++s)
-      dsp[o + s] = from_float<T>(sm::dscore(to_float(pp[o + s]), to_float(dp[o + s]), d, scale));
+    const float* pr = p;
+    const float* dr = d;
+    if constexpr (std::is_same_v<T, float>) {
+      pr = pp + o;
+      dr = dp + o;
+    } else {
+      for (int64_t s = 0; s < S; ++s) {
+        p[s] = to_float(pp[o + s]);
+        d[s] = to_float(dp[o + s]);
+      }
+    }
+    const float dot = static_cast<float>(rows::dot(pr, dr, S));
+    // dscores may be dprobs itself (in place): each element is read before it is written.
+    for (int64_t s = 0; s < S; ++s) dsp[o + s] = from_float<T>(sm::dscore(pr[s], dr[s], dot, scale));
   }
 }
 

@@ -157,6 +157,31 @@ def scaled(r, time_factor=1.0, mem_factor=None, sweep="BM-MB"):
     return b
 
 
+def peer(r):
+    """ci/peer/torch_step.py's record of r's largest BM-MB point without accumulation."""
+    pt = max((p for p in r["sweep_points"] if p["sweep"] == "BM-MB" and p["status"] == "ok"
+              and p["config"]["accum_steps"] == 1), key=lambda p: p["config"]["micro_batch"])
+    hp = {"config": pt["config"], "dtype": pt["dtype"], "tokens_per_s": pt["metrics"]["tokens_per_s"],
+          "step_time_s": pt["time"]["median_s"]}
+    tokens = 32 * 128
+
+    def form(name, step_s, **kw):
+        f = {"form": name, "dtype": "fp32", "attention": "naive", "optimizer": "default", "compiled": False,
+             "median_step_s": step_s, "min_step_s": step_s * 0.97, "tokens_per_s": tokens / step_s, "loss": 6.2,
+             "fell_back": []}
+        f.update(kw)
+        return f
+    forms = [form("eager", 0.0743),
+             form("strongest", 0.0410, dtype="bf16", attention="sdpa-flash", optimizer="fused", compiled=True,
+                  compile_s=41.0, fell_back=["compile: <none> & \"quoted\""])]
+    return {"peer": "pytorch", "torch": "2.11.0+cu130", "device": "cuda", "preset": "full", "threads": 16,
+            "batch": 32, "seq_len": 128, "steps": 20, "model": {}, "dtype": "fp32",
+            "median_step_s": forms[0]["median_step_s"], "min_step_s": forms[0]["min_step_s"],
+            "tokens_per_s": forms[0]["tokens_per_s"], "loss": 6.2, "forms": forms, "headroom_point": hp,
+            "headline": {"against": "strongest", "peer_tokens_per_s": forms[1]["tokens_per_s"],
+                         "headroom_over_peer": hp["tokens_per_s"] / forms[1]["tokens_per_s"]}}
+
+
 def write(name, obj):
     with open(os.path.join(HERE, name), "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -166,6 +191,7 @@ def write(name, obj):
 if __name__ == "__main__":
     r = results()
     write("results.json", r)
+    write("results-peer.json", peer(r))
     # Same device and build, timings 2% apart (within noise): fit.
     ok = scaled(r, 1.02)
     ok["run_time_utc"] = "2025-01-30T09:00:00Z"

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 
+#include "harness/models/presets.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
 #include "harness/registry.hpp"
+#include "harness/step/train_step.hpp"
+#include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -106,5 +109,34 @@ TEST(MicroBatchSweepRegistry, RemeasuresOneRecordedPoint) {
 
 INSTANTIATE_TEST_SUITE_P(, MicroBatchSweep, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),
                          hr::test::backend_param_name);
+
+}  // namespace
+
+namespace {
+
+// BM-MB's model FLOPs per token against the model's own parameters: 6 per element
+// of every 2-D weight but the two embeddings, plus attention's 12 x layers x seq x
+// d_model; the full preset's 1.258 GFLOP (d_model 1024, 12 layers, vocab 32768,
+// seq 1024) by hand: 6 x 184.5M + 151.0M.
+TEST(MicroBatchSweepFlops, ModelFlopsPerTokenCountTheModelsMatrices) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::StepConfig cfg = hr::test::tiny_transformer_config(hr::DType::f32);
+  cfg.transformer.layers = 3;
+  cfg.transformer.mlp_ratio = 3;
+  hr::TrainStep step(dev, cfg);
+  double matrix = 0;
+  for (const hr::Param& p : step.params().all())
+    if (p.master.ndim() == 2 && p.name != "wte" && p.name != "wpe") matrix += static_cast<double>(p.master.numel());
+  const double want = 6 * matrix + 12.0 * 3 * static_cast<double>(cfg.seq_len * cfg.transformer.d_model);
+  EXPECT_DOUBLE_EQ(hr::model_flops_per_token(cfg.transformer, cfg.seq_len), want);
+
+  hr::TransformerConfig full;
+  full.vocab = 32768;
+  full.d_model = 1024;
+  full.heads = 16;
+  full.layers = 12;
+  full.mlp_ratio = 4;
+  EXPECT_NEAR(hr::model_flops_per_token(full, 1024), 1.258e9, 0.5e6);
+}
 
 }  // namespace

@@ -4,10 +4,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "harness/cli/commands.hpp"
 #include "harness/properties/checkpoint_depth.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
@@ -41,12 +46,52 @@ class ReportFixture : public ::testing::Test {
     results = hr::load_results((testdata() / "results.json").string());
     baseline = hr::load_results((testdata() / "baseline_faster.json").string());
     cmp = hr::compare_results(baseline, results);
-    html = hr::report::render_report(results, hr::report::ReportOptions{&baseline, &cmp, "baseline_faster.json"});
+    peer = hr::read_json_file((testdata() / "results-peer.json").string(), "peer record", size_t{1} << 20);
+    hr::report::ReportOptions ro{&baseline, &cmp, "baseline_faster.json"};
+    ro.peer = &peer;
+    html = hr::report::render_report(results, ro);
   }
   hr::Results results, baseline;
   hr::Comparison cmp;
+  nlohmann::json peer;
   std::string html;
 };
+
+TEST_F(ReportFixture, PeerSectionSetsTheStepAgainstEachPyTorchForm) {
+  const std::string s = section(html, "peer");
+  // The headline is against the strongest form: 110,182 / (4096 / 0.041) tokens/s.
+  EXPECT_NE(s.find("headroom / PyTorch strongest = 1.10"), std::string::npos) << s;
+  EXPECT_NE(s.find("<td>eager</td><td>fp32</td><td>naive</td><td>default</td><td>no</td>"), std::string::npos) << s;
+  EXPECT_NE(s.find("<td>strongest</td><td>bf16</td><td>sdpa-flash</td><td>fused</td><td>yes</td>"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find(">74.30<"), std::string::npos) << "eager's step in ms";
+  EXPECT_NE(s.find(">2.00<"), std::string::npos) << "headroom / eager: 110,182 / 55,128";
+  EXPECT_NE(s.find("compile: &lt;none&gt; &amp; &quot;quoted&quot;"), std::string::npos) << "escaped";
+}
+
+// headroom report --peer takes a record of one of the results' BM-MB points only.
+TEST(ReportCommand, PeerRecordMustBeOfAPointOfTheResults) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("headroom-peer-{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string results = (testdata() / "results.json").string(), html = (dir / "r.html").string();
+  std::ostringstream out, err;
+  EXPECT_EQ(hr::command_report(results, "", html, out, err, (testdata() / "results-peer.json").string()), 0)
+      << err.str();
+  nlohmann::json other = hr::read_json_file((testdata() / "results-peer.json").string(), "peer", size_t{1} << 20);
+  other["headroom_point"]["config"]["micro_batch"] = 64;  // a point that ran out of memory
+  const std::string bad = (dir / "peer-other.json").string();
+  std::ofstream(bad) << other.dump();
+  std::ostringstream out2, err2;
+  EXPECT_NE(hr::command_report(results, "", html, out2, err2, bad), 0);
+  EXPECT_NE(err2.str().find("is not a BM-MB point of these results"), std::string::npos) << err2.str();
+  other.erase("forms");
+  std::ofstream(bad) << other.dump();
+  std::ostringstream out3, err3;
+  EXPECT_NE(hr::command_report(results, "", html, out3, err3, bad), 0);
+  EXPECT_NE(err3.str().find("no forms"), std::string::npos) << err3.str();
+  fs::remove_all(dir);
+}
 
 TEST_F(ReportFixture, HasEverySectionWithData) {
   for (const char* id : hr::report::kSectionIds) {
@@ -129,7 +174,8 @@ TEST(Report, SectionsWithoutDataSayNotMeasured) {
   hr::compute_totals(r);
   const std::string html = hr::report::render_report(r);
   for (const char* id : hr::report::kSectionIds) EXPECT_FALSE(section(html, id).empty()) << id;
-  for (const char* id : {"conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq", "curve-q8-3", "trade"})
+  for (const char* id :
+       {"conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq", "curve-q8-3", "trade", "peer"})
     EXPECT_NE(section(html, id).find("Not measured in this run"), std::string::npos) << id;
   EXPECT_NE(section(html, "baseline").find("No baseline was given"), std::string::npos);
 }

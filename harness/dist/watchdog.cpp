@@ -1,0 +1,85 @@
+#include "harness/dist/watchdog.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "harness/check.hpp"
+
+namespace hr::dist {
+
+CollectiveWatchdog::CollectiveWatchdog(WatchdogHooks hooks, std::chrono::milliseconds timeout,
+                                       std::chrono::milliseconds poll)
+    : hooks_(std::move(hooks)), timeout_(timeout), poll_(poll) {
+  HR_ARG_CHECK(hooks_.async_error && hooks_.pending && hooks_.abort, "the collective watchdog needs all three hooks");
+  HR_ARG_CHECK(timeout_.count() > 0 && poll_.count() > 0, "the collective watchdog needs a positive timeout and poll");
+  thread_ = std::thread([this] { run(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() { stop(); }
+
+void CollectiveWatchdog::stop() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CollectiveWatchdog::queued() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  queued_at_ = Clock::now();
+}
+
+std::optional<std::string> CollectiveWatchdog::reason() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return reason_;
+}
+
+void CollectiveWatchdog::fire(std::string why) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    reason_ = std::move(why);
+  }
+  hooks_.abort();
+  aborted_.store(true);
+}
+
+void CollectiveWatchdog::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    wake_.wait_for(lock, poll_, [&] { return stopping_; });
+    if (stopping_) break;
+    const std::optional<Clock::time_point> since = queued_at_;
+    lock.unlock();
+    std::optional<std::string> why;
+    if (const auto e = hooks_.async_error()) {
+      why = fmt::format("the communicator reported an asynchronous error: {}", *e);
+    } else if (since && Clock::now() - *since > timeout_ && hooks_.pending()) {
+      const double waited = std::chrono::duration<double>(Clock::now() - *since).count();
+      why = fmt::format(
+          "a collective has been pending for {:.0f} s, past the {:.0f} s deadline (HEADROOM_COLLECTIVE_TIMEOUT_S): "
+          "another rank is gone or stuck",
+          waited, std::chrono::duration<double>(timeout_).count());
+    }
+    if (why) {
+      fire(std::move(*why));
+      return;
+    }
+    lock.lock();
+  }
+}
+
+std::chrono::milliseconds CollectiveWatchdog::timeout_from_env() {
+  const char* v = std::getenv("HEADROOM_COLLECTIVE_TIMEOUT_S");
+  if (v == nullptr || *v == '\0') return std::chrono::seconds(600);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  HR_ARG_CHECK(end != v && *end == '\0' && s > 0 && s < 1e7,
+               "HEADROOM_COLLECTIVE_TIMEOUT_S={}: not a positive number of seconds", v);
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace hr::dist

@@ -1,0 +1,94 @@
+// The collective watchdog (harness/dist/watchdog.hpp) with stand-in hooks: a
+// collective pending past the deadline is aborted once, with a reason; one that
+// completes, or nothing queued, is left alone; an asynchronous error aborts at once.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "harness/check.hpp"
+#include "harness/dist/watchdog.hpp"
+
+namespace {
+
+using hr::dist::CollectiveWatchdog;
+using hr::dist::WatchdogHooks;
+using std::chrono::milliseconds;
+
+struct Fake {
+  std::atomic<bool> pending{true};
+  std::atomic<int> aborts{0};
+  std::atomic<bool> error{false};
+  WatchdogHooks hooks() {
+    return {[this]() -> std::optional<std::string> {
+              if (error.load()) return std::string("remote process exited");
+              return std::nullopt;
+            },
+            [this] { return pending.load(); }, [this] { aborts.fetch_add(1); }};
+  }
+};
+
+// Waits up to `limit` for the watchdog to abort; true if it did.
+bool aborts_within(const CollectiveWatchdog& w, milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (w.aborted()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return w.aborted();
+}
+
+TEST(CollectiveWatchdog, AbortsACollectivePendingPastItsDeadlineOnce) {
+  Fake f;
+  CollectiveWatchdog w(f.hooks(), milliseconds(150), milliseconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
+  w.queued();
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(150));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(f.aborts.load(), 1);
+  ASSERT_TRUE(w.reason().has_value());
+  EXPECT_NE(w.reason()->find("past the 0 s deadline"), std::string::npos) << *w.reason();  // 0.15 s, as "{:.0f}"
+}
+
+TEST(CollectiveWatchdog, LeavesACompletedCollectiveAndAnIdleCommunicatorAlone) {
+  Fake done;
+  done.pending = false;
+  CollectiveWatchdog w1(done.hooks(), milliseconds(50), milliseconds(10));
+  w1.queued();
+  Fake idle;  // pending, but nothing was queued through the watchdog
+  CollectiveWatchdog w2(idle.hooks(), milliseconds(50), milliseconds(10));
+  EXPECT_FALSE(aborts_within(w1, milliseconds(400)));
+  EXPECT_FALSE(aborts_within(w2, milliseconds(50)));
+  EXPECT_EQ(done.aborts.load() + idle.aborts.load(), 0);
+  EXPECT_FALSE(w1.reason().has_value());
+}
+
+TEST(CollectiveWatchdog, AbortsAtOnceOnAnAsynchronousError) {
+  Fake f;
+  f.pending = false;
+  CollectiveWatchdog w(f.hooks(), milliseconds(600000), milliseconds(10));
+  EXPECT_FALSE(aborts_within(w, milliseconds(50)));
+  f.error = true;
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  EXPECT_EQ(f.aborts.load(), 1);
+  EXPECT_NE(w.reason()->find("remote process exited"), std::string::npos) << *w.reason();
+}
+
+TEST(CollectiveWatchdog, TakesItsDeadlineFromTheEnvironment) {
+  unsetenv("HEADROOM_COLLECTIVE_TIMEOUT_S");
+  EXPECT_EQ(CollectiveWatchdog::timeout_from_env(), milliseconds(600000));
+  setenv("HEADROOM_COLLECTIVE_TIMEOUT_S", "2.5", 1);
+  EXPECT_EQ(CollectiveWatchdog::timeout_from_env(), milliseconds(2500));
+  for (const char* bad : {"0", "-1", "ten", "5s"}) {
+    setenv("HEADROOM_COLLECTIVE_TIMEOUT_S", bad, 1);
+    EXPECT_THROW(CollectiveWatchdog::timeout_from_env(), hr::InvalidArgument) << bad;
+  }
+  unsetenv("HEADROOM_COLLECTIVE_TIMEOUT_S");
+}
+
+}  // namespace

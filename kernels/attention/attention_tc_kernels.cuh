@@ -75,12 +75,15 @@ __device__ void store_rows(S* __restrict__ dst, const float* stage, float factor
       const int row = i / kVecs, c = (i % kVecs) * 8;
       const float f = __shfl_sync(0xffffffffu, factor, 2 * row);
       if (row >= rows || c >= D) continue;
-      const float* src = stage + row * kLdOut<kD> + c;
+      // Two 16-byte reads of the stage (its rows are kLdOut = kD + 4 floats: 16-byte aligned).
+      const float4* src = reinterpret_cast<const float4*>(stage + row * kLdOut<kD> + c);
+      const float4 lo = src[0], hi = src[1];
+      const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       uint32_t w[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        w[k] = static_cast<uint32_t>(from_float<S>(f * src[2 * k]).bits) |
-               (static_cast<uint32_t>(from_float<S>(f * src[2 * k + 1]).bits) << 16);
+        w[k] = static_cast<uint32_t>(from_float<S>(f * x[2 * k]).bits) |
+               (static_cast<uint32_t>(from_float<S>(f * x[2 * k + 1]).bits) << 16);
       *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row) * D + c) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   } else if ((lane >> 1) < rows) {

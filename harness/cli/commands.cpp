@@ -791,8 +791,8 @@ nlohmann::json load_peer(const std::string& path, const Results& r) {
   HR_ARG_CHECK(point.is_object() && point.contains("config"),
                "{}: the peer timed no headroom point (run it with --point RESULTS)", path);
   const bool found = std::any_of(r.sweep_points.begin(), r.sweep_points.end(), [&](const SweepPoint& q) {
-    return q.sweep == "BM-MB" && q.status == "ok" && q.config == point["config"] && q.dtype == point.value("dtype", std::string()) &&
-           q.backend == p.value("device", std::string());
+    return q.sweep == "BM-MB" && q.status == "ok" && q.config == point["config"] &&
+           q.dtype == point.value("dtype", std::string()) && q.backend == p.value("device", std::string());
   });
   HR_ARG_CHECK(found, "{}: its point (BM-MB {} {}) is not a BM-MB point of these results; time the peer with "
                "--point on this results file",

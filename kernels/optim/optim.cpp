@@ -85,7 +85,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t
     const TG* g = grad.data_as<TG>();
     float* pm = m.data_as<float>();
     float* pv = v.data_as<float>();
-    if constexpr (std::is_same_v<TP, float> && std::is_same_v<TG, float>) return adamw_f32(p, g, pm, pv, param.numel(), s);
+    if constexpr (std::is_same_v<TP, float> && std::is_same_v<TG, float>)
+      return adamw_f32(p, g, pm, pv, param.numel(), s);
     for (int64_t i = 0, n = param.numel(); i < n; ++i)
       p[i] = from_float<TP>(optim::adamw(to_float(p[i]), to_float(g[i]), pm + i, pv + i, s));
   });

@@ -56,10 +56,10 @@ void forward_cpu(const Tensor& scores, const AttnMask& mask, float scale, Tensor
         const sm::RowMask m{mask.causal, static_cast<int32_t>(t), kvl ? kvl[b] : INT32_MAX,
                             seg ? seg + b * Tq : nullptr};
         const int64_t o = ((b * H + h) * Tq + t) * S;
-        if (seg == nullptr) {  // the allowed keys are a prefix: those before the causal and length limits
-          const int64_t end = std::min<int64_t>(mask.causal ? t + 1 : S, std::min<int64_t>(m.kv_len, S));
+        if (seg == nullptr) {  // the allowed keys are a prefix
+          const int64_t end = sm::allowed_end(m, static_cast<int32_t>(S));
           for (int64_t s = 0; s < end; ++s) e[s] = scale * to_float(xp[o + s]);
-          std::fill(e + std::max<int64_t>(end, 0), e + n, -INFINITY);
+          std::fill(e + end, e + n, -INFINITY);
         } else {
           for (int64_t s = 0; s < S; ++s)
             e[s] = sm::allowed(m, static_cast<int32_t>(s)) ? scale * to_float(xp[o + s]) : -INFINITY;

@@ -26,6 +26,15 @@ HR_HD bool allowed(const RowMask& m, int32_t s) {
   return true;
 }
 
+// Without segments a row's allowed keys are the prefix [0, allowed_end): the keys
+// `allowed` takes, for loops that run over whole rows.
+HR_HD int32_t allowed_end(const RowMask& m, int32_t S) {
+  int32_t end = S;
+  if (m.causal && m.t + 1 < end) end = m.t + 1;
+  if (m.kv_len < end) end = m.kv_len;
+  return end < 0 ? 0 : end;
+}
+
 // Probability of an allowed position from the row's max and 1 / sum of exps.
 HR_HD float prob(float scaled, float row_max, float inv_sum) { return expf(scaled - row_max) * inv_sum; }
 

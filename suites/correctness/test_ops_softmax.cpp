@@ -13,6 +13,7 @@
 
 #include "harness/check.hpp"
 #include "kernels/softmax/softmax.hpp"
+#include "kernels/softmax/softmax_math.hpp"
 #include "kernels/softmax/softmax_ref.hpp"
 #include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
@@ -84,6 +85,18 @@ struct Masked {
 };
 
 int64_t numel(const SoftmaxShape& s) { return s.B * s.H * s.T * s.S; }
+
+// The CPU's whole-row loops take a row's keys as the prefix allowed_end gives when
+// there are no segments: it must be exactly the keys `allowed` takes.
+TEST(SoftmaxMask, AllowedEndIsThePrefixAllowedTakes) {
+  for (const bool causal : {false, true})
+    for (const int32_t kv_len : {0, 1, 5, 16, 17, 40, INT32_MAX})
+      for (int32_t t = 0; t < 16; ++t) {
+        const hr::ops::sm::RowMask m{causal, t, kv_len, nullptr};
+        const int32_t end = hr::ops::sm::allowed_end(m, 16);
+        for (int32_t s = 0; s < 16; ++s) EXPECT_EQ(s < end, hr::ops::sm::allowed(m, s)) << causal << kv_len << t << s;
+      }
+}
 
 TEST_P(SoftmaxOp, ForwardAndBackwardMatchFloat64Reference) {
   HR_TEST_DEVICE(dev, GetParam().backend);

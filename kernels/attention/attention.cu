@@ -4,9 +4,11 @@
 // themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
 // bucket in their own files.
 #include <climits>
-#include <string>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "harness/cuda_check.cuh"
 #include <fmt/format.h>
@@ -141,6 +143,22 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   if (static_cast<size_t>(optin) < need)
     return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", optin, need));
   return true;
+}
+
+std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt, int64_t D) {
+  if (dt != DType::f16 && dt != DType::bf16)
+    throw std::invalid_argument(fmt::format("tensor-core attention takes f16 or bf16, not {}", dtype_name(dt)));
+  if (D < 1 || D > attn_tc::kMaxTcHeadDim)
+    throw std::invalid_argument(fmt::format("head dim {} outside 1..{}", D, attn_tc::kMaxTcHeadDim));
+  TcKernelResources r[3];
+  with_head_dim(static_cast<int>(D), [&](auto kd) {
+    constexpr int kD = decltype(kd)::value;
+    if (dt == DType::f16)
+      attn_tc::kernel_resources<half_t, kD>(device, r);
+    else
+      attn_tc::kernel_resources<bfloat16_t, kD>(device, r);
+  });
+  return {r[0], r[1], r[2]};
 }
 
 void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,

@@ -3,7 +3,9 @@
 // the caller; tensors are contiguous [B, H, T, D] on one CUDA device.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "harness/tensor.hpp"
 #include "kernels/softmax/softmax.hpp"
@@ -21,6 +23,22 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
 // <= 128, compute capability 8.0 or newer, enough shared memory per block); when
 // not, `why` (if given) says why and the scalar kernels run instead.
 bool tensor_core_attention_available(const Tensor& q, std::string* why = nullptr);
+// What one tensor-core kernel was built with (ptxas's registers and local memory,
+// its dynamic shared memory) and how many of its blocks one SM of a device holds at
+// once, beside the number it was built for (its __launch_bounds__ minimum). Local
+// bytes above zero mean spills; fewer blocks than designed, an occupancy lost.
+struct TcKernelResources {
+  const char* kernel = "";  // "forward", "dq" or "dkv"
+  int registers = 0;        // per thread
+  size_t local_bytes = 0;   // per thread
+  size_t smem_bytes = 0;    // dynamic, per block
+  int design_blocks = 0;
+  int blocks_per_sm = 0;
+  size_t sm_smem_bytes = 0;  // the device's shared memory per SM
+};
+// The three kernels (forward, dQ, dK/dV) for dt (f16 or bf16) at head dim D's
+// bucket on CUDA device `device`; throws where the kernels cannot run there.
+std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt, int64_t D);
 // Largest head dimension the CUDA memory-efficient kernels take.
 inline constexpr int64_t kMaxHeadDim = 128;
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "harness/tensor.hpp"
+#include "kernels/attention/attention_cuda.hpp"
 
 namespace hr::ops::cuda::attn_kernels {
 
@@ -69,19 +70,33 @@ template <int kD>
 constexpr size_t out_bytes() {
   return static_cast<size_t>(16) * kLdOut<kD> * 4;
 }
-// Dynamic shared memory of each kernel (at head dim 128: 110, 111 and 120 KiB; A100
-// and H100 opt in to 163 and 227 KiB); the dispatcher checks them against the device.
+// Dynamic shared memory of each kernel (at head dim 128: 77, 102 and 111.5 KiB, so
+// two blocks fit an H100's or H200's 228 KiB; an A100 opts in to 163 KiB); the
+// dispatcher checks them against the device. The forward's output accumulates in
+// registers and stages through the K and V tiles once at the end; the backward
+// kernels round dS into the scores' buffer once the scores are read.
 template <int kD>
 constexpr size_t forward_smem_bytes() {
-  return 3 * in_tile_bytes<kD>() + kWarps * (kScoreBytes + kProbBytes + out_bytes<kD>());
+  return 3 * in_tile_bytes<kD>() + kWarps * (kScoreBytes + kProbBytes);
 }
 template <int kD>
 constexpr size_t dq_smem_bytes() {
-  return 4 * in_tile_bytes<kD>() + kWarps * (2 * kScoreBytes + kProbBytes);
+  return 4 * in_tile_bytes<kD>() + kWarps * 2 * kScoreBytes;
 }
 template <int kD>
 constexpr size_t dkv_smem_bytes() {
-  return 4 * in_tile_bytes<kD>() + 2 * kTile * sizeof(float) + kWarps * (2 * kScoreBytes + 2 * kProbBytes);
+  return 4 * in_tile_bytes<kD>() + 2 * kTile * sizeof(float) + kWarps * (2 * kScoreBytes + kProbBytes);
+}
+static_assert(kProbBytes <= kScoreBytes, "16-bit dS must fit the scores' buffer");
+// The blocks per SM each kernel is built for, its __launch_bounds__ minimum: as
+// many as its shared memory lets an sm_90 SM hold (228 KiB, 1 KiB of it reserved
+// per block), at most 3. Three blocks of kThreads leave 168 registers a thread (two
+// leave 255), which hold the fp32 accumulators, a step's scores and their loads in
+// flight; ptxas's own choice without a minimum is lower and spills.
+constexpr int kMaxDesignBlocks = 3;
+constexpr int design_blocks(size_t smem_bytes) {
+  const size_t n = (228u * 1024u) / (smem_bytes + 1024u);
+  return n > kMaxDesignBlocks ? kMaxDesignBlocks : (n < 1 ? 1 : static_cast<int>(n));
 }
 // The most any of them takes at head-dim bucket kD.
 template <int kD>
@@ -102,5 +117,8 @@ template <typename S, int kD>
 void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                      const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv);
+// The forward, dQ and dK/dV kernels' resources on device `device`, in that order.
+template <typename S, int kD>
+void kernel_resources(int device, TcKernelResources (&out)[3]);
 
 }  // namespace hr::ops::cuda::attn_tc

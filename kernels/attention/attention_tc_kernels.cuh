@@ -5,15 +5,17 @@
 // softmax's row statistics are kept by two lanes per row, each over half of the
 // 64 columns of a step. P and dS are rounded to the storage format before their
 // product, as FlashAttention-2 does (dS in fp16 times a power of two that keeps it
-// in range, ds_prescale); every sum stays fp32. The forward output
-// lives in shared memory (it is rescaled per row as the running max moves, and a
-// WMMA accumulator's element-to-row map is unspecified); the backward
-// accumulators need no rescaling and stay in registers. Deterministic: no atomics.
-// Include only from the per-head-dim translation units (attention_tc_d*.cu).
+// in range, ds_prescale); every sum stays fp32. Every accumulator (the forward
+// output too) stays in registers: the forward rescales its output per row through
+// the accumulator's element-to-row map, which WMMA leaves unspecified and each warp
+// reads once (accumulator_rows). Tiles load by cp.async into one buffer per operand,
+// each step's next operand loading while the current one is used. Deterministic: no
+// atomics. Include only from the per-head-dim translation units (attention_tc_d*.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline_primitives.h>
 #include <mma.h>
 
 #include <cstdint>
@@ -110,8 +112,11 @@ __device__ __forceinline__ int query_tile(const MaskArgs& mask) {
 }
 
 // Rows [r0, r0 + kTile) of a [T, D] matrix into dst [kTile][kLdIn], zero past T
-// and past D, so every product runs over whole 16x16 tiles. 16-byte copies where
-// the rows allow them (D a multiple of 8 and the matrix 16-byte aligned).
+// and past D, so every product runs over whole 16x16 tiles. Where the rows allow
+// 16-byte copies (D a multiple of 8, the matrix 16-byte aligned) they are cp.async
+// copies that run on while the block computes: the caller commits them as a group
+// and waits for it (landed) before the tile is read. Otherwise plain copies, which
+// the same wait and barrier make visible.
 template <typename M, int kD>
 __device__ void stage_tile(const M* __restrict__ src, int r0, int T, int D, M* __restrict__ dst) {
   const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
@@ -120,9 +125,11 @@ __device__ void stage_tile(const M* __restrict__ src, int r0, int T, int D, M* _
     constexpr int kVecs = kD / 8;
     for (int i = threadIdx.x; i < kTile * kVecs; i += blockDim.x) {
       const int r = i / kVecs, c = (i % kVecs) * 8, row = r0 + r;
-      uint4 val = make_uint4(0u, 0u, 0u, 0u);
-      if (row < T && c < D) val = *reinterpret_cast<const uint4*>(s16 + static_cast<int64_t>(row) * D + c);
-      *reinterpret_cast<uint4*>(d16 + r * kLdIn<kD> + c) = val;
+      uint16_t* to = d16 + r * kLdIn<kD> + c;
+      if (row < T && c < D)
+        __pipeline_memcpy_async(to, s16 + static_cast<int64_t>(row) * D + c, 16);
+      else
+        *reinterpret_cast<uint4*>(to) = make_uint4(0u, 0u, 0u, 0u);
     }
   } else {
     for (int i = threadIdx.x; i < kTile * kD; i += blockDim.x) {
@@ -132,13 +139,54 @@ __device__ void stage_tile(const M* __restrict__ src, int r0, int T, int D, M* _
   }
 }
 
+// Entries [t0, t0 + kTile) of a row of T floats into dst, zero past T (cp.async,
+// like stage_tile).
+__device__ inline void stage_floats(const float* __restrict__ src, int t0, int T, float* __restrict__ dst) {
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+    if (t0 + i < T)
+      __pipeline_memcpy_async(dst + i, src + t0 + i, 4);
+    else
+      dst[i] = 0.f;
+  }
+}
+
+// Every copy this thread has issued is done, and after the barrier every thread's
+// is visible; every warp has also finished what it read before the call.
+__device__ __forceinline__ void landed() {
+  __pipeline_wait_prior(0);
+  __syncthreads();
+}
+
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+constexpr int kAccElems = Acc::num_elements;
+
+// The row of a 16x16 accumulator tile that each of this lane's elements holds,
+// packed 4 bits an element (rows 0-15; one register, not kAccElems). WMMA leaves
+// the element-to-row map unspecified, but it is one map for every fragment of the
+// type (loads, stores and products agree on it), so a warp reads it once by loading
+// a tile whose every element is its row index. scratch: the warp's 16 x ld floats,
+// free before and after. acc_row(rows, i) unpacks element i's row.
+static_assert(kAccElems <= 8, "4 bits an element in 32");
+__device__ __forceinline__ uint32_t accumulator_rows(float* scratch, int ld, int lane) {
+  for (int i = lane; i < 16 * 16; i += 32) scratch[(i / 16) * ld + i % 16] = static_cast<float>(i / 16);
+  __syncwarp();
+  Acc f;
+  wmma::load_matrix_sync(f, scratch, ld, wmma::mem_row_major);
+  uint32_t rows = 0;
+#pragma unroll
+  for (int i = 0; i < kAccElems; ++i) rows |= static_cast<uint32_t>(f.x[i]) << (4 * i);
+  __syncwarp();
+  return rows;
+}
+__device__ __forceinline__ int acc_row(uint32_t rows, int i) { return static_cast<int>((rows >> (4 * i)) & 15u); }
+
 // out[16][kTile] (fp32, ld kLdScore) = A[16][kD] * B[kTile][kD]^T, A and B row-major
 // 16-bit tiles with stride kLdIn: the scores of a warp's 16 rows against a step's keys.
 template <typename M, int kD>
 __device__ void product_abt(const M* a, const M* b, float* out) {
 #pragma unroll
   for (int j = 0; j < kTile / 16; ++j) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    Acc acc;
     wmma::fill_fragment(acc, 0.f);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -154,8 +202,7 @@ __device__ void product_abt(const M* a, const M* b, float* out) {
 
 // acc[j] += P[16][kTile] (16-bit, ld kLdProb) * B[kTile][kD] (ld kLdIn), column tile j.
 template <typename M, int kD>
-__device__ void accumulate_pb(wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[kD / 16], const M* p,
-                              const M* b) {
+__device__ void accumulate_pb(Acc (&acc)[kD / 16], const M* p, const M* b) {
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j)
 #pragma unroll
@@ -169,7 +216,7 @@ __device__ void accumulate_pb(wmma::fragment<wmma::accumulator, 16, 16, 16, floa
 }
 
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>()))
     tc_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, MaskArgs mask, int H,
                       int T, int D, float scale, S* __restrict__ out, float* __restrict__ lse) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -182,82 +229,85 @@ __global__ void __launch_bounds__(kThreads)
   float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 16 * kLdScore;
   M* p_w = reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + kWarps * 16 * kLdScore) +
            warp * 16 * kLdProb;
-  float* o_w = reinterpret_cast<float*>(reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) +
-                                                             kWarps * 16 * kLdScore) +
-                                        kWarps * 16 * kLdProb) +
-               warp * 16 * kLdOut<kD>;
+
+  static_assert(kWarps * out_bytes<kD>() <= 2 * in_tile_bytes<kD>(), "output staging exceeds the K and V tiles");
 
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;  // the block's and the warp's first row
   const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const M* km = reinterpret_cast<const M*>(k) + base;
+  const M* vm = reinterpret_cast<const M*>(v) + base;
   const int r = lane >> 1, half = lane & 1;  // this lane's row of the warp, and its half of the columns
   const int t = w0 + r;
   const bool active = t < T;
   const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
-  const M* qm = reinterpret_cast<const M*>(q);
-  stage_tile<M, kD>(qm + base, t0, T, D, qs);
-  for (int i = lane; i < 16 * kLdOut<kD>; i += 32) o_w[i] = 0.f;
+  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
+  stage_tile<M, kD>(km, 0, T, D, ks);
+  __pipeline_commit();
+  const uint32_t rows = accumulator_rows(s_w, kLdScore, lane);  // each accumulator element's output row
+  Acc o[kD / 16];  // the unnormalised output, 16 columns a fragment
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(o[j], 0.f);
   float m = -INFINITY, l = 0.f;
-  const int t_last = min(T, t0 + kTile) - 1;  // a causal block sees no key past its last row
   const int w_last = min(T, w0 + 16) - 1;
-  for (int s0 = 0; s0 < T; s0 += kTile) {
-    if (mask.causal && s0 > t_last) break;  // uniform across the block
-    __syncthreads();                         // the previous step's K and V are consumed
-    stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s0, T, D, ks);
-    stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s0, T, D, vs);
-    __syncthreads();
-    if (w0 >= T || (mask.causal && s0 > w_last)) continue;  // uniform across the warp
-    product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
-    __syncwarp();
-    const float* srow = s_w + r * kLdScore + half * 32;
-    uint32_t ok = 0;
-    float chunk_max = -INFINITY;
+  // A causal block sees no key past its last row.
+  const int s_end = mask.causal ? min(T, t0 + kTile) : T;
+  // Each step: K is in place; V loads while the scores and P are made, and the next
+  // K while P V runs.
+  for (int s0 = 0; s0 < s_end; s0 += kTile) {
+    landed();  // K of this step; every warp is done with the last step's V
+    stage_tile<M, kD>(vm, s0, T, D, vs);
+    __pipeline_commit();
+    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
+    if (live) {
+      product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
+      __syncwarp();
+      const float* srow = s_w + r * kLdScore + half * 32;
+      uint32_t ok = 0;
+      float chunk_max = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
-      if (active && s < T && sm::allowed(rm, s)) {
-        ok |= 1u << c;
-        chunk_max = fmaxf(chunk_max, scale * srow[c]);
+      for (int i = 0; i < 32; ++i) {
+        const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
+        if (active && s < T && sm::allowed(rm, s)) {
+          ok |= 1u << c;
+          chunk_max = fmaxf(chunk_max, scale * srow[c]);
+        }
       }
-    }
-    chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-    const float factor = attn::online_rescale(m, l, chunk_max);  // the pair computes it alike
-    M* prow = p_w + r * kLdProb + half * 32;
-    float sum = 0.f;
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+      const float factor = attn::online_rescale(m, l, chunk_max);  // the pair computes it alike
+      M* prow = p_w + r * kLdProb + half * 32;
+      float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int c = lane_column(i, lane, 32);
-      const float p = (ok & (1u << c)) ? attn::online_weight(scale * srow[c], m) : 0.f;
-      sum += p;
-      prow[c] = MmaType<S>::from(p);
-    }
-    l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
-    if (factor != 1.f) {
-      float* orow = o_w + r * kLdOut<kD> + half * (kD / 2);
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) orow[lane_column(i, lane, kD / 2)] *= factor;
-    }
-    __syncwarp();
-    // O += P V one 16-column tile at a time: one accumulator live, not kD / 16.
-#pragma unroll
-    for (int j = 0; j < kD / 16; ++j) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o_w + j * 16, kLdOut<kD>, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, p_w + kk * 16, kLdProb);
-        wmma::load_matrix_sync(fb, vs + kk * 16 * kLdIn<kD> + j * 16, kLdIn<kD>);
-        wmma::mma_sync(acc, fa, fb, acc);
+      for (int i = 0; i < 32; ++i) {
+        const int c = lane_column(i, lane, 32);
+        const float p = (ok & (1u << c)) ? attn::online_weight(scale * srow[c], m) : 0.f;
+        sum += p;
+        prow[c] = MmaType<S>::from(p);
       }
-      wmma::store_matrix_sync(o_w + j * 16, acc, kLdOut<kD>, wmma::mem_row_major);
+      l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+      // Each output element takes its row's factor, from the lane pair that owns the row.
+#pragma unroll
+      for (int i = 0; i < kAccElems; ++i) {
+        const float f = __shfl_sync(0xffffffffu, factor, 2 * acc_row(rows, i));
+#pragma unroll
+        for (int j = 0; j < kD / 16; ++j) o[j].x[i] *= f;
+      }
+      __syncwarp();
     }
-    __syncwarp();
+    landed();  // V of this step; every warp is done with its K
+    if (s0 + kTile < s_end) {
+      stage_tile<M, kD>(km, s0 + kTile, T, D, ks);
+      __pipeline_commit();
+    }
+    if (live) accumulate_pb<M, kD>(o, p_w, vs);
   }
-  __syncwarp();
+  __syncthreads();  // every warp is done with K and V: their tiles stage the outputs
   if (w0 >= T) return;  // uniform across the warp
-  store_rows<S, kD>(out + base + static_cast<int64_t>(w0) * D, o_w, active ? attn::inv_row_sum(l) : 0.f,
+  float* stage = reinterpret_cast<float*>(ks) + warp * 16 * kLdOut<kD>;
+#pragma unroll
+  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, o[j], kLdOut<kD>, wmma::mem_row_major);
+  __syncwarp();
+  store_rows<S, kD>(out + base + static_cast<int64_t>(w0) * D, stage, active ? attn::inv_row_sum(l) : 0.f,
                     min(16, T - w0), D, lane);
   if (active && half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 #else
@@ -273,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
 // powers of two). bf16 has fp32's range and keeps e = 0. Returns 2^-e.
 template <typename S, int kD>
 __device__ float ds_prescale(float max_abs, int& e,
-                             wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[kD / 16]) {
+                             Acc (&acc)[kD / 16]) {
   if constexpr (!std::is_same_v<S, half_t>) {
     return 1.f;
   } else {
@@ -296,7 +346,7 @@ __device__ float ds_prescale(float max_abs, int& e,
 // dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
 // dP = dO V^T, then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>()))
     tc_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                  const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dq) {
@@ -310,12 +360,13 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 2 * 16 * kLdScore;
   float* dp_w = s_w + 16 * kLdScore;
-  M* ds_w = reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + kWarps * 2 * 16 * kLdScore) +
-            warp * 16 * kLdProb;
+  M* ds_w = reinterpret_cast<M*>(s_w);  // the 16-bit dS takes the scores' place once they are read
 
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const M* km = reinterpret_cast<const M*>(k) + base;
+  const M* vm = reinterpret_cast<const M*>(v) + base;
   const int r = lane >> 1, half = lane & 1;
   const int t = w0 + r;
   const bool active = t < T;
@@ -324,21 +375,29 @@ __global__ void __launch_bounds__(kThreads)
   const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
   stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
   stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kD / 16];
+  stage_tile<M, kD>(vm, 0, T, D, vs);
+  __pipeline_commit();
+  Acc acc[kD / 16];
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(acc[j], 0.f);
   int ds_exp = 0;  // dS is rounded times 2^-ds_exp (ds_prescale)
-  const int t_last = min(T, t0 + kTile) - 1;
   const int w_last = min(T, w0 + 16) - 1;
-  for (int s0 = 0; s0 < T; s0 += kTile) {
-    if (mask.causal && s0 > t_last) break;
-    __syncthreads();
-    stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s0, T, D, ks);
-    stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s0, T, D, vs);
-    __syncthreads();
-    if (w0 >= T || (mask.causal && s0 > w_last)) continue;
+  const int s_end = mask.causal ? min(T, t0 + kTile) : T;
+  // Each step: V is in place; K loads while dP = dO V^T runs, and the next V while
+  // the scores, dS and dS K run.
+  for (int s0 = 0; s0 < s_end; s0 += kTile) {
+    landed();  // V of this step; every warp is done with the last step's K
+    stage_tile<M, kD>(km, s0, T, D, ks);
+    __pipeline_commit();
+    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
+    if (live) product_abt<M, kD>(gs + warp * 16 * kLdIn<kD>, vs, dp_w);
+    landed();  // K of this step; every warp is done with its V
+    if (s0 + kTile < s_end) {
+      stage_tile<M, kD>(vm, s0 + kTile, T, D, vs);
+      __pipeline_commit();
+    }
+    if (!live) continue;
     product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
-    product_abt<M, kD>(gs + warp * 16 * kLdIn<kD>, vs, dp_w);
     __syncwarp();
     const float* srow = s_w + r * kLdScore + half * 32;
     float* dprow = dp_w + r * kLdScore + half * 32;  // dP, then this step's dS in fp32
@@ -354,6 +413,7 @@ __global__ void __launch_bounds__(kThreads)
       ds_max = fmaxf(ds_max, fabsf(ds));
     }
     const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc);
+    __syncwarp();  // every lane has read its scores: dS overwrites them
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int c = lane_column(i, lane, 32);
@@ -376,9 +436,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // dK, dV per tile of 64 keys: for each step of 64 queries, S^T = K Q^T and
 // dP^T = V dO^T, P^T from the saved log-sum-exp, dS^T = P^T (dP^T - D);
-// dV += P^T dO and dK += dS^T Q.
+// dK += dS^T Q and dV += P^T dO.
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>()))
     tc_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                   const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                   MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dk, S* __restrict__ dv) {
@@ -394,70 +454,85 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* st_w = dot_s + kTile + warp * 2 * 16 * kLdScore;
   float* dpt_w = st_w + 16 * kLdScore;
-  M* pt_w = reinterpret_cast<M*>(dot_s + kTile + kWarps * 2 * 16 * kLdScore) + warp * 2 * 16 * kLdProb;
-  M* dst_w = pt_w + 16 * kLdProb;
+  M* pt_w = reinterpret_cast<M*>(dot_s + kTile + kWarps * 2 * 16 * kLdScore) + warp * 16 * kLdProb;
+  M* dst_w = reinterpret_cast<M*>(st_w);  // the 16-bit dS^T takes the scores' place once they are read
 
   const int bh = blockIdx.x, b = bh / H;
   // Causal: key tile 0 sees every query, the heaviest first already (query_tile).
   const int s_first = blockIdx.y * kTile, w0 = s_first + warp * 16;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
+  const M* qm = reinterpret_cast<const M*>(q) + base;
+  const M* gm = reinterpret_cast<const M*>(dout) + base;
+  const float* lse_bh = lse + static_cast<int64_t>(bh) * T;
+  const float* dot_bh = row_dot + static_cast<int64_t>(bh) * T;
   const int r = lane >> 1, half = lane & 1;  // this lane's key of the warp, and its half of the queries
   const int s = w0 + r;
   const bool active = s < T;
+  const bool live = w0 < T;  // uniform across the warp
+  // Causal: queries before the block's first key see none of its keys.
+  const int t_begin = mask.causal ? s_first : 0;
   stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s_first, T, D, ks);
   stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s_first, T, D, vs);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_dk[kD / 16], acc_dv[kD / 16];
+  stage_tile<M, kD>(qm, t_begin, T, D, qs);
+  stage_floats(lse_bh, t_begin, T, lse_s);
+  stage_floats(dot_bh, t_begin, T, dot_s);
+  __pipeline_commit();
+  Acc acc_dk[kD / 16], acc_dv[kD / 16];
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) {
     wmma::fill_fragment(acc_dk[j], 0.f);
     wmma::fill_fragment(acc_dv[j], 0.f);
   }
   int ds_exp = 0;  // dS^T is rounded times 2^-ds_exp (ds_prescale)
-  // Causal: queries before the block's first key see none of its keys.
-  const int t_begin = mask.causal ? s_first : 0;
+  // Each step: Q and its rows' statistics are in place; dO loads while S^T = K Q^T
+  // runs, and the next Q while dV += P^T dO runs.
   for (int t0 = t_begin; t0 < T; t0 += kTile) {
-    __syncthreads();
-    stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
-    stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
-    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-      const int t = t0 + i;
-      lse_s[i] = t < T ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
-      dot_s[i] = t < T ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-    }
-    __syncthreads();
-    if (w0 >= T) continue;
-    product_abt<M, kD>(ks + warp * 16 * kLdIn<kD>, qs, st_w);
-    product_abt<M, kD>(vs + warp * 16 * kLdIn<kD>, gs, dpt_w);
-    __syncwarp();
-    const float* strow = st_w + r * kLdScore + half * 32;
-    float* dptrow = dpt_w + r * kLdScore + half * 32;  // dP^T, then this step's dS^T in fp32
-    M* prow = pt_w + r * kLdProb + half * 32;
-    M* dsrow = dst_w + r * kLdProb + half * 32;
-    float ds_max = 0.f;
+    landed();  // Q, lse and D of this step; every warp is done with the last step's dO
+    stage_tile<M, kD>(gm, t0, T, D, gs);
+    __pipeline_commit();
+    if (live) product_abt<M, kD>(ks + warp * 16 * kLdIn<kD>, qs, st_w);
+    landed();  // dO of this step
+    if (live) {
+      product_abt<M, kD>(vs + warp * 16 * kLdIn<kD>, gs, dpt_w);
+      __syncwarp();
+      const float* strow = st_w + r * kLdScore + half * 32;
+      float* dptrow = dpt_w + r * kLdScore + half * 32;  // dP^T, then this step's dS^T in fp32
+      M* prow = pt_w + r * kLdProb + half * 32;
+      M* dsrow = dst_w + r * kLdProb + half * 32;
+      float ds_max = 0.f;
 #pragma unroll 2  // fuller unrolling spills 32 bytes in bf16 (ptxas, sm_90)
-    for (int j = 0; j < 32; ++j) {
-      const int c = lane_column(j, lane, 32), i = half * 32 + c, t = t0 + i;
-      float p = 0.f, ds = 0.f;
-      if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
-        p = attn::prob_from_lse(scale * strow[c], lse_s[i]);
-        ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
+      for (int j = 0; j < 32; ++j) {
+        const int c = lane_column(j, lane, 32), i = half * 32 + c, t = t0 + i;
+        float p = 0.f, ds = 0.f;
+        if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
+          p = attn::prob_from_lse(scale * strow[c], lse_s[i]);
+          ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
+        }
+        prow[c] = MmaType<S>::from(p);
+        dptrow[c] = ds;
+        ds_max = fmaxf(ds_max, fabsf(ds));
       }
-      prow[c] = MmaType<S>::from(p);
-      dptrow[c] = ds;
-      ds_max = fmaxf(ds_max, fabsf(ds));
-    }
-    const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
+      const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
+      __syncwarp();  // every lane has read its scores: dS^T overwrites them
 #pragma unroll 4
-    for (int j = 0; j < 32; ++j) {
-      const int c = lane_column(j, lane, 32);
-      dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
+      for (int j = 0; j < 32; ++j) {
+        const int c = lane_column(j, lane, 32);
+        dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
+      }
+      __syncwarp();
+      accumulate_pb<M, kD>(acc_dk, dst_w, qs);
     }
-    __syncwarp();
-    accumulate_pb<M, kD>(acc_dv, pt_w, gs);
-    accumulate_pb<M, kD>(acc_dk, dst_w, qs);
+    __syncthreads();  // every warp is done with Q, lse and D of this step
+    if (t0 + kTile < T) {
+      stage_tile<M, kD>(qm, t0 + kTile, T, D, qs);
+      stage_floats(lse_bh, t0 + kTile, T, lse_s);
+      stage_floats(dot_bh, t0 + kTile, T, dot_s);
+      __pipeline_commit();
+    }
+    if (live) accumulate_pb<M, kD>(acc_dv, pt_w, gs);
   }
   __syncwarp();
-  if (w0 >= T) return;
+  if (!live) return;
   float* stage = st_w;  // [16][kLdOut] fits the warp's two score buffers
   const int64_t at = base + static_cast<int64_t>(w0) * D;
   const int rows = min(16, T - w0);
@@ -512,6 +587,37 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
   HR_CUDA_CHECK_LAUNCH();
 }
 
+// One kernel's ptxas figures and its blocks per SM of `device` at its shared memory.
+template <typename Kernel>
+TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int design, int device) {
+  gpu::raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, device);
+  const ScopedCudaDevice on(device);
+  cudaFuncAttributes a{};
+  HR_CUDA_CHECK(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel)));
+  int blocks = 0;
+  HR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem));
+  int sm_smem = 0;
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  TcKernelResources r;
+  r.kernel = name;
+  r.registers = a.numRegs;
+  r.local_bytes = a.localSizeBytes;
+  r.smem_bytes = smem;
+  r.design_blocks = design;
+  r.blocks_per_sm = blocks;
+  r.sm_smem_bytes = static_cast<size_t>(sm_smem);
+  return r;
+}
+
+template <typename S, int kD>
+void kernel_resources(int device, TcKernelResources (&out)[3]) {
+  out[0] = resources_of("forward", tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(),
+                        design_blocks(forward_smem_bytes<kD>()), device);
+  out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), design_blocks(dq_smem_bytes<kD>()), device);
+  out[2] =
+      resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), design_blocks(dkv_smem_bytes<kD>()), device);
+}
+
 }  // namespace hr::ops::cuda::attn_tc
 
 #define HR_ATTENTION_TC_INSTANTIATE(kD)                                                                          \
@@ -526,4 +632,6 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
   template void backward_launch<bfloat16_t, kD>(const Launch&, const Tensor&, const Tensor&, const Tensor&,     \
                                                 const Tensor&, const Tensor&, const Tensor&, const MaskArgs&,    \
                                                 float, Tensor&, Tensor&, Tensor&);                               \
+  template void kernel_resources<half_t, kD>(int, TcKernelResources(&)[3]);                                     \
+  template void kernel_resources<bfloat16_t, kD>(int, TcKernelResources(&)[3]);                                 \
   }

@@ -32,6 +32,8 @@ struct TcKernelResources {
   int registers = 0;        // per thread
   size_t local_bytes = 0;   // per thread
   size_t smem_bytes = 0;    // dynamic, per block
+  int binary_cc = 0;                // the architecture of the code that runs (e.g. 90)
+  size_t design_sm_smem_bytes = 0;  // the shared memory per SM its design assumed
   int design_blocks = 0;
   int blocks_per_sm = 0;
   size_t sm_smem_bytes = 0;  // the device's shared memory per SM

@@ -88,14 +88,32 @@ constexpr size_t dkv_smem_bytes() {
   return 4 * in_tile_bytes<kD>() + 2 * kTile * sizeof(float) + kWarps * (2 * kScoreBytes + kProbBytes);
 }
 static_assert(kProbBytes <= kScoreBytes, "16-bit dS must fit the scores' buffer");
+// The shared memory one SM holds at compute capability cc (major * 10 + minor), per
+// the CUDA programming guide's table: 164 KiB on sm_80 and sm_87, 228 KiB from
+// sm_90 to sm_110, 100 KiB on sm_86, sm_89 and sm_120 (64 KiB below sm_80, where
+// the tensor-core kernels do not run). The test reads the device's own figure back
+// against it.
+constexpr size_t sm_smem_bytes_of(int cc) {
+  return cc < 80                 ? 64u * 1024u
+         : cc == 80 || cc == 87  ? 164u * 1024u
+         : cc >= 90 && cc < 120  ? 228u * 1024u
+                                 : 100u * 1024u;
+}
+// The architecture this pass compiles for (the host pass takes sm_90's figures;
+// it only reads them for a device's report, through the kernel's binary version).
+#if defined(__CUDA_ARCH__)
+constexpr int kBuildCc = __CUDA_ARCH__ / 10;
+#else
+constexpr int kBuildCc = 90;
+#endif
 // The blocks per SM each kernel is built for, its __launch_bounds__ minimum: as
-// many as its shared memory lets an sm_90 SM hold (228 KiB, 1 KiB of it reserved
-// per block), at most 3. Three blocks of kThreads leave 168 registers a thread (two
-// leave 255), which hold the fp32 accumulators, a step's scores and their loads in
-// flight; ptxas's own choice without a minimum is lower and spills.
+// many as its shared memory lets an SM of the target architecture hold (1 KiB of it
+// reserved per block), at most 3. Three blocks of kThreads leave 168 registers a
+// thread (two leave 255), which hold the fp32 accumulators, a step's scores and
+// their loads in flight; ptxas's own choice without a minimum is lower and spills.
 constexpr int kMaxDesignBlocks = 3;
-constexpr int design_blocks(size_t smem_bytes) {
-  const size_t n = (228u * 1024u) / (smem_bytes + 1024u);
+constexpr int design_blocks(size_t smem_bytes, int cc = kBuildCc) {
+  const size_t n = sm_smem_bytes_of(cc) / (smem_bytes + 1024u);
   return n > kMaxDesignBlocks ? kMaxDesignBlocks : (n < 1 ? 1 : static_cast<int>(n));
 }
 // The most any of them takes at head-dim bucket kD.

@@ -285,12 +285,15 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
         prow[c] = MmaType<S>::from(p);
       }
       l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
-      // Each output element takes its row's factor, from the lane pair that owns the row.
+      // Each output element takes its row's factor, from the lane pair that owns the
+      // row; most steps past the first leave every row's maximum, and skip this.
+      if (__any_sync(0xffffffffu, factor != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < kAccElems; ++i) {
-        const float f = __shfl_sync(0xffffffffu, factor, 2 * acc_row(rows, i));
+        for (int i = 0; i < kAccElems; ++i) {
+          const float f = __shfl_sync(0xffffffffu, factor, 2 * acc_row(rows, i));
 #pragma unroll
-        for (int j = 0; j < kD / 16; ++j) o[j].x[i] *= f;
+          for (int j = 0; j < kD / 16; ++j) o[j].x[i] *= f;
+        }
       }
       __syncwarp();
     }
@@ -589,7 +592,7 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
 
 // One kernel's ptxas figures and its blocks per SM of `device` at its shared memory.
 template <typename Kernel>
-TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int design, int device) {
+TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int device) {
   gpu::raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, device);
   const ScopedCudaDevice on(device);
   cudaFuncAttributes a{};
@@ -603,7 +606,9 @@ TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int
   r.registers = a.numRegs;
   r.local_bytes = a.localSizeBytes;
   r.smem_bytes = smem;
-  r.design_blocks = design;
+  r.binary_cc = a.binaryVersion;  // the SASS that runs here, built or JIT-compiled for this device
+  r.design_sm_smem_bytes = sm_smem_bytes_of(a.binaryVersion);
+  r.design_blocks = design_blocks(smem, a.binaryVersion);
   r.blocks_per_sm = blocks;
   r.sm_smem_bytes = static_cast<size_t>(sm_smem);
   return r;
@@ -611,11 +616,9 @@ TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int
 
 template <typename S, int kD>
 void kernel_resources(int device, TcKernelResources (&out)[3]) {
-  out[0] = resources_of("forward", tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(),
-                        design_blocks(forward_smem_bytes<kD>()), device);
-  out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), design_blocks(dq_smem_bytes<kD>()), device);
-  out[2] =
-      resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), design_blocks(dkv_smem_bytes<kD>()), device);
+  out[0] = resources_of("forward", tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(), device);
+  out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), device);
+  out[2] = resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), device);
 }
 
 }  // namespace hr::ops::cuda::attn_tc

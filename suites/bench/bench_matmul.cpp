@@ -175,16 +175,19 @@ void register_all() {
     ops::GpuAttentionKernel kernel;
     const char* name;
   };
-  for (const Form& f : {Form{ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
-                        Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
-                        Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core,
-                             "memory_efficient_tensor_core"}})
-    benchmark::RegisterBenchmark((std::string("attention_cuda/") + f.name).c_str(), bm_attention, BackendKind::cuda,
-                                 f.impl, int64_t{4}, int64_t{8}, int64_t{64}, f.kernel)
-        ->RangeMultiplier(2)
-        ->Range(512, 8192)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+  // Head dims 64 (8 heads) and 128 (4 heads): the same B H D, so the same FLOPs per T.
+  for (const int64_t D : {int64_t{64}, int64_t{128}})
+    for (const Form& f : {Form{ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
+                          Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
+                          Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core,
+                               "memory_efficient_tensor_core"}})
+      benchmark::RegisterBenchmark(
+          ((D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name).c_str(),
+          bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel)
+          ->RangeMultiplier(2)
+          ->Range(512, 8192)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
 #endif
 }
 

@@ -101,3 +101,20 @@ grep -q "no GPU" "$summary" && grep -q "headroom info runs" "$summary" || {
   exit 1
 }
 echo "bare_bundle: preflight from the bundle reports no GPU cleanly $how"
+
+# ci/gpu-check-timed from the same bundle: no GPU is exit 2, and its archive holds
+# the preflight's summary all the same.
+set +e
+"$src/ci/gpu-check-timed" "$work/bundle.tar.gz" "$work/timed" 2>"$work/timed.log"
+rc=$?
+set -e
+if [ $rc -ne 2 ]; then
+  cat "$work/timed.log" >&2
+  echo "bare_bundle: gpu-check-timed exited $rc, expected 2 (no GPU)" >&2
+  exit 1
+fi
+tar -xzOf "$work/timed/gc.tar.gz" gc/summary.txt | grep -q "no GPU" || {
+  echo "bare_bundle: gpu-check-timed's archive lacks the preflight's 'no GPU' summary" >&2
+  exit 1
+}
+echo "bare_bundle: gpu-check-timed says no GPU and packs what ran"

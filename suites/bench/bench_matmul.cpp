@@ -176,11 +176,12 @@ void register_all() {
     const char* name;
   };
   // Head dims 64 (8 heads) and 128 (4 heads): the same B H D, so the same FLOPs per T.
+  const Form forms[] = {
+      {ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
+      {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
+      {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core, "memory_efficient_tensor_core"}};
   for (const int64_t D : {int64_t{64}, int64_t{128}})
-    for (const Form& f : {Form{ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
-                          Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
-                          Form{ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core,
-                               "memory_efficient_tensor_core"}})
+    for (const Form& f : forms)
       benchmark::RegisterBenchmark(
           ((D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name).c_str(),
           bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel)

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
@@ -414,37 +415,60 @@ TEST(ReportCompare, InjectedSlowdownNamesItsPoints) {
 }
 
 TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
-  // A region that waits 3-5 ms (random, non-zero): the factor multiplies each
+  // A region that sleeps 3-5 ms (random, non-zero): the factor multiplies each
   // repetition's own time (2 = the region twice; 1.5 = once plus half its time).
+  // Every bound below is a lower bound on one repetition from the sleeps it asked
+  // for, which a loaded machine can only lengthen: a sleep never ends early, and a
+  // spin that must burn half a run of CPU time takes at least that much wall time.
+  // A factor not applied (one run, no wait) falls below each of them.
   auto dev = hr::make_device("cpu");
   std::mt19937 gen(7);
   std::uniform_int_distribution<int> us(3000, 5000);
-  int calls = 0;
+  std::vector<double> asked;  // each call's requested sleep, in seconds
   auto region = [&] {
-    ++calls;
-    std::this_thread::sleep_for(std::chrono::microseconds(us(gen)));
+    const int wait_us = us(gen);
+    asked.push_back(wait_us * 1e-6);
+    std::this_thread::sleep_for(std::chrono::microseconds(wait_us));
   };
   hr::TimingOptions opt;
   opt.warmup = 0;
   opt.min_reps = opt.max_reps = 8;
   const hr::props::OneBlasThread one_blas_thread(*dev);
-  const double plain = hr::time_region(*dev, region, opt).median_s;
-  EXPECT_EQ(calls, 8);
+  // Sum of the sleeps asked for by the calls [first, first + n).
+  auto asked_sum = [&](size_t first, size_t n) {
+    double s = 0;
+    for (size_t i = first; i < first + n; ++i) s += asked.at(i);
+    return s;
+  };
+  // The timer and the sleeps read the same steady clock; 1% for its granularity.
+  constexpr double kClockSlack = 0.99;
+
+  const hr::TimeStats plain = hr::time_region(*dev, region, opt);
+  ASSERT_EQ(asked.size(), 8u);
+  ASSERT_EQ(plain.samples_s.size(), 8u);
+  for (size_t r = 0; r < 8; ++r) EXPECT_GE(plain.samples_s[r], kClockSlack * asked_sum(r, 1)) << "repetition " << r;
+
   opt.injected_slowdown = 2.0;
-  const double twice = hr::time_region(*dev, region, opt).median_s;
-  EXPECT_EQ(calls, 8 + 16);  // the region twice per repetition
+  const hr::TimeStats twice = hr::time_region(*dev, region, opt);
+  ASSERT_EQ(asked.size(), 8u + 16u);  // the region twice per repetition
+  ASSERT_EQ(twice.samples_s.size(), 8u);
+  for (size_t r = 0; r < 8; ++r)
+    EXPECT_GE(twice.samples_s[r], kClockSlack * asked_sum(8 + 2 * r, 2)) << "repetition " << r;
+
   opt.injected_slowdown = 1.5;
   const hr::TimeStats half = hr::time_region(*dev, region, opt);
-  EXPECT_EQ(calls, 8 + 16 + 8);  // once, and the half as a wait (not a second run)
-  const double half_more = half.median_s;
-  // Lower bounds only: a loaded machine stretches sleeps and slows the spinning
-  // wait, never shortens them.
-  EXPECT_GT(twice / plain, 1.6);
-  EXPECT_GT(half_more / plain, 1.25);
-  // The CPU time of each repetition is kept; the fractional wait spins, so the
-  // sleeping region's CPU time grows by about half its wall time.
+  ASSERT_EQ(asked.size(), 8u + 16u + 8u);  // once, and the half as a wait (not a second run)
+  ASSERT_EQ(half.samples_s.size(), 8u);
   ASSERT_EQ(half.cpu_samples_s.size(), 8u);
-  EXPECT_GT(hr::summarize_times(half.cpu_samples_s).median_s, 0.3 * plain);
+  for (size_t r = 0; r < 8; ++r) {
+    const double run = asked_sum(24 + r, 1);
+    EXPECT_GE(half.samples_s[r], kClockSlack * 1.5 * run) << "repetition " << r;
+    // The fractional wait spins, so the CPU time sees it: half a run of CPU time,
+    // unless the spin's wall-clock cap (ten runs past the wait) ended it first,
+    // which only a machine too loaded to give the thread a tenth of a core does.
+    if (half.samples_s[r] < 10 * run)
+      EXPECT_GE(half.cpu_samples_s[r], kClockSlack * 0.5 * run) << "repetition " << r;
+  }
   opt.injected_slowdown = 0.5;
   EXPECT_THROW(hr::time_region(*dev, region, opt), hr::InvalidArgument);
 }

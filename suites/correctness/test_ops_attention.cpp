@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -465,27 +466,55 @@ std::string why_no_tensor_cores(Device& dev, DType dt, int64_t D) {
 
 class AttentionTensorCore : public testing::TestWithParam<DType> {};
 
+// Rows of D a multiple of 8 at a 16-byte aligned base take the 16-byte staging
+// (cp.async in, vector stores out); any other D, or a base 2 bytes off (a view one
+// element into its storage), takes the element-by-element copies.
+enum class Staging { aligned, misaligned };
+
+// q, k and v of x copied into views one element into their storage (2 bytes off
+// 16-byte alignment), kept alive by the returned guards.
+struct MisalignedQkv {
+  test::Guarded q, k, v;
+  MisalignedQkv(Device& dev, const Qkv& x, Shape shape, DType dt)
+      : q(dev, shape, dt, 1), k(dev, shape, dt, 1), v(dev, shape, dt, 1) {
+    q.tensor().copy_from(x.q), k.tensor().copy_from(x.k), v.tensor().copy_from(x.v);
+  }
+};
+
 // OPS-1 for the tensor-core forward: every mask, T across tile edges (1, 17, 64,
-// 129, 200) and every head-dim bucket, rows of D a multiple of 8 (16-byte staging)
-// and not (24, 40: element staging).
+// 129, 200) and past the pipeline's first steps (520: 9 key tiles), every head-dim
+// bucket, D a multiple of 8 (16, 24, 32, 40, 64, 128) and not (20, 100), and one
+// shape of each staging at a misaligned base.
 TEST_P(AttentionTensorCore, ForwardMatchesFloat64ReferenceUnderEveryMask) {
   const DType dt = GetParam();
   HR_TENSOR_CORE_DEVICE(dev, dt);
   TensorCoreScope tc;
   double worst = 0;
   uint64_t seed = 8000;
-  for (auto [T, D] : {std::pair<int64_t, int64_t>{1, 16}, {17, 24}, {64, 32}, {129, 64}, {200, 40}, {70, 128}})
+  struct Case {
+    int64_t T, D;
+    Staging staging;
+  };
+  for (const Case c : {Case{1, 16, Staging::aligned}, {17, 24, Staging::aligned}, {64, 32, Staging::aligned},
+                       {129, 64, Staging::aligned}, {200, 40, Staging::aligned}, {70, 128, Staging::aligned},
+                       {45, 20, Staging::aligned}, {81, 100, Staging::aligned}, {520, 64, Staging::aligned},
+                       {97, 64, Staging::misaligned}, {66, 20, Staging::misaligned}})
     for (MaskKind mk : kAllMasks) {
-      const int64_t B = 2, H = 3;
+      const int64_t B = 2, H = 3, T = c.T, D = c.D;
       const float scale = 1.f / std::sqrt(static_cast<float>(D));
       Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      std::optional<MisalignedQkv> off;
+      if (c.staging == Staging::misaligned) off.emplace(dev, x, Shape{B, H, T, D}, dt);
       Mask m = make_mask(dev, mk, B, T);
-      test::Guarded out(dev, {B, H, T, D}, dt);
+      // The output 2 bytes off as well when the inputs are.
+      test::Guarded out(dev, {B, H, T, D}, dt, c.staging == Staging::misaligned ? 65 : 64);
       ops::AttentionSaved saved;
-      ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out.tensor(), saved,
-                             Consumer::activations);
+      ops::attention_forward(AttentionImpl::memory_efficient, off ? off->q.tensor() : x.q,
+                             off ? off->k.tensor() : x.k, off ? off->v.tensor() : x.v, m.dev, scale, out.tensor(),
+                             saved, Consumer::activations);
       const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, m.causal, m.kv_len, m.seg, scale);
-      const std::string what = fmt::format("tensor cores T {} D {} mask {}", T, D, mask_name(mk));
+      const std::string what = fmt::format("tensor cores T {} D {} mask {}{}", T, D, mask_name(mk),
+                                           off ? " (misaligned)" : "");
       EXPECT_TRUE(test::nmse_within(out.values(), want, tol::kAttentionNmse(dt), what));
       EXPECT_TRUE(out.guards_intact()) << what;
       worst = std::max(worst, test::nmse(out.values(), want));
@@ -536,14 +565,15 @@ TEST_P(AttentionTensorCore, BackwardMatchesFiniteDifferences) {
 }
 
 // At the head dims finite differences cannot afford (64, 128, and 40 across a
-// bucket), the tensor-core gradients against the scalar kernels' (another code
+// bucket; 100, not a multiple of 8), and past the pipeline's first steps (T 520: 9
+// key tiles), the tensor-core gradients against the scalar kernels' (another code
 // path: one thread per row, fp32 products), both in the storage format.
 TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {
   const DType dt = GetParam();
   HR_TENSOR_CORE_DEVICE(dev, dt);
   double worst = 0;
   uint64_t seed = 9000;
-  for (auto [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {97, 128}, {200, 40}})
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {97, 128}, {200, 40}, {75, 100}, {520, 64}})
     for (MaskKind mk : {MaskKind::causal, MaskKind::causal_packed, MaskKind::padding_packed}) {
       const int64_t B = 2, H = 2;
       const float scale = 1.f / std::sqrt(static_cast<float>(D));

@@ -115,6 +115,8 @@ class NcclCommunicator final : public Communicator {
     HR_ARG_CHECK(id_bytes.size() == sizeof(ncclUniqueId), "NCCL unique id of {} bytes, expected {}", id_bytes.size(),
                  sizeof(ncclUniqueId));
     HR_CHECK(dev.is_cuda(), "an NCCL communicator needs a CUDA device, not {}", dev.record().name);
+    // Read before anything is made: a bad value throws with nothing to undo.
+    const std::chrono::milliseconds timeout = CollectiveWatchdog::timeout_from_env();
     // NCCL binds a communicator to the current device: the rank's.
     cuda_ok(cudaSetDevice(dev.record().ordinal), "cudaSetDevice");
     // The barrier's one byte, kept: a free per barrier would synchronise the device.
@@ -148,13 +150,16 @@ class NcclCommunicator final : public Communicator {
                         return cudaEventQuery(queued_) == cudaErrorNotReady;
                       },
                       [this] { (void)nccl().comm_abort(comm_); }},
-        CollectiveWatchdog::timeout_from_env());
+        timeout);
   }
   ~NcclCommunicator() override {
     // The watchdog stops first, so that nothing else touches the communicator. Then
     // the communicator goes: after a failed call, or while an error unwinds past it
     // (another rank may be gone), its kernels may never finish, and ncclCommDestroy,
     // like cudaFree, would wait for them forever: abort (unless the watchdog has).
+    // Stopped before it is asked: an abort under way when the thread is joined has
+    // ended by then, and is seen, so the communicator is not aborted or freed twice.
+    if (watchdog_ != nullptr) watchdog_->stop();
     const bool aborted = watchdog_ != nullptr && watchdog_->aborted();
     watchdog_.reset();
     if (comm_ != nullptr && !aborted) {
@@ -185,35 +190,36 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
-    alive();
+    begin();
     ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     receive(count * comm_dtype_size(t));
   }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
-    alive();
+    begin();
     ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
-    alive();
+    begin();
     ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
     receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
-    alive();
+    begin();
     ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
-    alive();
+    begin();
     ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
        "ncclAllReduce (barrier)");
     synchronize();
   }
 
  private:
-  // After each collective is queued: its event, and the watchdog's deadline.
+  // After each collective is queued (its deadline started by queuing() before the
+  // call): its event, which the watchdog queries.
   void ok(ncclResult_t rc, const char* what) {
     if (rc != ncclSuccess) {
       failed_ = true;
@@ -224,7 +230,11 @@ class NcclCommunicator final : public Communicator {
       failed_ = true;
       cuda_ok(e, "cudaEventRecord (collective watchdog)");
     }
-    watchdog_->queued();
+  }
+  // Before each collective: not after an abort, and its deadline starts.
+  void begin() {
+    alive();
+    watchdog_->queuing();
   }
   // Throws the watchdog's reason once it has aborted the communicator.
   void alive() {

@@ -28,9 +28,10 @@ void CollectiveWatchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CollectiveWatchdog::queued() {
+void CollectiveWatchdog::queuing() {
   const std::lock_guard<std::mutex> lock(mutex_);
   queued_at_ = Clock::now();
+  ++generation_;
 }
 
 std::optional<std::string> CollectiveWatchdog::reason() const {
@@ -40,11 +41,13 @@ std::optional<std::string> CollectiveWatchdog::reason() const {
 
 void CollectiveWatchdog::fire(std::string why) {
   {
+    // Marked first: the abort ends the waiting kernels well before it returns, and
+    // in between the owner must already see a communicator it may not use.
     const std::lock_guard<std::mutex> lock(mutex_);
     reason_ = std::move(why);
+    aborted_.store(true);
   }
   hooks_.abort();
-  aborted_.store(true);
 }
 
 void CollectiveWatchdog::run() {
@@ -53,22 +56,28 @@ void CollectiveWatchdog::run() {
     wake_.wait_for(lock, poll_, [&] { return stopping_; });
     if (stopping_) break;
     const std::optional<Clock::time_point> since = queued_at_;
+    const uint64_t generation = generation_;
     lock.unlock();
     std::optional<std::string> why;
+    bool overdue = false;  // rather than an error the library reported
     if (const auto e = hooks_.async_error()) {
       why = fmt::format("the communicator reported an asynchronous error: {}", *e);
     } else if (since && Clock::now() - *since > timeout_ && hooks_.pending()) {
       const double waited = std::chrono::duration<double>(Clock::now() - *since).count();
+      overdue = true;
       why = fmt::format(
           "a collective has been pending for {:.0f} s, past the {:.0f} s deadline (HEADROOM_COLLECTIVE_TIMEOUT_S): "
           "another rank is gone or stuck",
           waited, std::chrono::duration<double>(timeout_).count());
     }
-    if (why) {
+    lock.lock();
+    // An overdue collective, unless another was queued since the deadline was read:
+    // the pending event may then be the new one's, whose own deadline decides.
+    if (why && (!overdue || generation_ == generation)) {
+      lock.unlock();
       fire(std::move(*why));
       return;
     }
-    lock.lock();
   }
 }
 

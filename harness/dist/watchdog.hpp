@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -37,10 +38,16 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  // A collective was just queued: its deadline starts now.
-  void queued();
+  // A collective is about to be queued: its deadline starts now. Called before the
+  // library call and the event that `pending` queries, so a watchdog that sees the
+  // new event pending also sees this call, and does not hold the new collective to
+  // the deadline of the one before it.
+  void queuing();
   // Why the communicator was aborted, once it was (then every later call must throw).
   std::optional<std::string> reason() const;
+  // True from the moment the watchdog decides to abort, before the abort starts:
+  // the owner must not touch the communicator again, and must stop() the watchdog
+  // (which waits for the abort to end) before it frees anything.
   bool aborted() const { return aborted_.load(); }
   // Stops watching (before the communicator is destroyed or aborted by its owner).
   void stop();
@@ -58,6 +65,7 @@ class CollectiveWatchdog {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::optional<Clock::time_point> queued_at_;  // the newest collective's
+  uint64_t generation_ = 0;                     // collectives queued so far
   std::optional<std::string> reason_;
   std::atomic<bool> aborted_{false};
   std::thread thread_;

@@ -1,6 +1,8 @@
 // The collective watchdog (harness/dist/watchdog.hpp) with stand-in hooks: a
 // collective pending past the deadline is aborted once, with a reason; one that
-// completes, or nothing queued, is left alone; an asynchronous error aborts at once.
+// completes, or nothing queued, is left alone; an asynchronous error aborts at once;
+// a collective queued while the watchdog looks is held to its own deadline, not the
+// one before it; and the owner sees the abort before it starts.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -46,7 +48,7 @@ TEST(CollectiveWatchdog, AbortsACollectivePendingPastItsDeadlineOnce) {
   Fake f;
   CollectiveWatchdog w(f.hooks(), milliseconds(150), milliseconds(10));
   const auto t0 = std::chrono::steady_clock::now();
-  w.queued();
+  w.queuing();
   ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(150));
   std::this_thread::sleep_for(milliseconds(100));
@@ -59,13 +61,67 @@ TEST(CollectiveWatchdog, LeavesACompletedCollectiveAndAnIdleCommunicatorAlone) {
   Fake done;
   done.pending = false;
   CollectiveWatchdog w1(done.hooks(), milliseconds(50), milliseconds(10));
-  w1.queued();
+  w1.queuing();
   Fake idle;  // pending, but nothing was queued through the watchdog
   CollectiveWatchdog w2(idle.hooks(), milliseconds(50), milliseconds(10));
   EXPECT_FALSE(aborts_within(w1, milliseconds(400)));
   EXPECT_FALSE(aborts_within(w2, milliseconds(50)));
   EXPECT_EQ(done.aborts.load() + idle.aborts.load(), 0);
   EXPECT_FALSE(w1.reason().has_value());
+}
+
+// The main thread queues a new collective while the watchdog is between reading the
+// previous one's deadline (long past) and querying the event, which is by then the
+// new one's and pending: the stand-in's pending() queues it at that moment. The new
+// collective never completes, so the abort comes, but not before its own deadline.
+TEST(CollectiveWatchdog, HoldsACollectiveQueuedMeanwhileToItsOwnDeadline) {
+  const milliseconds timeout(80);
+  std::atomic<CollectiveWatchdog*> watchdog{nullptr};
+  std::atomic<bool> done_before{true};  // the previous collective: complete
+  std::atomic<int> queries{0}, aborts{0};
+  std::chrono::steady_clock::time_point requeued{}, aborted_at{};
+  WatchdogHooks hooks{[]() -> std::optional<std::string> { return std::nullopt; },
+                      [&] {
+                        ++queries;
+                        if (done_before.exchange(false)) {
+                          // The previous collective is complete; this query is the
+                          // first after the new one was queued.
+                          requeued = std::chrono::steady_clock::now();
+                          watchdog.load()->queuing();
+                        }
+                        return true;  // the new collective, pending for good
+                      },
+                      [&] {
+                        aborted_at = std::chrono::steady_clock::now();
+                        ++aborts;
+                      }};
+  // The previous collective's deadline passes before the watchdog polls at all.
+  CollectiveWatchdog w(std::move(hooks), timeout, milliseconds(2 * timeout.count()));
+  watchdog = &w;
+  w.queuing();
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  w.stop();  // the abort hook has returned: its time is written
+  ASSERT_EQ(aborts.load(), 1);
+  EXPECT_GE(queries.load(), 2);
+  const double after_ms = std::chrono::duration<double, std::milli>(aborted_at - requeued).count();
+  EXPECT_GE(after_ms, static_cast<double>(timeout.count())) << "ms from queuing the new collective to the abort";
+}
+
+// aborted() is true before the abort hook runs: the abort ends the waiting kernels
+// before it returns, and the owner must not take that for a finished collective.
+TEST(CollectiveWatchdog, MarksItselfAbortedBeforeTheAbortStarts) {
+  std::atomic<CollectiveWatchdog*> watchdog{nullptr};
+  std::atomic<int> seen_marked{-1};
+  WatchdogHooks hooks{[]() -> std::optional<std::string> { return std::string("remote process exited"); },
+                      [] { return true; },
+                      [&] {
+                        seen_marked = watchdog.load()->aborted() && watchdog.load()->reason().has_value() ? 1 : 0;
+                      }};
+  CollectiveWatchdog w(std::move(hooks), milliseconds(600000), milliseconds(100));
+  watchdog = &w;  // the first poll is 100 ms away
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  w.stop();  // the abort hook has returned
+  EXPECT_EQ(seen_marked.load(), 1);
 }
 
 TEST(CollectiveWatchdog, AbortsAtOnceOnAnAsynchronousError) {

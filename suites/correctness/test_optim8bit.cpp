@@ -214,9 +214,15 @@ TEST(Optim8bitAdamW, TakesFp32StepsFromItsDecodedStateCuda) {
 // take both: a tail that is not a whole 8 elements, a view one element in (not
 // 16-byte aligned), blocks of 8 (no shuffle), 64 (several blocks per warp), 512 and
 // 1024 (two and four warps through the barrier), 300 and 4096.
-// The same arithmetic, but nvcc may contract multiply-adds differently from g++,
-// so parameters agree within 4 ulp, absmax within 4 ulp, and a code may move to
-// its neighbour where a moment lies within rounding of the midpoint of two codes.
+// The same arithmetic, but nvcc contracts multiply-adds into FMAs (the decay, both
+// moments and p - step_size * m / denom, in the SASS for sm_90) where g++ for
+// baseline x86-64 rounds each product. So a parameter agrees within 4 ulp of the
+// sizes of what was added to it: |p| plus lr per step taken (the update's size:
+// |m / denom| is about 1 with the same gradient each step). Relative to |p| alone,
+// an update that nearly cancels p would turn the CPU's rounding of the update
+// (~6e-11) into hundreds of ulp of the small result. Absmax agrees within 4 ulp,
+// and a code may move to its neighbour where a moment lies within rounding of the
+// midpoint of two codes.
 // Returns the GPU's parameter, codes and absmax bytes after the three steps.
 std::vector<std::vector<uint8_t>> expect_follows_cpu(hr::Device& gpu, hr::Device& cpu, int64_t block, int64_t offset,
                                                      DType param_dtype, DType grad_dtype) {
@@ -253,8 +259,9 @@ std::vector<std::vector<uint8_t>> expect_follows_cpu(hr::Device& gpu, hr::Device
   }
   const float ulp = param_dtype == DType::f32 ? 0x1p-23f : 0x1p-7f;
   const std::vector<float> pa = a.p.to_host_f32(), pb = b.p.to_host_f32();
+  const float moved_by = 3 * cfg.lr;  // three steps of about lr each
   int bad_p = 0;
-  for (size_t i = 0; i < pa.size(); ++i) bad_p += std::fabs(pa[i] - pb[i]) > 4 * ulp * std::fabs(pb[i]);
+  for (size_t i = 0; i < pa.size(); ++i) bad_p += std::fabs(pa[i] - pb[i]) > 4 * ulp * (std::fabs(pb[i]) + moved_by);
   EXPECT_EQ(bad_p, 0);
   for (const auto& [x, y] : {std::pair{&a.ma, &b.ma}, std::pair{&a.va, &b.va}}) {
     const std::vector<float> u = x->to_host_f32(), w = y->to_host_f32();

@@ -10,6 +10,10 @@
 
 namespace hr::detail {
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  // The error travels in the exception: a caller that recovers (an OutOfMemory
+  // caught) must not see it again at the next launch's check. A sticky error stays
+  // the context's whatever is cleared here.
+  (void)cudaGetLastError();
   const std::string msg = fmt::format("CUDA error {} ({}) in {} ({}:{})", cudaGetErrorName(e),
                                       cudaGetErrorString(e), call, file, line);
   if (e == cudaErrorMemoryAllocation) throw OutOfMemory(msg);

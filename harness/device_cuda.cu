@@ -58,8 +58,11 @@ class CudaDevice final : public Device {
     record_.memory_bus_bits = p.memoryBusWidth;
     record_.ecc = p.ECCEnabled != 0;
     // Clock rates left cudaDeviceProp in CUDA 13: ask the attributes.
-    cudaDeviceGetAttribute(&record_.sm_clock_khz, cudaDevAttrClockRate, ordinal);
-    cudaDeviceGetAttribute(&record_.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal);
+    // Either may be missing on a device; its error is not left for the next launch's check.
+    if (cudaDeviceGetAttribute(&record_.sm_clock_khz, cudaDevAttrClockRate, ordinal) != cudaSuccess)
+      (void)cudaGetLastError();
+    if (cudaDeviceGetAttribute(&record_.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal) != cudaSuccess)
+      (void)cudaGetLastError();
     HR_CUDA_CHECK(cudaDriverGetVersion(&record_.driver_version));
     HR_CUDA_CHECK(cudaRuntimeGetVersion(&record_.runtime_version));
     char uuid[64];
@@ -69,7 +72,10 @@ class CudaDevice final : public Device {
                   u[14], u[15]);
     record_.uuid = uuid;
     char bus[32] = {0};
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess) record_.pci_bus_id = bus;
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) == cudaSuccess)
+      record_.pci_bus_id = bus;
+    else
+      (void)cudaGetLastError();
 
     HR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HR_CUDA_CHECK(cudaEventCreateWithFlags(&newest_readback_, cudaEventDisableTiming));
@@ -280,6 +286,8 @@ class CudaDevice final : public Device {
       return b;
     }
     PinnedBlock b;
+    // Before the count changes: a throw here leaves the pool as it was.
+    const ScopedCudaDevice current(ordinal_);  // the event belongs to this device
     if (at_cap && !idle.empty()) {
       b = idle.front();
       idle.erase(idle.begin());
@@ -293,7 +301,6 @@ class CudaDevice final : public Device {
     }
     b.capacity = kMinPinnedBlock;
     while (b.capacity < n) b.capacity *= 2;
-    const ScopedCudaDevice current(ordinal_);  // the event belongs to this device
     cudaError_t e = cudaMallocHost(&b.ptr, b.capacity);
     if (e == cudaSuccess && b.done == nullptr) e = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming);
     if (e != cudaSuccess) {

@@ -317,8 +317,11 @@ bool tiles(int64_t block, const void* param, const void* grad, const void* mq, c
 void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t block_size, const q8::Codebook& map) {
   const int64_t n = x.numel();
   if (n == 0) return;
+  // Before the launch: a first use uploads the codebook (CUDA calls, a possible throw),
+  // which must not fall between the launch's configuration and its call.
+  const int slot = codebook_slot(map, x);
   quantize_kernel<<<static_cast<unsigned>(absmax.numel()), kQ8Threads, 0, gpu::stream_of(x)>>>(
-      x.data_as<float>(), codes.data_as<uint8_t>(), absmax.data_as<float>(), n, block_size, codebook_slot(map, x));
+      x.data_as<float>(), codes.data_as<uint8_t>(), absmax.data_as<float>(), n, block_size, slot);
   HR_CUDA_CHECK_LAUNCH();
 }
 
@@ -326,8 +329,9 @@ void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out
                           const q8::Codebook& map) {
   const int64_t n = out.numel();
   if (n == 0) return;
+  const int slot = codebook_slot(map, out);  // before the launch, as above
   dequantize_kernel<<<gpu::grid_for(n), gpu::kThreads, 0, gpu::stream_of(out)>>>(
-      codes.data_as<uint8_t>(), absmax.data_as<float>(), out.data_as<float>(), n, block_size, codebook_slot(map, out));
+      codes.data_as<uint8_t>(), absmax.data_as<float>(), out.data_as<float>(), n, block_size, slot);
   HR_CUDA_CHECK_LAUNCH();
 }
 
@@ -355,6 +359,11 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
     }
     HR_CUDA_CHECK_LAUNCH();
   });
+}
+
+bool adamw8bit_tiled(const Tensor& param, const Tensor& grad, const Tensor& m_codes, const Tensor& v_codes,
+                     int64_t block_size) {
+  return tiles(block_size, param.data(), grad.data(), m_codes.data(), v_codes.data());
 }
 
 }  // namespace hr::ops::cuda

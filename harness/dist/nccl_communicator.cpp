@@ -190,31 +190,33 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
-    begin();
+    const auto call = begin();
     ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
     receive(count * comm_dtype_size(t));
   }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
-    begin();
+    const auto call = begin();
     ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
-    begin();
+    const auto call = begin();
     ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
     receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
-    begin();
+    const auto call = begin();
     ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
-    begin();
-    ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
-       "ncclAllReduce (barrier)");
-    synchronize();
+    {
+      const auto call = begin();
+      ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
+         "ncclAllReduce (barrier)");
+    }
+    synchronize();  // not inside the call: an abort must be able to end this wait
   }
 
  private:
@@ -231,10 +233,13 @@ class NcclCommunicator final : public Communicator {
       cuda_ok(e, "cudaEventRecord (collective watchdog)");
     }
   }
-  // Before each collective: not after an abort, and its deadline starts.
-  void begin() {
+  // Before each collective: the call held against an abort (released once its event
+  // is recorded), not after an abort, and its deadline starts.
+  [[nodiscard]] std::unique_lock<std::timed_mutex> begin() {
+    std::unique_lock<std::timed_mutex> call = watchdog_->enter_call();
     alive();
     watchdog_->queuing();
+    return call;
   }
   // Throws the watchdog's reason once it has aborted the communicator.
   void alive() {

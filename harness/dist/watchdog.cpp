@@ -10,10 +10,11 @@
 namespace hr::dist {
 
 CollectiveWatchdog::CollectiveWatchdog(WatchdogHooks hooks, std::chrono::milliseconds timeout,
-                                       std::chrono::milliseconds poll)
-    : hooks_(std::move(hooks)), timeout_(timeout), poll_(poll) {
+                                       std::chrono::milliseconds poll, std::chrono::milliseconds call_grace)
+    : hooks_(std::move(hooks)), timeout_(timeout), poll_(poll), call_grace_(call_grace) {
   HR_ARG_CHECK(hooks_.async_error && hooks_.pending && hooks_.abort, "the collective watchdog needs all three hooks");
-  HR_ARG_CHECK(timeout_.count() > 0 && poll_.count() > 0, "the collective watchdog needs a positive timeout and poll");
+  HR_ARG_CHECK(timeout_.count() > 0 && poll_.count() > 0 && call_grace_.count() >= 0,
+               "the collective watchdog needs a positive timeout and poll, and a grace of 0 or more");
   thread_ = std::thread([this] { run(); });
 }
 
@@ -47,6 +48,10 @@ void CollectiveWatchdog::fire(std::string why) {
     reason_ = std::move(why);
     aborted_.store(true);
   }
+  // A call the owner began before it could see the mark ends first (its event is
+  // recorded); one blocked past the grace is aborted under it.
+  std::unique_lock<std::timed_mutex> call(call_mutex_, std::defer_lock);
+  (void)call.try_lock_for(call_grace_);
   hooks_.abort();
 }
 
@@ -86,8 +91,10 @@ std::chrono::milliseconds CollectiveWatchdog::timeout_from_env() {
   if (v == nullptr || *v == '\0') return std::chrono::seconds(600);
   char* end = nullptr;
   const double s = std::strtod(v, &end);
-  HR_ARG_CHECK(end != v && *end == '\0' && s > 0 && s < 1e7,
-               "HEADROOM_COLLECTIVE_TIMEOUT_S={}: not a positive number of seconds", v);
+  // At least a millisecond: a shorter value would become a deadline of 0 ms, which
+  // the watchdog refuses only once the communicator exists (and would then leak it).
+  HR_ARG_CHECK(end != v && *end == '\0' && s >= 1e-3 && s < 1e7,
+               "HEADROOM_COLLECTIVE_TIMEOUT_S={}: not a number of seconds from 0.001 to 1e7", v);
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 

@@ -32,8 +32,10 @@ struct WatchdogHooks {
 class CollectiveWatchdog {
  public:
   using Clock = std::chrono::steady_clock;
+  // `call_grace`: how long an abort waits for a library call in progress (enter_call).
   CollectiveWatchdog(WatchdogHooks hooks, std::chrono::milliseconds timeout,
-                     std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+                     std::chrono::milliseconds poll = std::chrono::milliseconds(100),
+                     std::chrono::milliseconds call_grace = std::chrono::seconds(5));
   ~CollectiveWatchdog();  // stops the thread; never aborts
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -43,6 +45,12 @@ class CollectiveWatchdog {
   // new event pending also sees this call, and does not hold the new collective to
   // the deadline of the one before it.
   void queuing();
+  // Held by the owner around each call into the library, from its check of aborted()
+  // to the event recorded after the call, never across a wait for the device. The
+  // abort waits for it, so the communicator is not freed under a call being made; a
+  // call still in progress after call_grace is not waited for (a host call blocked on
+  // a peer that is gone: the abort is what ends it).
+  std::unique_lock<std::timed_mutex> enter_call() { return std::unique_lock<std::timed_mutex>(call_mutex_); }
   // Why the communicator was aborted, once it was (then every later call must throw).
   std::optional<std::string> reason() const;
   // True from the moment the watchdog decides to abort, before the abort starts:
@@ -52,7 +60,7 @@ class CollectiveWatchdog {
   // Stops watching (before the communicator is destroyed or aborted by its owner).
   void stop();
 
-  // The deadline in force: HEADROOM_COLLECTIVE_TIMEOUT_S (seconds, > 0), else 600.
+  // The deadline in force: HEADROOM_COLLECTIVE_TIMEOUT_S (seconds, 0.001 to 1e7), else 600.
   static std::chrono::milliseconds timeout_from_env();
 
  private:
@@ -60,8 +68,9 @@ class CollectiveWatchdog {
   void fire(std::string why);
 
   WatchdogHooks hooks_;
-  const std::chrono::milliseconds timeout_, poll_;
+  const std::chrono::milliseconds timeout_, poll_, call_grace_;
   mutable std::mutex mutex_;
+  std::timed_mutex call_mutex_;  // enter_call()
   std::condition_variable wake_;
   bool stopping_ = false;
   std::optional<Clock::time_point> queued_at_;  // the newest collective's

@@ -2,7 +2,8 @@
 // collective pending past the deadline is aborted once, with a reason; one that
 // completes, or nothing queued, is left alone; an asynchronous error aborts at once;
 // a collective queued while the watchdog looks is held to its own deadline, not the
-// one before it; and the owner sees the abort before it starts.
+// one before it; the owner sees the abort before it starts; and the abort waits for
+// a library call in progress, but not past its grace.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -135,12 +136,53 @@ TEST(CollectiveWatchdog, AbortsAtOnceOnAnAsynchronousError) {
   EXPECT_NE(w.reason()->find("remote process exited"), std::string::npos) << *w.reason();
 }
 
+// Waits up to `limit` for the abort hook to have run `n` times; true if it did.
+bool hook_ran_within(const Fake& f, int n, milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end && f.aborts.load() < n) std::this_thread::sleep_for(milliseconds(5));
+  return f.aborts.load() >= n;
+}
+
+// The owner checked aborted() and is inside a library call: the communicator must not
+// be freed under it. The abort is marked at once but waits for the call to end.
+TEST(CollectiveWatchdog, AnAbortWaitsForACallInProgress) {
+  Fake f;
+  CollectiveWatchdog w(f.hooks(), milliseconds(600000), milliseconds(10), milliseconds(60000));
+  auto call = w.enter_call();
+  f.error = true;
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(f.aborts.load(), 0) << "aborted under a call in progress";
+  call.unlock();
+  EXPECT_TRUE(hook_ran_within(f, 1, milliseconds(10000)));
+  w.stop();
+  EXPECT_EQ(f.aborts.load(), 1);
+}
+
+// A call blocked inside the library (a peer that is gone) is what the abort ends: it
+// is not waited for past the grace.
+TEST(CollectiveWatchdog, AnAbortDoesNotWaitPastItsGraceForABlockedCall) {
+  Fake f;
+  CollectiveWatchdog w(f.hooks(), milliseconds(600000), milliseconds(10), milliseconds(100));
+  const auto call = w.enter_call();
+  f.error = true;
+  ASSERT_TRUE(aborts_within(w, milliseconds(10000)));
+  const auto marked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(hook_ran_within(f, 1, milliseconds(10000))) << "an abort waited for a blocked call for good";
+  EXPECT_GE(std::chrono::steady_clock::now() - marked, milliseconds(90));  // the grace, less the poll's slack
+  w.stop();
+  EXPECT_EQ(f.aborts.load(), 1);
+}
+
 TEST(CollectiveWatchdog, TakesItsDeadlineFromTheEnvironment) {
   unsetenv("HEADROOM_COLLECTIVE_TIMEOUT_S");
   EXPECT_EQ(CollectiveWatchdog::timeout_from_env(), milliseconds(600000));
   setenv("HEADROOM_COLLECTIVE_TIMEOUT_S", "2.5", 1);
   EXPECT_EQ(CollectiveWatchdog::timeout_from_env(), milliseconds(2500));
-  for (const char* bad : {"0", "-1", "ten", "5s"}) {
+  setenv("HEADROOM_COLLECTIVE_TIMEOUT_S", "0.001", 1);
+  EXPECT_EQ(CollectiveWatchdog::timeout_from_env(), milliseconds(1));
+  // Under a millisecond the deadline would round to 0 ms.
+  for (const char* bad : {"0", "-1", "ten", "5s", "0.0005", "nan", "1e7"}) {
     setenv("HEADROOM_COLLECTIVE_TIMEOUT_S", bad, 1);
     EXPECT_THROW(CollectiveWatchdog::timeout_from_env(), hr::InvalidArgument) << bad;
   }

@@ -47,6 +47,19 @@ enum class GpuAttentionKernel { scalar, tensor_core };
 const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core"
 GpuAttentionKernel gpu_attention_kernel();
 void set_gpu_attention_kernel(GpuAttentionKernel k);
+// Sets the kernels for its scope and puts the previous setting back, a throw included.
+class ScopedGpuAttentionKernel {
+ public:
+  explicit ScopedGpuAttentionKernel(GpuAttentionKernel k) : before_(gpu_attention_kernel()) {
+    set_gpu_attention_kernel(k);
+  }
+  ~ScopedGpuAttentionKernel() { set_gpu_attention_kernel(before_); }
+  ScopedGpuAttentionKernel(const ScopedGpuAttentionKernel&) = delete;
+  ScopedGpuAttentionKernel& operator=(const ScopedGpuAttentionKernel&) = delete;
+
+ private:
+  GpuAttentionKernel before_;
+};
 
 // `saved` tensors are allocated by the op with consumer `saved_consumer`.
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,

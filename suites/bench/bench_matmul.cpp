@@ -106,8 +106,7 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
     return;
   }
 #endif
-  const ops::GpuAttentionKernel kernel_before = ops::gpu_attention_kernel();
-  ops::set_gpu_attention_kernel(kernel);
+  const ops::ScopedGpuAttentionKernel selected(kernel);  // restored after, also on a throw
   Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
   Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
   ops::AttnMask mask;  // causal
@@ -129,7 +128,6 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
   // Model FLOPs: 2 products forward (4 B H T^2 D) and 4 backward (8 B H T^2 D),
   // halved for the causal mask; recomputation is not counted.
   set_flops(state, 6.0 * B * H * T * T * D);
-  ops::set_gpu_attention_kernel(kernel_before);
 }
 
 void register_all() {

@@ -44,9 +44,13 @@ TEST_P(MicroBatchSweep, PointsCarryConfigTimeAndBytesPerConsumer) {
   EXPECT_EQ(big.memory.peak(hr::Consumer::optimizer_state), small.memory.peak(hr::Consumer::optimizer_state));
   EXPECT_LT(small.memory.peak(hr::Consumer::activations), big.memory.peak(hr::Consumer::activations));
   // The host waits as often in a step of many micro-batches as in one of a few
-  // (test_step_syncs.cpp holds the step to it; here the sweep records it).
+  // (test_step_syncs.cpp holds the step to it; here the sweep records it). On a GPU
+  // a read-back counts as a wait only when it has not landed, so the window's loss
+  // read may count in one step and not in another: one wait per step either way.
+  const double slack = dev.is_cuda() ? 1.0 : 0.0;
   for (const hr::SweepPoint& p : points)
-    EXPECT_EQ(p.metrics["host_syncs_per_step"].get<double>(), big.metrics["host_syncs_per_step"].get<double>());
+    EXPECT_NEAR(p.metrics["host_syncs_per_step"].get<double>(), big.metrics["host_syncs_per_step"].get<double>(),
+                slack);
   EXPECT_LE(big.metrics["host_syncs_per_step"].get<double>(), 2.0);
 }
 

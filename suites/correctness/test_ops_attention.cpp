@@ -261,10 +261,17 @@ TEST_P(AttentionOps, ALogSumExpOffsetScalesTheMemoryEfficientBackward) {
     const char* name = ops::attention_impl_name(impl);
     EXPECT_EQ(out_of[0], out_of[1]) << name;
     const double want = impl == AttentionImpl::naive ? 1.0 : std::exp(-offset);
+    // Elements of |dV| above 1e-2 only: a smaller one is a near-cancelled sum of
+    // terms up to ~0.5, whose rounding (a GPU's expf is within 2 ulp, glibc's within
+    // 1) the ratio would amplify some 300-fold, to the order of the bound.
     double worst = 0;
+    size_t compared = 0;
     for (size_t i = 0; i < dv_of[0].size(); ++i)
-      if (std::fabs(dv_of[0][i]) > 1e-3f)
+      if (std::fabs(dv_of[0][i]) > 1e-2f) {
         worst = std::max(worst, std::fabs(dv_of[1][i] / dv_of[0][i] - want));
+        ++compared;
+      }
+    EXPECT_GT(compared, dv_of[0].size() / 2) << name;
     EXPECT_LT(worst, 1e-4) << name << ": dV against e^-offset x dV (1 - e^-offset = 0.0155)";
   }
 }
@@ -432,20 +439,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionForms, testing::Values(BackendKind::
 
 // ---- the tensor-core kernels (CUDA, fp16 and bf16) ---------------------------------------
 
-// Selects the GPU's tensor-core kernels for the scope, then restores the setting.
-class TensorCoreScope {
- public:
-  TensorCoreScope() : before_(ops::gpu_attention_kernel()) {
-    ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::tensor_core);
-  }
-  ~TensorCoreScope() { ops::set_gpu_attention_kernel(before_); }
-  TensorCoreScope(const TensorCoreScope&) = delete;
-  TensorCoreScope& operator=(const TensorCoreScope&) = delete;
-
- private:
-  ops::GpuAttentionKernel before_;
-};
-
 // Empty when the tensor-core kernels can take a [B, H, T, D] tensor of dt on dev,
 // else why not (no CUDA backend built, an older GPU, too little shared memory).
 std::string why_no_tensor_cores(Device& dev, DType dt, int64_t D) {
@@ -488,7 +481,7 @@ struct MisalignedQkv {
 TEST_P(AttentionTensorCore, ForwardMatchesFloat64ReferenceUnderEveryMask) {
   const DType dt = GetParam();
   HR_TENSOR_CORE_DEVICE(dev, dt);
-  TensorCoreScope tc;
+  const ops::ScopedGpuAttentionKernel tc(ops::GpuAttentionKernel::tensor_core);
   double worst = 0;
   uint64_t seed = 8000;
   struct Case {
@@ -527,7 +520,7 @@ TEST_P(AttentionTensorCore, ForwardMatchesFloat64ReferenceUnderEveryMask) {
 TEST_P(AttentionTensorCore, BackwardMatchesFiniteDifferences) {
   const DType dt = GetParam();
   HR_TENSOR_CORE_DEVICE(dev, dt);
-  TensorCoreScope tc;
+  const ops::ScopedGpuAttentionKernel tc(ops::GpuAttentionKernel::tensor_core);
   double worst = 0;
   uint64_t seed = 8500;
   for (auto [T, D] : {std::pair<int64_t, int64_t>{11, 4}, {37, 8}})
@@ -582,8 +575,7 @@ TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {
       Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3),
                                    {B, H, T, D}, dt, Consumer::activations);
       auto run = [&](ops::GpuAttentionKernel kernel) {
-        const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
-        ops::set_gpu_attention_kernel(kernel);
+        const ops::ScopedGpuAttentionKernel selected(kernel);  // restored on a throw too
         Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
         Tensor dq = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
         ops::AttentionSaved saved;
@@ -591,7 +583,6 @@ TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {
                                Consumer::activations);
         ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk,
                                 dv);
-        ops::set_gpu_attention_kernel(before);
         return std::vector<std::vector<double>>{test::widen(dq.to_host_f32()), test::widen(dk.to_host_f32()),
                                                 test::widen(dv.to_host_f32())};
       };
@@ -611,7 +602,7 @@ TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {
 TEST_P(AttentionTensorCore, ForwardAndBackwardAreBitwiseRepeatable) {
   const DType dt = GetParam();
   HR_TENSOR_CORE_DEVICE(dev, dt);
-  TensorCoreScope tc;
+  const ops::ScopedGpuAttentionKernel tc(ops::GpuAttentionKernel::tensor_core);
   const int64_t B = 2, H = 2, T = 150, D = 64;
   Qkv x = random_qkv(dev, {B, H, T, D}, dt, 9500);
   Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
@@ -719,15 +710,13 @@ TEST(AttentionTensorCoreCuda, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange) {
   Tensor g = Tensor::from_host(dev, g1, {B, H, T, D}, DType::f16, Consumer::activations);
   Mask m = make_mask(dev, MaskKind::causal, B, T);
   auto run = [&](ops::GpuAttentionKernel kernel) {
-    const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
-    ops::set_gpu_attention_kernel(kernel);
+    const ops::ScopedGpuAttentionKernel selected(kernel);  // restored on a throw too
     Tensor out = Tensor::empty(dev, {B, H, T, D}, DType::f16, Consumer::activations);
     Tensor dq = Tensor::empty(dev, {B, H, T, D}, DType::f16, Consumer::activations), dk = dq.clone(), dv = dq.clone();
     ops::AttentionSaved saved;
     ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
                            Consumer::activations);
     ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk, dv);
-    ops::set_gpu_attention_kernel(before);
     return std::vector<std::vector<float>>{dq.to_host_f32(), dk.to_host_f32(), dv.to_host_f32()};
   };
   const auto scalar = run(ops::GpuAttentionKernel::scalar);

@@ -84,7 +84,13 @@ TEST_P(StepHostSyncs, AsManyWithEightMicroBatchesAsWithOne) {
     const Batch batch = batch_of(dev, one);
     const size_t s1 = step_syncs(dev, one, batch), s8 = step_syncs(dev, eight, batch);
     RecordProperty("syncs", testing::PrintToString(s8));
-    EXPECT_EQ(s8, s1);
+    // The CPU's read-backs have always landed: the counts are equal. On a GPU the
+    // window's loss read counts only if the device still trails the host when it is
+    // read, in either step: one apart at most. A wait per micro-batch is 7 more.
+    if (dev.is_cuda())
+      EXPECT_LE(s8, s1 + 1);
+    else
+      EXPECT_EQ(s8, s1);
     EXPECT_LE(s8, kStepHostSyncs);
   }
 }

@@ -23,6 +23,15 @@ double reduce_scatter_bus_factor(int ranks) { return all_gather_bus_factor(ranks
 
 void Communicator::all_reduce_sum(void* buf, size_t count, CommDType t) {
   do_all_reduce_sum(buf, count, t);
+  count_all_reduce(count, t);
+}
+
+void Communicator::all_reduce_sum_deferred(void* buf, size_t count, CommDType t) {
+  do_all_reduce_sum_deferred(buf, count, t);
+  count_all_reduce(count, t);
+}
+
+void Communicator::count_all_reduce(size_t count, CommDType t) {
   const uint64_t bytes = count * comm_dtype_size(t);
   ++stats_.calls;
   stats_.payload_bytes += bytes;

@@ -44,8 +44,18 @@ class Communicator {
   // memory on this rank's GPU (NCCL).
   virtual bool device_buffers() const = 0;
 
-  // In place: buf (count elements) becomes the sum over ranks.
+  // In place: buf (count elements) becomes the sum over ranks. On a GPU (NCCL) every
+  // collective runs on a stream of the communicator's own, after the work already
+  // queued on the device's stream and before the work queued there after it.
   void all_reduce_sum(void* buf, size_t count, CommDType t);
+  // The same, except that on a GPU the device's later work does not wait for it: it
+  // runs beside that work (DDP's overlap of the gradient all-reduce with the rest of
+  // the backward) until join(). Until then buf is the collective's: nothing may read
+  // or write it. Engines that block the host (single, MPI) finish it before returning.
+  void all_reduce_sum_deferred(void* buf, size_t count, CommDType t);
+  // The device's work queued from now on waits for every deferred collective (the
+  // host does not wait). synchronize() joins too.
+  virtual void join() {}
   // recv (size() x count elements) receives every rank's send (count elements), in rank order.
   void all_gather(const void* send, void* recv, size_t count, CommDType t);
   // recv (count elements) receives the sum over ranks of the rank()-th block of
@@ -70,12 +80,14 @@ class Communicator {
 
  protected:
   virtual void do_all_reduce_sum(void* buf, size_t count, CommDType t) = 0;
+  virtual void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) { do_all_reduce_sum(buf, count, t); }
   virtual void do_all_gather(const void* send, void* recv, size_t count, CommDType t) = 0;
   virtual void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) = 0;
   virtual void do_broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void do_barrier() = 0;
 
  private:
+  void count_all_reduce(size_t count, CommDType t);
   CommStats stats_;
 };
 

@@ -23,6 +23,7 @@ const char* dp_fault_name(DpFault f) {
     case DpFault::reduce_before_ready: return "reduce_before_ready";
     case DpFault::reduce_after_backward: return "reduce_after_backward";
     case DpFault::last_block_bucket_late: return "last_block_bucket_late";
+    case DpFault::no_join: return "no_join";
   }
   return "?";
 }
@@ -86,7 +87,7 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
   HR_ARG_CHECK(global.sharding == Sharding::none, "data parallel: sharding {} runs in ShardedStep (sharded_step.hpp)",
                sharding_name(global.sharding));
   const bool overlap_fault = fault_ == DpFault::reduce_before_ready || fault_ == DpFault::reduce_after_backward ||
-                             fault_ == DpFault::last_block_bucket_late;
+                             fault_ == DpFault::last_block_bucket_late || fault_ == DpFault::no_join;
   HR_ARG_CHECK(!overlap_fault || opt_.overlap, "data parallel: fault {} needs overlap", dp_fault_name(fault_));
   StepConfig local = global;
   local.batch = sync == DpSync::once_per_window ? rows_ : global.micro_batch;
@@ -163,11 +164,14 @@ std::vector<std::vector<std::string>> DataParallelStep::bucket_parameters() cons
   return out;
 }
 
-void DataParallelStep::all_reduce_in_place(Tensor& flat, int64_t count) {
+void DataParallelStep::all_reduce_in_place(Tensor& flat, int64_t count, bool deferred) {
   if (comm_->device_buffers() == dev_->is_cuda() || comm_->size() == 1) {
     // Where it lives: host memory for MPI on CPU ranks, device memory for NCCL (the
     // single engine's all-reduce touches nothing).
-    comm_->all_reduce_sum(flat.data(), static_cast<size_t>(count), CommDType::f32);
+    if (deferred)
+      comm_->all_reduce_sum_deferred(flat.data(), static_cast<size_t>(count), CommDType::f32);
+    else
+      comm_->all_reduce_sum(flat.data(), static_cast<size_t>(count), CommDType::f32);
     return;
   }
   // A GPU rank under the MPI engine: through the host (elements past count come back
@@ -191,18 +195,28 @@ void DataParallelStep::reduce(Bucket& b) {
   int64_t count = b.elements;
   if (fault_ == DpFault::once_one_element_short && sync_ == DpSync::once_per_window && &b == &buckets_.back())
     count = std::max<int64_t>(count - 1, 0);  // the last element stays local
+  // Launched from a block's hook, a bucket's all-reduce is deferred: on a GPU it runs
+  // beside the rest of the backward, which never touches the bucket again, and the
+  // device's work waits for it when the backward ends (after_pass). Not where the
+  // bucket is read or replaced right after (every_micro_batch's sum, fp16 rounding, a
+  // discarded copy), nor under reduce_before_ready, whose control must reduce the
+  // bucket as it was when launched, not whatever the later kernels have added to it
+  // by the time the collective reads it.
+  const bool deferred = in_block_hook_ && sync_ == DpSync::once_per_window && !fp16 &&
+                        fault_ != DpFault::skip_all_reduce_one_rank && fault_ != DpFault::reduce_before_ready;
   if (fault_ == DpFault::skip_all_reduce_one_rank && last_rank) {
     // The collective still runs (the other ranks would wait for it); this rank
     // keeps its own gradient, as a rank that skipped the all-reduce would.
     Tensor discarded = b.flat.clone(Consumer::workspace);
-    all_reduce_in_place(discarded, count);
+    all_reduce_in_place(discarded, count, false);
   } else {
-    all_reduce_in_place(b.flat, count);
+    all_reduce_in_place(b.flat, count, deferred);
   }
   if (fp16) round_to_fp16_in_place(b.flat);
   if (sync_ == DpSync::every_micro_batch) ops::add(b.sum, b.flat, b.sum);
   ++window_->all_reduces;
   if (in_block_hook_) ++window_->before_backward_end;
+  if (deferred) ++window_->deferred;
 }
 
 // ---- overlap: the backward's hooks -------------------------------------------------
@@ -252,6 +266,8 @@ void DataParallelStep::after_pass(bool backward) {
   launch_ready();
   HR_CHECK(next_bucket_ == buckets_.size(), "data parallel: {} of {} buckets were all-reduced in the backward",
            next_bucket_, buckets_.size());
+  // Every gradient is all-reduced by the time the device's next work runs.
+  if (fault_ != DpFault::no_join) comm_->join();
   reducing_ = false;
 }
 
@@ -271,6 +287,12 @@ DpWindow DataParallelStep::reduce_gradients(const Batch& global_batch) {
   struct Reset {
     DataParallelStep* s;
     ~Reset() {
+      // A pass that threw may have left a deferred all-reduce running: the buckets are
+      // not freed or reused under it (a wait queued, not a host wait).
+      try {
+        s->comm_->join();
+      } catch (...) {  // an aborted communicator: its own error is what the caller sees
+      }
       s->window_ = nullptr;
       s->reducing_ = s->in_block_hook_ = false;
       for (Bucket& b : s->buckets_) b.sum = Tensor();  // every_micro_batch's sums, also when a pass threw

@@ -17,8 +17,10 @@
 // as every gradient in it is final, not after the backward: from a block's hook
 // (harness/step/checkpoint.hpp) for block gradients, at the end of the pass for a
 // bucket holding a parameter used outside the blocks; buckets go in one order on
-// every rank. NCCL queues the collectives on the compute stream, so on
-// a GPU they are ordered between the backward's kernels, not run beside them.
+// every rank. On a GPU, NCCL runs them on a stream of its own: a bucket's all-reduce
+// waits for the kernels before it and runs beside the rest of the backward
+// (Communicator::all_reduce_sum_deferred), and the device's work after the backward
+// waits for every bucket (join).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,8 @@ enum class DpFault : uint8_t {
   reduce_after_backward,    // overlap: every bucket waits for the end of the backward (no overlap)
   last_block_bucket_late,   // overlap: the last bucket that holds block gradients only waits for the
                             // end of the backward
+  no_join,                  // overlap: the device's work after the backward does not wait for the
+                            // deferred all-reduces (on a GPU it reads buckets still being reduced)
 };
 const char* dp_fault_name(DpFault f);
 
@@ -78,6 +82,9 @@ struct DpWindow {
   // mode; 0 for the single engine, which has no library)
   int64_t before_backward_end = 0;
   uint64_t library_calls_before_backward_end = 0;
+  // of which deferred: left to run beside the rest of the backward (on a GPU), joined
+  // when it ends
+  int64_t deferred = 0;
   CommStats comm;              // what this window communicated (gradients and the count)
   CommStats gradients;         // of which the gradient all-reduces
   // The gradient all-reduces as the collective library saw them on this rank
@@ -128,7 +135,7 @@ class DataParallelStep final : private PassHooks {
   bool ready(const Bucket& b) const;
   void launch_ready();
   void reduce(Bucket& b);
-  void all_reduce_in_place(Tensor& flat, int64_t count);
+  void all_reduce_in_place(Tensor& flat, int64_t count, bool deferred);
 
   Device* dev_;
   Communicator* comm_;

@@ -125,14 +125,17 @@ class NcclCommunicator final : public Communicator {
     cuda_ok(cudaMalloc(&barrier_byte_, 1), "cudaMalloc");
     ncclUniqueId id;
     std::memcpy(&id, id_bytes.data(), sizeof id);
-    if (const cudaError_t e = cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming); e != cudaSuccess) {
-      cudaFree(barrier_byte_);
-      cuda_ok(e, "cudaEventCreateWithFlags");
+    // The collectives' own stream, and the events that order it against the device's.
+    cudaError_t e = cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      release_cuda();
+      cuda_ok(e, "the communicator's stream and events");
     }
     const ncclResult_t rc = nccl().comm_init_rank(&comm_, ranks, id, rank);
     if (rc != ncclSuccess) {
-      cudaEventDestroy(queued_);
-      cudaFree(barrier_byte_);
+      release_cuda();
       HR_CHECK(false, "ncclCommInitRank: {}", nccl_message(rc));
     }
     // From here on a collective that never finishes is aborted (watchdog.hpp).
@@ -168,16 +171,23 @@ class NcclCommunicator final : public Communicator {
       else
         (void)nccl().comm_destroy(comm_);
     }
-    if (queued_ != nullptr) cudaEventDestroy(queued_);
-    if (barrier_byte_ != nullptr) cudaFree(barrier_byte_);
+    release_cuda();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string engine() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
+  // The device's stream waits for the newest collective, which follows every older
+  // one on the communicator's stream.
+  void join() override {
+    if (!deferred_) return;
+    deferred_ = false;
+    order(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (join)");
+  }
   // Through the device, so its host-wait count sees the wait.
   void synchronize() override {
     try {
+      join();
       dev_.synchronize();
     } catch (...) {
       failed_ = true;
@@ -189,57 +199,89 @@ class NcclCommunicator final : public Communicator {
   CommStats library_received() const override { return received_; }
 
  protected:
-  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
-    const auto call = begin();
-    ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_), "ncclAllReduce");
-    receive(count * comm_dtype_size(t));
-  }
+  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, false); }
+  void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, true); }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     const auto call = begin();
-    ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, stream_), "ncclAllGather");
+    ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, comm_stream_), "ncclAllGather");
+    end(false);
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
     const auto call = begin();
-    ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_), "ncclReduceScatter");
+    ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, comm_stream_), "ncclReduceScatter");
+    end(false);
     receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
     const auto call = begin();
-    ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+    ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, comm_stream_), "ncclBroadcast");
+    end(false);
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
     {
       const auto call = begin();
-      ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, stream_),
+      ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, comm_stream_),
          "ncclAllReduce (barrier)");
+      end(false);
     }
     synchronize();  // not inside the call: an abort must be able to end this wait
   }
 
  private:
+  void all_reduce(void* buf, size_t count, CommDType t, bool deferred) {
+    const auto call = begin();
+    ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_), "ncclAllReduce");
+    end(deferred);
+    receive(count * comm_dtype_size(t));
+  }
+  // A failed CUDA call that orders the two streams: the communicator is not used again.
+  void order(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    failed_ = true;
+    cuda_ok(e, what);
+  }
   // After each collective is queued (its deadline started by queuing() before the
-  // call): its event, which the watchdog queries.
+  // call): its event, which the watchdog queries and the device's stream waits on.
   void ok(ncclResult_t rc, const char* what) {
     if (rc != ncclSuccess) {
       failed_ = true;
       alive();
       HR_CHECK(false, "{}: {}", what, nccl_message(rc));
     }
-    if (const cudaError_t e = cudaEventRecord(queued_, stream_); e != cudaSuccess) {
-      failed_ = true;
-      cuda_ok(e, "cudaEventRecord (collective watchdog)");
-    }
+    order(cudaEventRecord(queued_, comm_stream_), "cudaEventRecord (collective watchdog)");
   }
   // Before each collective: the call held against an abort (released once its event
-  // is recorded), not after an abort, and its deadline starts.
+  // is recorded), not after an abort, and its deadline starts; the communicator's
+  // stream waits for the work queued on the device's so far (the collective's inputs).
   [[nodiscard]] std::unique_lock<std::timed_mutex> begin() {
     std::unique_lock<std::timed_mutex> call = watchdog_->enter_call();
     alive();
     watchdog_->queuing();
+    order(cudaEventRecord(ready_, stream_), "cudaEventRecord (collective inputs)");
+    order(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent (collective inputs)");
     return call;
+  }
+  // After the collective's event: the device's later work waits for it, unless it is
+  // deferred to join().
+  void end(bool deferred) {
+    if (deferred) {
+      deferred_ = true;
+      return;
+    }
+    deferred_ = false;  // this collective follows every deferred one on its stream
+    order(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (collective result)");
+  }
+  void release_cuda() noexcept {
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (queued_ != nullptr) cudaEventDestroy(queued_);
+    if (barrier_byte_ != nullptr) cudaFree(barrier_byte_);
+    comm_stream_ = nullptr;
+    ready_ = queued_ = nullptr;
+    barrier_byte_ = nullptr;
   }
   // Throws the watchdog's reason once it has aborted the communicator.
   void alive() {
@@ -255,10 +297,13 @@ class NcclCommunicator final : public Communicator {
 
   int rank_, size_;
   Device& dev_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;                // the device's: the step's kernels
+  cudaStream_t comm_stream_ = nullptr;  // the collectives'
   ncclComm_t comm_ = nullptr;
   void* barrier_byte_ = nullptr;
-  cudaEvent_t queued_ = nullptr;  // recorded after each collective: the watchdog's "pending"
+  cudaEvent_t queued_ = nullptr;  // recorded after each collective: the watchdog's "pending", the result's order
+  cudaEvent_t ready_ = nullptr;   // recorded on the device's stream before each collective: its inputs
+  bool deferred_ = false;         // a deferred collective not yet joined
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   bool failed_ = false;  // a call failed: the communicator is aborted, not destroyed
   CommStats received_;

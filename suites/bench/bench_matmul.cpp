@@ -133,14 +133,14 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
 void register_all() {
   for (DType dt : kFloatDTypes) {
     const std::string d = dtype_name(dt);
-    benchmark::RegisterBenchmark(("matmul_cpu/" + d).c_str(), bm_matmul, BackendKind::cpu, dt)
+    hr::bench::register_case(("matmul_cpu/" + d).c_str(), bm_matmul, BackendKind::cpu, dt)
         ->Arg(64)
         ->Arg(256)
         ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
         ->Unit(benchmark::kMicrosecond);
   }
   for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
-    benchmark::RegisterBenchmark((std::string("attention_cpu/") + ops::attention_impl_name(impl)).c_str(),
+    hr::bench::register_case((std::string("attention_cpu/") + ops::attention_impl_name(impl)).c_str(),
                                  bm_attention, BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32},
                                  ops::GpuAttentionKernel::scalar)
         ->Arg(64)
@@ -156,12 +156,12 @@ void register_all() {
 #if HEADROOM_HAVE_CUDA
   for (DType dt : kFloatDTypes) {
     const std::string d = dtype_name(dt);
-    benchmark::RegisterBenchmark(("matmul_cuda/" + d).c_str(), bm_matmul, BackendKind::cuda, dt)
+    hr::bench::register_case(("matmul_cuda/" + d).c_str(), bm_matmul, BackendKind::cuda, dt)
         ->RangeMultiplier(2)
         ->Range(256, 8192)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("cublas_alone_cuda/" + d).c_str(), bm_cublas_alone, dt)
+    hr::bench::register_case(("cublas_alone_cuda/" + d).c_str(), bm_cublas_alone, dt)
         ->RangeMultiplier(2)
         ->Range(256, 8192)
         ->UseManualTime()
@@ -178,9 +178,11 @@ void register_all() {
       {ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core, "memory_efficient_tensor_core"}};
-  for (const int64_t D : {int64_t{64}, int64_t{128}})
-    for (const Form& f : forms)
-      benchmark::RegisterBenchmark(
+  // The tensor-core forms last: an error that leaves the device unusable (an illegal
+  // address) costs only the cases after it.
+  for (const Form& f : forms)
+    for (const int64_t D : {int64_t{64}, int64_t{128}})
+      hr::bench::register_case(
           ((D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name).c_str(),
           bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel)
           ->RangeMultiplier(2)

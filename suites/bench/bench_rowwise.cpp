@@ -120,7 +120,7 @@ void register_backend(hr::Device& dev, const Shapes& shapes) {
                                                   : shapes.cross_entropy;
     for (DType dtype : hr::kFloatDTypes) {
       const std::string name = fmt::format("{}/{}/{}", op.name, hr::backend_name(dev.kind()), hr::dtype_name(dtype));
-      auto* b = benchmark::RegisterBenchmark(
+      auto* b = hr::bench::register_case(
           name.c_str(), [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
       for (const auto& [r, c] : sh) b->Args({r, c});
       b->Unit(benchmark::kMicrosecond);

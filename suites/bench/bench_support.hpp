@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -46,7 +47,9 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
     if (probe_s < kMinEventSpan)
       reps = static_cast<int>(std::min(1000.0, std::ceil(kMinEventSpan / std::max(probe_s, 1e-7))));
     for (auto _ : state) {
-      dev.flush_caches();
+      // A batch is timed warm (l2_flushed 0): a flush before it would cost its time
+      // on every sample and change only the first repetition.
+      if (reps == 1) dev.flush_caches();
       timer->start();
       for (int r = 0; r < reps; ++r) fn();
       state.SetIterationTime(timer->stop_seconds() / reps);
@@ -59,6 +62,21 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
       benchmark::ClobberMemory();
     }
   }
+}
+
+// RegisterBenchmark with the case's body guarded: Google Benchmark does not catch
+// exceptions, so one throw (an out-of-memory, a failed launch) would end the binary
+// and lose every case after it; here it ends that case alone, its message in the
+// case's record (error_occurred), which gpu-check's bench step counts as a failure.
+template <typename Fn, typename... Args>
+benchmark::internal::Benchmark* register_case(const std::string& name, Fn fn, Args... args) {
+  return benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+    try {
+      fn(st, args...);
+    } catch (const std::exception& e) {
+      st.SkipWithError(e.what());
+    }
+  });
 }
 
 // One device per backend for the whole binary (created on first use; the CUDA one

@@ -27,8 +27,8 @@ inline benchmark::internal::Benchmark* use_device_timing(benchmark::internal::Be
 // reads its operands from memory, as a training step's first touch of a tensor
 // does. A sample shorter than kMinEventSpan is below the events' resolution (about
 // half a microsecond) and launch jitter: such work is timed as a batch of
-// repetitions between one pair of events (the later ones find the cache warm;
-// the counter l2_flushed says which way a case was timed), each iteration reporting
+// repetitions between one pair of events, warm, with no flush before it (the
+// counter l2_flushed says which way a case was timed), each iteration reporting
 // the batch's time over its repetitions. On the CPU, Google Benchmark's wall clock.
 // Warm-up is the caller's, since some reset the memory peaks between warm-up and
 // timing.
@@ -47,8 +47,8 @@ void time_iterations(benchmark::State& state, Device& dev, Fn&& fn) {
     if (probe_s < kMinEventSpan)
       reps = static_cast<int>(std::min(1000.0, std::ceil(kMinEventSpan / std::max(probe_s, 1e-7))));
     for (auto _ : state) {
-      // A batch is timed warm (l2_flushed 0): a flush before it would cost its time
-      // on every sample and change only the first repetition.
+      // A flush before a batch would cost its time on every sample and cool only the
+      // batch's first repetition.
       if (reps == 1) dev.flush_caches();
       timer->start();
       for (int r = 0; r < reps; ++r) fn();

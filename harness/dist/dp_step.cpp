@@ -23,7 +23,7 @@ const char* dp_fault_name(DpFault f) {
     case DpFault::reduce_before_ready: return "reduce_before_ready";
     case DpFault::reduce_after_backward: return "reduce_after_backward";
     case DpFault::last_block_bucket_late: return "last_block_bucket_late";
-    case DpFault::no_join: return "no_join";
+    case DpFault::deferred_before_ready: return "deferred_before_ready";
   }
   return "?";
 }
@@ -87,7 +87,7 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
   HR_ARG_CHECK(global.sharding == Sharding::none, "data parallel: sharding {} runs in ShardedStep (sharded_step.hpp)",
                sharding_name(global.sharding));
   const bool overlap_fault = fault_ == DpFault::reduce_before_ready || fault_ == DpFault::reduce_after_backward ||
-                             fault_ == DpFault::last_block_bucket_late || fault_ == DpFault::no_join;
+                             fault_ == DpFault::last_block_bucket_late || fault_ == DpFault::deferred_before_ready;
   HR_ARG_CHECK(!overlap_fault || opt_.overlap, "data parallel: fault {} needs overlap", dp_fault_name(fault_));
   StepConfig local = global;
   local.batch = sync == DpSync::once_per_window ? rows_ : global.micro_batch;
@@ -137,17 +137,18 @@ DataParallelStep::DataParallelStep(Device& dev, Communicator& comm, const StepCo
       p.grad = b.flat.slice(b.offsets[k], b.offsets[k] + shape_numel(shape)).reshape(shape);
     }
   }
-  // reduce_before_ready: the buckets that span two blocks or more, all of them blocks
-  // (the fault launches those once their first block is done).
+  // reduce_before_ready, deferred_before_ready: the buckets that span two blocks or
+  // more, all of them blocks (the faults launch those once their first block is done).
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     const bool outside = std::find(b.blocks.begin(), b.blocks.end(), int64_t{-1}) != b.blocks.end();
     b.spans_blocks = b.blocks.size() >= 2 && !outside;
     if (!outside) last_block_bucket_ = k;
   }
-  HR_ARG_CHECK(fault_ != DpFault::reduce_before_ready ||
+  HR_ARG_CHECK((fault_ != DpFault::reduce_before_ready && fault_ != DpFault::deferred_before_ready) ||
                    std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.spans_blocks; }),
-               "data parallel: fault reduce_before_ready needs a bucket that spans two blocks (a smaller bucket cap)");
+               "data parallel: fault {} needs a bucket that spans two blocks (a smaller bucket cap)",
+               dp_fault_name(fault_));
   block_done_.assign(static_cast<size_t>(std::max<int64_t>(B, 0)), false);
   step_->set_pass_hooks(this);
 }
@@ -223,7 +224,8 @@ void DataParallelStep::reduce(Bucket& b) {
 
 bool DataParallelStep::ready(const Bucket& b) const {
   const auto done = [&](int64_t block) { return block < 0 ? outside_done_ : block_done_[static_cast<size_t>(block)]; };
-  if (fault_ == DpFault::reduce_before_ready && b.spans_blocks) return done(b.blocks.front());
+  if ((fault_ == DpFault::reduce_before_ready || fault_ == DpFault::deferred_before_ready) && b.spans_blocks)
+    return done(b.blocks.front());
   if (fault_ == DpFault::reduce_after_backward ||
       (fault_ == DpFault::last_block_bucket_late && &b == &buckets_[last_block_bucket_]))
     return outside_done_;
@@ -267,7 +269,7 @@ void DataParallelStep::after_pass(bool backward) {
   HR_CHECK(next_bucket_ == buckets_.size(), "data parallel: {} of {} buckets were all-reduced in the backward",
            next_bucket_, buckets_.size());
   // Every gradient is all-reduced by the time the device's next work runs.
-  if (fault_ != DpFault::no_join) comm_->join();
+  comm_->join();
   reducing_ = false;
 }
 

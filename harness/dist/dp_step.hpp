@@ -20,7 +20,9 @@
 // every rank. On a GPU, NCCL runs them on a stream of its own: a bucket's all-reduce
 // waits for the kernels before it and runs beside the rest of the backward
 // (Communicator::all_reduce_sum_deferred), and the device's work after the backward
-// waits for every bucket (join).
+// waits for every bucket (join; the plain all-reduce of the bucket that holds the
+// parameters used outside the blocks, which follows them on NCCL's stream, orders
+// them too).
 #pragma once
 
 #include <cstdint>
@@ -53,8 +55,8 @@ enum class DpFault : uint8_t {
   reduce_after_backward,    // overlap: every bucket waits for the end of the backward (no overlap)
   last_block_bucket_late,   // overlap: the last bucket that holds block gradients only waits for the
                             // end of the backward
-  no_join,                  // overlap: the device's work after the backward does not wait for the
-                            // deferred all-reduces (on a GPU it reads buckets still being reduced)
+  deferred_before_ready,    // overlap: as reduce_before_ready, the early all-reduce deferred, so the
+                            // other block's backward writes into the bucket while it is reduced
 };
 const char* dp_fault_name(DpFault f);
 

@@ -181,8 +181,8 @@ class NcclCommunicator final : public Communicator {
   // one on the communicator's stream.
   void join() override {
     if (!deferred_) return;
-    deferred_ = false;
     order(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (join)");
+    deferred_ = false;
   }
   // Through the device, so its host-wait count sees the wait.
   void synchronize() override {
@@ -199,80 +199,76 @@ class NcclCommunicator final : public Communicator {
   CommStats library_received() const override { return received_; }
 
  protected:
-  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, false); }
-  void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, true); }
+  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
+    collective("ncclAllReduce", false,
+               [&] { return nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_); });
+    receive(count * comm_dtype_size(t));
+  }
+  void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) override {
+    collective("ncclAllReduce", true,
+               [&] { return nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_); });
+    receive(count * comm_dtype_size(t));
+  }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
-    const auto call = begin();
-    ok(nccl().all_gather(send, recv, count, nccl_type(t), comm_, comm_stream_), "ncclAllGather");
-    end(false);
+    collective("ncclAllGather", false,
+               [&] { return nccl().all_gather(send, recv, count, nccl_type(t), comm_, comm_stream_); });
     receive(count * comm_dtype_size(t) * static_cast<size_t>(size_));
   }
   void do_reduce_scatter_sum(const void* send, void* recv, size_t count, CommDType t) override {
-    const auto call = begin();
-    ok(nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, comm_stream_), "ncclReduceScatter");
-    end(false);
+    collective("ncclReduceScatter", false, [&] {
+      return nccl().reduce_scatter(send, recv, count, nccl_type(t), ncclSum, comm_, comm_stream_);
+    });
     receive(count * comm_dtype_size(t));
   }
   void do_broadcast(void* buf, size_t bytes, int root) override {
-    const auto call = begin();
-    ok(nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, comm_stream_), "ncclBroadcast");
-    end(false);
+    collective("ncclBroadcast", false,
+               [&] { return nccl().broadcast(buf, buf, bytes, ncclUint8, root, comm_, comm_stream_); });
     receive(bytes);
   }
   // NCCL has no barrier: a one-byte all-reduce, completed, is one.
   void do_barrier() override {
-    {
-      const auto call = begin();
-      ok(nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, comm_stream_),
-         "ncclAllReduce (barrier)");
-      end(false);
-    }
-    synchronize();  // not inside the call: an abort must be able to end this wait
+    collective("ncclAllReduce (barrier)", false, [&] {
+      return nccl().all_reduce(barrier_byte_, barrier_byte_, 1, ncclUint8, ncclSum, comm_, comm_stream_);
+    });
+    synchronize();  // outside the call lock: an abort must be able to end this wait
   }
 
  private:
-  void all_reduce(void* buf, size_t count, CommDType t, bool deferred) {
-    const auto call = begin();
-    ok(nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_), "ncclAllReduce");
-    end(deferred);
-    receive(count * comm_dtype_size(t));
+  // One collective on the communicator's stream. That stream first waits for the work
+  // queued on the device's so far (its inputs). Under the call lock (watchdog.hpp),
+  // only what touches the communicator: not after an abort, its deadline started, the
+  // NCCL call and the event after it (the watchdog's "pending"). Then, unless it is
+  // deferred to join(), the device's later work waits for it. The stream waits stay
+  // outside the lock: one that blocks on a full launch queue (behind a hung
+  // collective) must not outlast an abort's grace and then call NCCL.
+  template <typename Call>
+  void collective(const char* what, bool deferred, Call&& call) {
+    order(cudaEventRecord(ready_, stream_), "cudaEventRecord (collective inputs)");
+    order(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent (collective inputs)");
+    {
+      const std::unique_lock<std::timed_mutex> held = watchdog_->enter_call();
+      alive();
+      watchdog_->queuing();
+      const ncclResult_t rc = call();
+      if (rc != ncclSuccess) {
+        failed_ = true;
+        alive();
+        HR_CHECK(false, "{}: {}", what, nccl_message(rc));
+      }
+      order(cudaEventRecord(queued_, comm_stream_), "cudaEventRecord (collective watchdog)");
+    }
+    if (deferred) {
+      deferred_ = true;
+      return;
+    }
+    order(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (collective result)");
+    deferred_ = false;  // this collective came after every deferred one on its stream
   }
   // A failed CUDA call that orders the two streams: the communicator is not used again.
   void order(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return;
     failed_ = true;
     cuda_ok(e, what);
-  }
-  // After each collective is queued (its deadline started by queuing() before the
-  // call): its event, which the watchdog queries and the device's stream waits on.
-  void ok(ncclResult_t rc, const char* what) {
-    if (rc != ncclSuccess) {
-      failed_ = true;
-      alive();
-      HR_CHECK(false, "{}: {}", what, nccl_message(rc));
-    }
-    order(cudaEventRecord(queued_, comm_stream_), "cudaEventRecord (collective watchdog)");
-  }
-  // Before each collective: the call held against an abort (released once its event
-  // is recorded), not after an abort, and its deadline starts; the communicator's
-  // stream waits for the work queued on the device's so far (the collective's inputs).
-  [[nodiscard]] std::unique_lock<std::timed_mutex> begin() {
-    std::unique_lock<std::timed_mutex> call = watchdog_->enter_call();
-    alive();
-    watchdog_->queuing();
-    order(cudaEventRecord(ready_, stream_), "cudaEventRecord (collective inputs)");
-    order(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent (collective inputs)");
-    return call;
-  }
-  // After the collective's event: the device's later work waits for it, unless it is
-  // deferred to join().
-  void end(bool deferred) {
-    if (deferred) {
-      deferred_ = true;
-      return;
-    }
-    deferred_ = false;  // this collective follows every deferred one on its stream
-    order(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent (collective result)");
   }
   void release_cuda() noexcept {
     if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);

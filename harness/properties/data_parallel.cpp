@@ -375,6 +375,9 @@ void dp2(Device& dev, Communicator& comm, Preset preset, const Reference& ref, D
                                 : comm.engine() == "nccl" ? "each NCCL call"
                                                           : "the step (one process: no collective library)";
       m.details["library_calls_before_the_backward_ended"] = g.window.library_calls_before_backward_end;
+      // Left to run beside the rest of the backward: on a GPU (NCCL's own stream)
+      // overlapped with its kernels; the host engines finish each call before returning.
+      m.details["deferred_beside_the_backward"] = g.window.deferred;
       m.tolerance_reason = "exact: a count (under one)";
       if (f != DpFault::none) m.config["fault"] = dist::dp_fault_name(f);
       out.measurements.push_back(std::move(m));

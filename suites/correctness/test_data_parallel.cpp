@@ -5,6 +5,7 @@
 // a skip with its reason when mpirun is absent, two real ranks when it is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -138,9 +139,11 @@ TEST(DataParallel, OverlappedBucketsEqualOneBucketAfterTheBackward) {
   EXPECT_EQ(late.before_backward_end, many.before_backward_end - 1);
 }
 
-// Two ranks as a GPU's deferred all-reduces look to the step: a deferred call lands
-// only at join(), a plain one at once. The other rank holds v + 1 for every value v,
-// so each all-reduce makes 2v + 1 (no scaling commutes with it).
+// Two ranks as NCCL's stream makes them look to the step: a deferred all-reduce lands
+// at join() or at the next plain one (which follows it on the same stream), a plain
+// one at once. A deferred buffer is the collective's until it lands: one written in
+// between is an error (on a GPU, a race). The other rank holds v + 1 for every value
+// v, so each all-reduce makes 2v + 1 (no scaling commutes with it).
 class TwinCommunicator final : public hr::dist::Communicator {
  public:
   int rank() const override { return 0; }
@@ -148,15 +151,23 @@ class TwinCommunicator final : public hr::dist::Communicator {
   std::string engine() const override { return "twin"; }
   bool device_buffers() const override { return false; }
   void join() override {
-    for (const auto& [p, n] : pending_) land(p, n);
-    pending_.clear();
+    std::vector<Pending> landing;
+    landing.swap(pending_);
+    for (Pending& d : landing) {
+      if (!std::equal(d.sent.begin(), d.sent.end(), d.buf))
+        throw std::logic_error("a deferred all-reduce's buffer was written before it landed");
+      land(d.buf, d.sent.size());
+    }
   }
-  size_t pending() const { return pending_.size(); }
 
  protected:
-  void do_all_reduce_sum(void* buf, size_t count, hr::dist::CommDType t) override { land(f32(buf, t), count); }
+  void do_all_reduce_sum(void* buf, size_t count, hr::dist::CommDType t) override {
+    join();
+    land(f32(buf, t), count);
+  }
   void do_all_reduce_sum_deferred(void* buf, size_t count, hr::dist::CommDType t) override {
-    pending_.emplace_back(f32(buf, t), count);
+    float* p = f32(buf, t);
+    pending_.push_back({p, std::vector<float>(p, p + count)});
   }
   void do_all_gather(const void*, void*, size_t, hr::dist::CommDType) override { unused(); }
   void do_reduce_scatter_sum(const void*, void*, size_t, hr::dist::CommDType) override { unused(); }
@@ -164,6 +175,10 @@ class TwinCommunicator final : public hr::dist::Communicator {
   void do_barrier() override {}
 
  private:
+  struct Pending {
+    float* buf;
+    std::vector<float> sent;  // what the collective read when it was launched
+  };
   static float* f32(void* buf, hr::dist::CommDType t) {
     HR_CHECK(t == hr::dist::CommDType::f32, "the twin sums fp32 only");
     return static_cast<float*>(buf);
@@ -172,14 +187,15 @@ class TwinCommunicator final : public hr::dist::Communicator {
     for (size_t i = 0; i < n; ++i) p[i] = 2 * p[i] + 1;
   }
   [[noreturn]] static void unused() { throw std::logic_error("the data-parallel step all-reduces only"); }
-  std::vector<std::pair<float*, size_t>> pending_;
+  std::vector<Pending> pending_;
 };
 
 // The buckets launched from the block hooks are deferred (on a GPU they run beside
-// the rest of the backward) and joined before the step divides the gradients: the
-// result equals the step that reduces every bucket after the backward, bit for bit.
-// Without the join (DpFault::no_join) the division comes first and the gradients differ.
-TEST(DataParallel, DeferredBucketsAreJoinedBeforeTheGradientsAreUsed) {
+// the rest of the backward) and nothing writes them until they land: the gradients
+// equal the step that reduces every bucket after the backward, bit for bit. Control:
+// a bucket spanning two blocks deferred once its first block is done
+// (DpFault::deferred_before_ready) is written by the other block's backward, and seen.
+TEST(DataParallel, DeferredBucketsAreLeftAloneUntilTheyLand) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   const hr::StepConfig cfg = hr::props::accum_transformer_config(hr::DType::f32, 4, hr::Preset::quick);
   const hr::Batch batch = hr::props::accum_batch(dev, cfg, 11);
@@ -188,14 +204,13 @@ TEST(DataParallel, DeferredBucketsAreJoinedBeforeTheGradientsAreUsed) {
   auto run = [&](bool overlap, hr::dist::DpFault fault, hr::dist::DpWindow& w) {
     TwinCommunicator twin;
     hr::dist::DpOptions o;
-    o.bucket_bytes = elements;  // about a quarter of the gradients' bytes: several buckets
+    o.bucket_bytes = elements;  // about a quarter of the gradients' bytes: several buckets, some spanning two blocks
     o.overlap = overlap;
     hr::dist::DataParallelStep dp(dev, twin, cfg, hr::dist::DpSync::once_per_window, fault, o);
     w = dp.reduce_gradients(batch);
-    EXPECT_EQ(twin.pending(), 0u) << "a deferred all-reduce outlived its window";
     return hr::props::gradient_values(dp.local());
   };
-  hr::dist::DpWindow after, overlapped, unjoined;
+  hr::dist::DpWindow after, overlapped, early;
   const auto want = run(false, hr::dist::DpFault::none, after);
   const auto got = run(true, hr::dist::DpFault::none, overlapped);
   EXPECT_EQ(after.deferred, 0);
@@ -203,11 +218,7 @@ TEST(DataParallel, DeferredBucketsAreJoinedBeforeTheGradientsAreUsed) {
   EXPECT_EQ(overlapped.deferred, overlapped.before_backward_end);
   ASSERT_EQ(want.size(), got.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(want[i].second, got[i].second) << want[i].first;
-  const auto late = run(true, hr::dist::DpFault::no_join, unjoined);
-  EXPECT_EQ(unjoined.deferred, overlapped.deferred);
-  size_t differ = 0;
-  for (size_t i = 0; i < want.size(); ++i) differ += want[i].second != late[i].second;
-  EXPECT_GT(differ, 0u) << "the missing join was not seen";
+  EXPECT_THROW(run(true, hr::dist::DpFault::deferred_before_ready, early), std::logic_error);
 }
 
 TEST(DataParallel, RefusesWhatItCannotRun) {

@@ -199,16 +199,8 @@ class NcclCommunicator final : public Communicator {
   CommStats library_received() const override { return received_; }
 
  protected:
-  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override {
-    collective("ncclAllReduce", false,
-               [&] { return nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_); });
-    receive(count * comm_dtype_size(t));
-  }
-  void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) override {
-    collective("ncclAllReduce", true,
-               [&] { return nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_); });
-    receive(count * comm_dtype_size(t));
-  }
+  void do_all_reduce_sum(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, false); }
+  void do_all_reduce_sum_deferred(void* buf, size_t count, CommDType t) override { all_reduce(buf, count, t, true); }
   void do_all_gather(const void* send, void* recv, size_t count, CommDType t) override {
     collective("ncclAllGather", false,
                [&] { return nccl().all_gather(send, recv, count, nccl_type(t), comm_, comm_stream_); });
@@ -234,6 +226,11 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  void all_reduce(void* buf, size_t count, CommDType t, bool deferred) {
+    collective("ncclAllReduce", deferred,
+               [&] { return nccl().all_reduce(buf, buf, count, nccl_type(t), ncclSum, comm_, comm_stream_); });
+    receive(count * comm_dtype_size(t));
+  }
   // One collective on the communicator's stream. That stream first waits for the work
   // queued on the device's so far (its inputs). Under the call lock (watchdog.hpp),
   // only what touches the communicator: not after an abort, its deadline started, the

@@ -62,7 +62,7 @@ void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::Ch
 }
 
 void register_bench(const std::string& name, hr::BackendKind kind, const hr::props::CheckpointBench& bench) {
-  auto* b = hr::bench::register_case(name.c_str(), [kind, bench, name](benchmark::State& s) {
+  auto* b = hr::bench::register_case(name, [kind, bench, name](benchmark::State& s) {
     run_case(s, kind, bench, name);
   });
   b->ArgName("granularity")->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -102,7 +102,7 @@ void register_backend(hr::Device& dev, const std::vector<int64_t>& sizes) {
     for (DType dtype : hr::kFloatDTypes) {
       const std::string name = fmt::format("{}/{}/{}", op.name, hr::backend_name(dev.kind()), hr::dtype_name(dtype));
       auto* b = hr::bench::register_case(
-          name.c_str(), [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
+          name, [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
       for (int64_t n : sizes) b->Arg(n);
       b->Unit(benchmark::kMicrosecond);
       hr::bench::use_device_timing(b, dev);

@@ -133,16 +133,15 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
 void register_all() {
   for (DType dt : kFloatDTypes) {
     const std::string d = dtype_name(dt);
-    hr::bench::register_case(("matmul_cpu/" + d).c_str(), bm_matmul, BackendKind::cpu, dt)
+    hr::bench::register_case("matmul_cpu/" + d, bm_matmul, BackendKind::cpu, dt)
         ->Arg(64)
         ->Arg(256)
         ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
         ->Unit(benchmark::kMicrosecond);
   }
   for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
-    hr::bench::register_case((std::string("attention_cpu/") + ops::attention_impl_name(impl)).c_str(),
-                                 bm_attention, BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32},
-                                 ops::GpuAttentionKernel::scalar)
+    hr::bench::register_case(std::string("attention_cpu/") + ops::attention_impl_name(impl), bm_attention,
+                             BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32}, ops::GpuAttentionKernel::scalar)
         ->Arg(64)
         ->Arg(256)
         ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
@@ -156,12 +155,12 @@ void register_all() {
 #if HEADROOM_HAVE_CUDA
   for (DType dt : kFloatDTypes) {
     const std::string d = dtype_name(dt);
-    hr::bench::register_case(("matmul_cuda/" + d).c_str(), bm_matmul, BackendKind::cuda, dt)
+    hr::bench::register_case("matmul_cuda/" + d, bm_matmul, BackendKind::cuda, dt)
         ->RangeMultiplier(2)
         ->Range(256, 8192)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
-    hr::bench::register_case(("cublas_alone_cuda/" + d).c_str(), bm_cublas_alone, dt)
+    hr::bench::register_case("cublas_alone_cuda/" + d, bm_cublas_alone, dt)
         ->RangeMultiplier(2)
         ->Range(256, 8192)
         ->UseManualTime()
@@ -183,7 +182,7 @@ void register_all() {
   for (const Form& f : forms)
     for (const int64_t D : {int64_t{64}, int64_t{128}})
       hr::bench::register_case(
-          ((D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name).c_str(),
+          (D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name,
           bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel)
           ->RangeMultiplier(2)
           ->Range(512, 8192)

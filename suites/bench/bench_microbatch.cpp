@@ -79,7 +79,7 @@ void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::Mi
 }
 
 void register_sweep(const std::string& name, hr::BackendKind kind, const hr::props::MicroBatchSweep& sweep) {
-  auto* b = hr::bench::register_case(name.c_str(), [kind, sweep, name](benchmark::State& s) {
+  auto* b = hr::bench::register_case(name, [kind, sweep, name](benchmark::State& s) {
     run_case(s, kind, sweep, name);
   });
   b->ArgName("micro_batch")->UseManualTime()->Unit(benchmark::kMillisecond);

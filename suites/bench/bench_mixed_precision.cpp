@@ -73,7 +73,7 @@ void register_backend(Device& dev, Preset preset) {
       cfg.precision.compute = v.compute;
       const std::string name = fmt::format("mp/{}/{}/{}/{}", model_kind_name(model), backend_name(dev.kind()), v.name,
                                            preset_name(preset));
-      auto* b = hr::bench::register_case(name.c_str(), [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
+      auto* b = hr::bench::register_case(name, [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
       b->Unit(benchmark::kMillisecond);
       bench::use_device_timing(b, dev);
     }
@@ -82,7 +82,7 @@ void register_backend(Device& dev, Preset preset) {
       const std::string name = fmt::format("mp_unscale/{}/{}/{}/{}", model_kind_name(model), backend_name(dev.kind()),
                                            shared ? "one_flag" : "per_tensor", preset_name(preset));
       auto* b = hr::bench::register_case(
-          name.c_str(), [&dev, cfg, shared](benchmark::State& st) { run_unscale(st, dev, cfg, shared); });
+          name, [&dev, cfg, shared](benchmark::State& st) { run_unscale(st, dev, cfg, shared); });
       b->Unit(benchmark::kMicrosecond);
       bench::use_device_timing(b, dev);
     }

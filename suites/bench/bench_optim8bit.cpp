@@ -60,7 +60,7 @@ void register_backend(hr::Device& dev, const std::vector<int64_t>& sizes) {
   for (const int64_t block : {int64_t{0}, hr::q8::kDefaultBlock, hr::q8::kLargeBlock}) {
     const std::string name = block == 0 ? fmt::format("adamw/{}/fp32", hr::backend_name(dev.kind()))
                                         : fmt::format("adamw8bit_block{}/{}/fp32", block, hr::backend_name(dev.kind()));
-    auto* b = hr::bench::register_case(name.c_str(), [&dev, block](benchmark::State& st) { run_case(st, dev, block); });
+    auto* b = hr::bench::register_case(name, [&dev, block](benchmark::State& st) { run_case(st, dev, block); });
     for (int64_t n : sizes) b->Arg(n);
     b->Unit(benchmark::kMicrosecond);
     hr::bench::use_device_timing(b, dev);

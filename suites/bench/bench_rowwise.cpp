@@ -121,7 +121,7 @@ void register_backend(hr::Device& dev, const Shapes& shapes) {
     for (DType dtype : hr::kFloatDTypes) {
       const std::string name = fmt::format("{}/{}/{}", op.name, hr::backend_name(dev.kind()), hr::dtype_name(dtype));
       auto* b = hr::bench::register_case(
-          name.c_str(), [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
+          name, [&dev, &op, dtype](benchmark::State& st) { run_case(st, dev, op, dtype); });
       for (const auto& [r, c] : sh) b->Args({r, c});
       b->Unit(benchmark::kMicrosecond);
       hr::bench::use_device_timing(b, dev);

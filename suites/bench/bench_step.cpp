@@ -48,8 +48,7 @@ void register_backend(Device& dev, Preset preset) {
       const std::string name =
           fmt::format("step/{}/{}/{}/{}", model_kind_name(model), backend_name(dev.kind()), dtype_name(dtype),
                       preset_name(preset));
-      auto* b = hr::bench::register_case(name.c_str(),
-                                             [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
+      auto* b = hr::bench::register_case(name, [&dev, cfg](benchmark::State& st) { run_step(st, dev, cfg); });
       b->Unit(benchmark::kMillisecond);
       bench::use_device_timing(b, dev);
     }

@@ -30,6 +30,7 @@
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
 #include "harness/text.hpp"
+#include "kernels/attention/attention_cuda.hpp"
 #include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
@@ -629,6 +630,17 @@ int command_info(const std::string& backend, std::ostream& out, std::ostream& er
     nlohmann::json j = dev->record();
     std::string why;
     if (!cuda_device_available(&why)) j["cuda_unavailable_reason"] = why;
+#if HEADROOM_HAVE_CUDA
+    // Which library kernel the cuDNN attention form would run, or why none.
+    if (dev->is_cuda()) {
+      const Tensor probe = Tensor::zeros(*dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
+      std::string no;
+      if (ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &no))
+        j["cudnn_attention"] = ops::cuda::cudnn_attention_library();
+      else
+        j["cudnn_attention_unavailable_reason"] = no;
+    }
+#endif
     fmt::print(out, "{}\n", j.dump(2));
     return 0;
   });

@@ -32,7 +32,12 @@ const char* attention_impl_name(AttentionImpl a) {
 }
 
 const char* gpu_attention_kernel_name(GpuAttentionKernel k) {
-  return k == GpuAttentionKernel::scalar ? "scalar" : "tensor_core";
+  switch (k) {
+    case GpuAttentionKernel::scalar: return "scalar";
+    case GpuAttentionKernel::tensor_core: return "tensor_core";
+    case GpuAttentionKernel::cudnn: return "cudnn";
+  }
+  return "?";
 }
 
 namespace {
@@ -41,9 +46,10 @@ std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
     const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
     if (env == nullptr || *env == '\0') return GpuAttentionKernel::scalar;
     const std::string v = env;
-    HR_ARG_CHECK(v == "scalar" || v == "tensor_core",
-                 "HEADROOM_ATTENTION_KERNEL must be scalar or tensor_core, got '{}'", v);
-    return v == "scalar" ? GpuAttentionKernel::scalar : GpuAttentionKernel::tensor_core;
+    for (GpuAttentionKernel k : {GpuAttentionKernel::scalar, GpuAttentionKernel::tensor_core, GpuAttentionKernel::cudnn})
+      if (v == gpu_attention_kernel_name(k)) return k;
+    HR_ARG_CHECK(false, "HEADROOM_ATTENTION_KERNEL must be scalar, tensor_core or cudnn, got '{}'", v);
+    return GpuAttentionKernel::scalar;
   }()};
   return setting;
 }

@@ -1,10 +1,12 @@
 // Memory-efficient attention on the GPU: the dispatch by dtype, head-dim bucket and
-// kernel form (scalar, or tensor cores for fp16/bf16: ops::gpu_attention_kernel()),
+// kernel form (scalar, tensor cores or cuDNN for fp16/bf16: ops::gpu_attention_kernel()),
 // D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
 // themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
 // bucket in their own files.
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -115,9 +117,37 @@ size_t tc_smem_bytes() {
   return attn_tc::max_smem_bytes<kD>();
 }
 
-// The tensor-core form runs when it is asked for and the device can take it.
-bool use_tensor_cores(const Tensor& q) {
-  return ops::gpu_attention_kernel() == ops::GpuAttentionKernel::tensor_core && tensor_core_attention_available(q);
+// Which kernels run: the form asked for where it can take the inputs, the scalar
+// kernels otherwise (fp32 always).
+enum class Form { scalar, tensor_core, cudnn };
+Form form_of(const Tensor& q, const AttnMask& mask) {
+  switch (ops::gpu_attention_kernel()) {
+    case ops::GpuAttentionKernel::tensor_core:
+      return tensor_core_attention_available(q) ? Form::tensor_core : Form::scalar;
+    case ops::GpuAttentionKernel::cudnn:
+      return cudnn_attention_available(q, mask) ? Form::cudnn : Form::scalar;
+    case ops::GpuAttentionKernel::scalar: break;
+  }
+  return Form::scalar;
+}
+
+// What a device offers the tensor-core kernels, read once per device (the dispatch
+// asks at every call).
+struct TcDevice {
+  int major = 0, minor = 0, optin = 0;
+};
+TcDevice tc_device(int dev) {
+  static std::mutex mu;
+  static std::map<int, TcDevice> seen;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = seen.find(dev);
+  if (it != seen.end()) return it->second;
+  TcDevice d;
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev));
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  seen.emplace(dev, d);
+  return d;
 }
 
 }  // namespace
@@ -132,16 +162,13 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   if (q.ndim() != 4 || q.dim(3) > attn_tc::kMaxTcHeadDim)
     return no(fmt::format("head dim of {} above {}", q.str(), attn_tc::kMaxTcHeadDim));
   // The tensors' device, which need not be the current one.
-  const int dev = q.device().record().ordinal;
-  int major = 0, minor = 0, optin = 0;
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major < 8) return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", major, minor));
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const TcDevice d = tc_device(q.device().record().ordinal);
+  if (d.major < 8)
+    return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", d.major, d.minor));
   size_t need = 0;
   with_head_dim(static_cast<int>(q.dim(3)), [&](auto kd) { need = tc_smem_bytes<decltype(kd)::value>(); });
-  if (static_cast<size_t>(optin) < need)
-    return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", optin, need));
+  if (static_cast<size_t>(d.optin) < need)
+    return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", d.optin, need));
   return true;
 }
 
@@ -165,8 +192,10 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
                                      float scale, Tensor& out, Tensor& lse) {
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
+  const Form form = form_of(q, mask);
+  if (form == Form::cudnn) return cudnn_attention_forward(q, k, v, mask, scale, out, lse);
   const MaskArgs m = mask_args(mask);
-  const bool tc = use_tensor_cores(q);
+  const bool tc = form == Form::tensor_core;
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using S = decltype(tag);
     with_head_dim(l.D, [&](auto kd) {
@@ -183,10 +212,12 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv) {
   if (q.numel() == 0) return;
+  const Form form = form_of(q, mask);
+  if (form == Form::cudnn) return cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv);
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
-  const bool tc = use_tensor_cores(q);
+  const bool tc = form == Form::tensor_core;
   Tensor row_dot = Tensor::empty(q.device(), {rows}, DType::f32, Consumer::workspace);
   dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using S = decltype(tag);

@@ -40,11 +40,15 @@ struct AttnProbDropout {
 // - tensor_core: WMMA tiles of 64 rows, P and dS rounded to 16 bits before their
 //   products as FlashAttention-2 does (attention_tc_kernels.cuh; sm_80 and newer,
 //   head dim <= 128; elsewhere the scalar kernels run).
-// fp32 and the CPU always take the scalar form. The conformance tests run both; the
-// default is scalar, the form that has been checked on a GPU. The environment's
-// HEADROOM_ATTENTION_KERNEL=scalar|tensor_core sets the starting value.
-enum class GpuAttentionKernel { scalar, tensor_core };
-const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core"
+// - cudnn: cuDNN's fused attention, loaded at run time (attention_cuda.hpp says
+//   what it takes; elsewhere the scalar kernels run). A library kernel timed beside
+//   the own ones; they stay the reference it is checked against.
+// fp32 and the CPU always take the scalar form. The conformance tests run every
+// form; the default is scalar, the form that has been checked on a GPU. The
+// environment's HEADROOM_ATTENTION_KERNEL=scalar|tensor_core|cudnn sets the
+// starting value.
+enum class GpuAttentionKernel { scalar, tensor_core, cudnn };
+const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core" | "cudnn"
 GpuAttentionKernel gpu_attention_kernel();
 void set_gpu_attention_kernel(GpuAttentionKernel k);
 // Sets the kernels for its scope and puts the previous setting back, a throw included.

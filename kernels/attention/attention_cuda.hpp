@@ -41,6 +41,24 @@ struct TcKernelResources {
 // The three kernels (forward, dQ, dK/dV) for dt (f16 or bf16) at head dim D's
 // bucket on CUDA device `device`; throws where the kernels cannot run there.
 std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt, int64_t D);
+// cuDNN's fused attention (the cuDNN frontend's SDPA graphs, attention_cudnn.cpp),
+// timed beside the own kernels: fp16 or bf16, head dim a multiple of 8 up to 128,
+// the causal and the padding masks (not packing's segment masks), 16-byte aligned
+// inputs, compute capability 8.0 or newer, and a libcudnn.so.9 that loads; when
+// not, `why` (if given) says why. The graphs are built on first use per shape and
+// kept. Its backward accumulates dQ with atomics: not bitwise repeatable, unlike the
+// own kernels. The forward's lse is the natural-log row log-sum-exp the own kernels
+// save, so either backward can follow either forward.
+bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
+// "cuDNN 9.10.2" for the library loaded (loading it on first call), "" where none loads.
+std::string cudnn_attention_library();
+// As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
+// checked cudnn_attention_available.
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
+                             Tensor& out, Tensor& lse);
+void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
+                              Tensor& dk, Tensor& dv);
 // Largest head dimension the CUDA memory-efficient kernels take.
 inline constexpr int64_t kMaxHeadDim = 128;
 

@@ -91,7 +91,8 @@ void bm_cublas_alone(benchmark::State& state, DType dt) {
 
 // Attention forward + backward at sequence length T; counters: peak bytes kept for
 // the backward pass (activations) and of the whole step, above the inputs.
-// On the GPU, `kernel` picks the memory-efficient form's kernels (scalar or tensor cores).
+// On the GPU, `kernel` picks the memory-efficient form's kernels (scalar, tensor
+// cores, or cuDNN's fused attention, whose graph is built in the warm-up).
 void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl impl, int64_t B, int64_t H,
                   int64_t D, ops::GpuAttentionKernel kernel) {
   Device& dev = device(kind);
@@ -105,6 +106,11 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
     state.SkipWithError(("tensor-core attention unavailable: " + why_not).c_str());
     return;
   }
+  if (kernel == ops::GpuAttentionKernel::cudnn && !ops::cuda::cudnn_attention_available(q, {}, &why_not)) {
+    state.SkipWithError(("cuDNN attention unavailable: " + why_not).c_str());
+    return;
+  }
+  if (kernel == ops::GpuAttentionKernel::cudnn) state.SetLabel(ops::cuda::cudnn_attention_library());
 #endif
   const ops::ScopedGpuAttentionKernel selected(kernel);  // restored after, also on a throw
   Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
@@ -166,7 +172,8 @@ void register_all() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
-  // Naive, memory-efficient with the scalar kernels, and with the tensor-core kernels.
+  // Naive, memory-efficient with the scalar kernels, with cuDNN's fused attention
+  // (a library kernel timed beside the own ones), and with the tensor-core kernels.
   struct Form {
     ops::AttentionImpl impl;
     ops::GpuAttentionKernel kernel;
@@ -176,9 +183,10 @@ void register_all() {
   const Form forms[] = {
       {ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
+      {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::cudnn, "memory_efficient_cudnn"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core, "memory_efficient_tensor_core"}};
-  // The tensor-core forms last: an error that leaves the device unusable (an illegal
-  // address) costs only the cases after it.
+  // The tensor-core forms last: an error of kernels new to a device that leaves it
+  // unusable (an illegal address) costs only the cases after it.
   for (const Form& f : forms)
     for (const int64_t D : {int64_t{64}, int64_t{128}})
       hr::bench::register_case(

@@ -757,11 +757,198 @@ TEST(AttentionTensorCoreCuda, KernelsHaveNoSpillsAndTheirDesignedOccupancy) {
 #endif
 }
 
+// ---- cuDNN's fused attention (CUDA, fp16 and bf16), beside the own kernels ----------------
+
+// Empty when cuDNN's fused attention can take a [1, 1, 8, 64] tensor of dt under
+// `mask` on dev, else why not (no CUDA backend or frontend built, no libcudnn.so.9,
+// an older GPU).
+std::string why_no_cudnn(Device& dev, DType dt, const ops::AttnMask& mask = {}) {
+#if HEADROOM_HAVE_CUDA
+  std::string why;
+  Tensor probe = Tensor::zeros(dev, {1, 1, 8, 64}, dt, Consumer::activations);
+  return ops::cuda::cudnn_attention_available(probe, mask, &why) ? std::string() : why;
+#else
+  (void)dev, (void)dt, (void)mask;
+  return "built without the CUDA backend";
+#endif
+}
+
+#define HR_CUDNN_DEVICE(dev, dt)                                                         \
+  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                \
+  if (const std::string hr_cudnn_why = why_no_cudnn(dev, (dt)); !hr_cudnn_why.empty()) \
+  GTEST_SKIP() << "cuDNN attention unavailable: " << hr_cudnn_why
+
+class AttentionCudnn : public testing::TestWithParam<DType> {};
+
+// The masks cuDNN's graphs take; packing's segment masks take the own kernels.
+constexpr MaskKind kCudnnMasks[] = {MaskKind::none, MaskKind::causal, MaskKind::causal_padding};
+
+// One forward and backward of the memory-efficient form with `kernel` selected for
+// the forward and `backward_kernel` for the backward, under an op fault (none by
+// default); the gradients widened.
+struct CudnnPass {
+  std::vector<float> out;
+  std::vector<double> dq, dk, dv;
+};
+CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, Shape shape, DType dt, float scale,
+                     ops::GpuAttentionKernel kernel, ops::GpuAttentionKernel backward_kernel,
+                     const ops::OpFault& fault = {}) {
+  const ops::ScopedOpFault armed(fault);
+  Tensor out = Tensor::empty(dev, shape, dt, Consumer::activations);
+  Tensor dq = Tensor::empty(dev, shape, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
+  ops::AttentionSaved saved;
+  {
+    const ops::ScopedGpuAttentionKernel selected(kernel);
+    ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
+                           Consumer::activations);
+  }
+  {
+    const ops::ScopedGpuAttentionKernel selected(backward_kernel);
+    ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk, dv);
+  }
+  return {out.to_host_f32(), test::widen(dq.to_host_f32()), test::widen(dk.to_host_f32()),
+          test::widen(dv.to_host_f32())};
+}
+
+// OPS-1 for cuDNN's forward: against float64 under each mask it takes, at head dims
+// 64 and 128 and T across its tiles. Controls: the op's output off by a relative
+// error whose NMSE is 30 times the bound (subtle) and by 0.5 (gross) must fail it.
+TEST_P(AttentionCudnn, ForwardMatchesFloat64Reference) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+  const double bound = tol::kAttentionNmse(dt);
+  double worst = 0;
+  uint64_t seed = 11000;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{64, 64}, {129, 128}, {520, 64}, {200, 128}})
+    for (MaskKind mk : kCudnnMasks) {
+      const int64_t B = 2, H = 3;
+      const float scale = 1.f / std::sqrt(static_cast<float>(D));
+      const Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      const Mask m = make_mask(dev, mk, B, T);
+      const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, m.causal, m.kv_len, m.seg, scale);
+      const std::string what = fmt::format("cuDNN T {} D {} mask {}", T, D, mask_name(mk));
+      for (double rel : {0.0, std::sqrt(30 * bound), 0.5}) {
+        ops::OpFault f;
+        if (rel > 0) {
+          f.op = "attention_forward";
+          f.output_rel_error = rel;
+        }
+        const ops::ScopedOpFault armed(f);
+        const ops::ScopedGpuAttentionKernel selected(ops::GpuAttentionKernel::cudnn);
+        Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
+        ops::AttentionSaved saved;
+        ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
+                               Consumer::activations);
+        if (rel == 0) {
+          EXPECT_TRUE(test::nmse_within(out.to_host_f32(), want, bound, what));
+          worst = std::max(worst, test::nmse(out.to_host_f32(), want));
+        } else {
+          EXPECT_FALSE(test::nmse_within(out.to_host_f32(), want, bound, what))
+              << what << ": the output off by " << rel << " passed";
+        }
+      }
+    }
+  RecordProperty("worst_nmse", fmt::format("{:.3g}", worst));
+}
+
+// cuDNN's backward against the scalar kernels' (each after its own forward), at
+// head dims 64 and 128 and T past several tiles. Controls: the saved log-sum-exp
+// off by d (ops::OpFault::lse_offset, in cuDNN's run only), which scales every
+// recomputed probability by e^-d, with (1 - e^-d)^2 30 times the bound (subtle)
+// and d = 1 (gross): cuDNN must read the statistics it is handed.
+TEST_P(AttentionCudnn, BackwardAgreesWithScalarKernels) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+  const double bound = tol::kAttentionGradNmse(dt);
+  using K = ops::GpuAttentionKernel;
+  double worst = 0;
+  uint64_t seed = 11500;
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{130, 64}, {97, 128}, {520, 64}})
+    for (MaskKind mk : kCudnnMasks) {
+      const int64_t B = 2, H = 2;
+      const float scale = 1.f / std::sqrt(static_cast<float>(D));
+      const Qkv x = random_qkv(dev, {B, H, T, D}, dt, seed += 5);
+      const Mask m = make_mask(dev, mk, B, T);
+      Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3),
+                                   {B, H, T, D}, dt, Consumer::activations);
+      const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::scalar, K::scalar);
+      for (double d : {0.0, -std::log1p(-std::sqrt(30 * bound)), 1.0}) {
+        ops::OpFault f;
+        if (d > 0) {
+          f.op = "attention_forward";
+          f.lse_offset = d;
+        }
+        const CudnnPass cudnn = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn, f);
+        const std::string what = fmt::format("T {} D {} mask {} lse offset {:.3g}", T, D, mask_name(mk), d);
+        const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
+            {"dq", {&cudnn.dq, &scalar.dq}}, {"dk", {&cudnn.dk, &scalar.dk}}, {"dv", {&cudnn.dv, &scalar.dv}}};
+        for (const auto& [name, pair] : grads) {
+          const std::vector<float> got(pair.first->begin(), pair.first->end());
+          if (d == 0) {
+            EXPECT_TRUE(test::nmse_within(got, *pair.second, bound, std::string(name) + " " + what));
+            worst = std::max(worst, test::nmse(got, *pair.second));
+          } else if (std::string(name) == "dv") {  // dV = P^T dO: every entry scaled by e^-d
+            EXPECT_FALSE(test::nmse_within(got, *pair.second, bound, std::string(name) + " " + what))
+                << what << ": cuDNN's backward did not follow the statistics it was handed";
+          }
+        }
+      }
+    }
+  RecordProperty("worst_grad_nmse_vs_scalar", fmt::format("{:.3g}", worst));
+}
+
+// The two forms save the same statistics (the natural-log row log-sum-exp), so
+// cuDNN's backward after the scalar kernels' forward, and the scalar backward after
+// cuDNN's forward, give the scalar kernels' gradients.
+TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+  using K = ops::GpuAttentionKernel;
+  const int64_t B = 2, H = 2, T = 190, D = 64;
+  const float scale = 0.125f;
+  const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12000);
+  const Mask m = make_mask(dev, MaskKind::causal_padding, B, T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12003), {B, H, T, D},
+                               dt, Consumer::activations);
+  const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::scalar, K::scalar);
+  for (auto [fwd, bwd] : {std::pair<K, K>{K::scalar, K::cudnn}, {K::cudnn, K::scalar}}) {
+    const CudnnPass mixed = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd);
+    const std::string what =
+        fmt::format("forward {}, backward {}", ops::gpu_attention_kernel_name(fwd), ops::gpu_attention_kernel_name(bwd));
+    for (auto [got, want] : {std::pair{&mixed.dq, &scalar.dq}, {&mixed.dk, &scalar.dk}, {&mixed.dv, &scalar.dv}})
+      EXPECT_TRUE(test::nmse_within(std::vector<float>(got->begin(), got->end()), *want,
+                                    tol::kAttentionGradNmse(dt), what));
+  }
+}
+
+// A packed batch's segment mask is not one of cuDNN's: the predicate says so, and
+// with cuDNN selected the scalar kernels run, bit for bit.
+TEST_P(AttentionCudnn, SegmentMasksTakeTheScalarKernels) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+  using K = ops::GpuAttentionKernel;
+  const int64_t B = 2, H = 2, T = 77, D = 64;
+  const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12500);
+  const Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
+  EXPECT_NE(why_no_cudnn(dev, dt, m.dev).find("segment"), std::string::npos) << why_no_cudnn(dev, dt, m.dev);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12503), {B, H, T, D},
+                               dt, Consumer::activations);
+  const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::scalar, K::scalar);
+  const CudnnPass asked = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::cudnn, K::cudnn);
+  EXPECT_EQ(asked.out, scalar.out);
+  EXPECT_EQ(asked.dq, scalar.dq);
+  EXPECT_EQ(asked.dv, scalar.dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, AttentionCudnn, testing::Values(DType::f16, DType::bf16),
+                         [](const testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // The setting's names, and the environment's value checked (a typo is an error).
 TEST(GpuAttentionKernel, NamesAndSettingRoundTrip) {
   const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
   EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::scalar), "scalar");
   EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::tensor_core), "tensor_core");
+  EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::cudnn), "cudnn");
   ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::tensor_core);
   EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::tensor_core);
   ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);

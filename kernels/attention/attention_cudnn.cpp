@@ -1,0 +1,320 @@
+// cuDNN's fused attention beside the own kernels (attention_cuda.hpp says what it
+// takes): the cuDNN frontend's SDPA graphs, forward (O and the row log-sum-exp,
+// natural log, as the own kernels save it) and backward (dQ, dK, dV), built once
+// per shape and cached. Both cuDNN and the CUDA runtime that the frontend calls are
+// loaded at run time (the frontend's dynamic loading), so a build or a machine
+// without cuDNN runs everything else and says why this form is unavailable.
+#include "kernels/attention/attention_cuda.hpp"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "harness/check.hpp"
+
+#if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_CUDNN_FRONTEND
+// Before the frontend's headers: every cuDNN and CUDA runtime call it makes goes
+// through dlsym, and its JSON serialisation (unused) is left out.
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "harness/cuda_check.cuh"
+
+// The handle the frontend's dlsym calls use (declared by cudnn_frontend_shim.h).
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+#endif
+
+namespace hr::ops::cuda {
+
+#if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_CUDNN_FRONTEND
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// The loaded library, once per process.
+struct Library {
+  std::string error;  // why it is unavailable; empty once loaded
+  size_t version = 0;  // cudnnGetVersion(): major * 10000 + minor * 100 + patch since 9.0
+};
+
+const Library& library() {
+  static const Library lib = [] {
+    Library l;
+    // The frontend would pick any libcudart.so.12 or .13 it finds; the one this
+    // build links is the one whose streams and pointers it is handed.
+    const std::string cudart = fmt::format("libcudart.so.{}", CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);  // a value already set stays
+    dlerror();
+    void* h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      l.error = fmt::format("libcudnn.so.9 could not be loaded ({})", e ? e : "unknown reason");
+      return l;
+    }
+    fe::cudnn_dlhandle = h;
+    if (dlsym(h, "cudnnGetVersion") == nullptr || dlsym(h, "cudnnBackendCreateDescriptor") == nullptr) {
+      l.error = "libcudnn.so.9 lacks cudnnGetVersion or the backend API";
+      return l;
+    }
+    l.version = fe::detail::get_backend_version();
+    // The frontend's fused attention needs 9.0 or newer within major version 9 (the
+    // library name already says 9; an older 9.x would fail at its graph check).
+    if (l.version < 90000 || l.version >= 100000)
+      l.error = fmt::format("libcudnn.so.9 reports version {}, outside 9.x", l.version);
+    return l;
+  }();
+  return lib;
+}
+
+std::string version_string(size_t v) { return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100); }
+
+// One handle per device, made on first use there and kept for the process (cuDNN's
+// own teardown at exit may come before a static's destructor).
+cudnnHandle_t handle_for(int device) {
+  static std::mutex mu;
+  static std::map<int, cudnnHandle_t> handles;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  const ScopedCudaDevice on(device);
+  cudnnHandle_t h = nullptr;
+  const cudnnStatus_t st = fe::detail::create_handle(&h);
+  HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnCreate on device {}: {}", device, fe::detail::get_error_string(st));
+  handles.emplace(device, h);
+  return h;
+}
+
+// The variant pack's tensor ids.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKv };
+
+// What a built graph depends on.
+struct Key {
+  int device;
+  DType dt;
+  int64_t B, H, T, D;
+  bool causal, padding, backward;
+  uint32_t scale_bits;  // the scale is a constant of the graph
+  bool operator<(const Key& o) const {
+    return std::tie(device, dt, B, H, T, D, causal, padding, backward, scale_bits) <
+           std::tie(o.device, o.dt, o.B, o.H, o.T, o.D, o.causal, o.padding, o.backward, o.scale_bits);
+  }
+};
+
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+};
+
+void ok(fe::error_t e, const char* step, const Key& k) {
+  HR_CHECK(e.is_good(), "cuDNN attention ({} {} [{}, {}, {}, {}]{}{}): {} failed: {}", k.backward ? "backward" : "forward",
+           dtype_name(k.dt), k.B, k.H, k.T, k.D, k.causal ? " causal" : "", k.padding ? " padded" : "", step,
+           e.get_message());
+}
+
+// Builds the graph of one key: [B, H, T, D] contiguous inputs and outputs, the
+// statistics fp32 [B, H, T, 1], fp32 arithmetic inside, the causal mask aligned top
+// left (key s <= query t, as sm::allowed), the padding mask from per-batch key
+// lengths with every query row live (seq_len_q = T).
+Built build(const Key& k, cudnnHandle_t handle) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(k.dt == DType::f16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const std::vector<int64_t> dim{k.B, k.H, k.T, k.D}, stride{k.H * k.T * k.D, k.T * k.D, k.D, 1};
+  const std::vector<int64_t> stats_dim{k.B, k.H, k.T, 1}, stats_stride{k.H * k.T, k.T, 1, 1};
+  auto tensor = [&](const char* name, Uid uid) {
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
+  };
+  auto lengths = [&](const char* name, Uid uid) {
+    return g->tensor(fe::graph::Tensor_attributes()
+                         .set_name(name)
+                         .set_uid(uid)
+                         .set_dim({k.B, 1, 1, 1})
+                         .set_stride({1, 1, 1, 1})
+                         .set_data_type(fe::DataType_t::INT32));
+  };
+  const float scale = [&] {
+    float s;
+    std::memcpy(&s, &k.scale_bits, sizeof s);
+    return s;
+  }();
+  auto Q = tensor("Q", kQ), K = tensor("K", kK), V = tensor("V", kV);
+  if (!k.backward) {
+    auto opts = fe::graph::SDPA_attributes().set_name("headroom_sdpa").set_generate_stats(true).set_attn_scale(scale);
+    if (k.causal) opts.set_causal_mask(true);
+    if (k.padding) opts.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(lengths("seq_kv", kSeqKv));
+    auto [O, stats] = g->sdpa(Q, K, V, opts);
+    O->set_output(true).set_dim(dim).set_stride(stride).set_uid(kO);
+    stats->set_output(true).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dim).set_stride(stats_stride).set_uid(kStats);
+  } else {
+    auto O = tensor("O", kO), dO = tensor("dO", kDO);
+    auto stats = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("stats")
+                               .set_uid(kStats)
+                               .set_dim(stats_dim)
+                               .set_stride(stats_stride)
+                               .set_data_type(fe::DataType_t::FLOAT));
+    auto opts = fe::graph::SDPA_backward_attributes().set_name("headroom_sdpa_backward").set_attn_scale(scale);
+    if (k.causal) opts.set_causal_mask(true);
+    if (k.padding) opts.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(lengths("seq_kv", kSeqKv));
+    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
+    dQ->set_output(true).set_dim(dim).set_stride(stride).set_uid(kDQ);
+    dK->set_output(true).set_dim(dim).set_stride(stride).set_uid(kDK);
+    dV->set_output(true).set_dim(dim).set_stride(stride).set_uid(kDV);
+  }
+  ok(g->validate(), "validate", k);
+  ok(g->build_operation_graph(handle), "build_operation_graph", k);
+  ok(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", k);
+  ok(g->check_support(), "check_support", k);
+  ok(g->build_plans(), "build_plans", k);
+  Built b;
+  b.graph = std::move(g);
+  ok(b.graph->get_workspace_size(b.workspace), "get_workspace_size", k);
+  return b;
+}
+
+// The built graph of a key, from the cache or built now (under the lock: two
+// threads asking for one shape build it once).
+const Built& graph_for(const Key& k, cudnnHandle_t handle) {
+  static std::mutex mu;
+  static std::map<Key, Built> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(k);
+  if (it == cache.end()) it = cache.emplace(k, build(k, handle)).first;
+  return it->second;
+}
+
+Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
+  Key k{};
+  k.device = q.device().record().ordinal;
+  k.dt = q.dtype();
+  k.B = q.dim(0);
+  k.H = q.dim(1);
+  k.T = q.dim(2);
+  k.D = q.dim(3);
+  k.causal = mask.causal;
+  k.padding = mask.key_valid_len.defined();
+  k.backward = backward;
+  std::memcpy(&k.scale_bits, &scale, sizeof scale);
+  return k;
+}
+
+// Runs a built graph on the tensors' stream; the workspace and the query lengths
+// come from the device's allocator (Consumer::workspace), so the memory accounting
+// sees them.
+void execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
+  const cudnnHandle_t h = handle_for(k.device);
+  const Built& b = graph_for(k, h);
+  const ScopedCudaDevice on(k.device);
+  const cudnnStatus_t st = fe::detail::set_stream(h, static_cast<cudaStream_t>(q.device().cuda_stream()));
+  HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnSetStream: {}", fe::detail::get_error_string(st));
+  Tensor seq_q;
+  if (k.padding) {
+    seq_q = Tensor::from_host_i32(q.device(), std::vector<int32_t>(static_cast<size_t>(k.B), static_cast<int32_t>(k.T)),
+                                  {k.B}, Consumer::workspace);
+    pack[kSeqQ] = seq_q.data();
+    pack[kSeqKv] = const_cast<void*>(mask.key_valid_len.data());
+  }
+  Tensor ws;
+  if (b.workspace > 0) ws = Tensor::empty(q.device(), {b.workspace}, DType::u8, Consumer::workspace);
+  ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
+}
+
+void* ptr(const Tensor& t) { return const_cast<void*>(t.data()); }
+
+}  // namespace
+
+std::string cudnn_attention_library() {
+  const Library& l = library();
+  return l.error.empty() ? "cuDNN " + version_string(l.version) : std::string();
+}
+
+bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why) {
+  auto no = [why](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  if (q.dtype() != DType::f16 && q.dtype() != DType::bf16)
+    return no(fmt::format("{} takes the own kernels", dtype_name(q.dtype())));
+  if (q.ndim() != 4 || q.dim(3) % 8 != 0 || q.dim(3) > 128)
+    return no(fmt::format("head dim of {}: cuDNN's fused attention is used at multiples of 8 up to 128", q.str()));
+  if (mask.segment_ids.defined()) return no("segment masks (packing) take the own kernels");
+  if (reinterpret_cast<uintptr_t>(q.data()) % 16 != 0) return no("inputs not 16-byte aligned");
+  const Library& l = library();
+  if (!l.error.empty()) return no(l.error);
+  // The fused engines run on sm_80 and newer; cached per device.
+  static std::mutex mu;
+  static std::map<int, int> cc;
+  const int dev = q.device().record().ordinal;
+  int major = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    auto it = cc.find(dev);
+    if (it == cc.end()) {
+      HR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+      it = cc.emplace(dev, major).first;
+    }
+    major = it->second;
+  }
+  if (major < 8) return no(fmt::format("compute capability {}.x: cuDNN's fused attention needs 8.0 or newer", major));
+  return true;
+}
+
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
+                             Tensor& out, Tensor& lse) {
+  const Key key = key_of(q, mask, scale, false);
+  std::unordered_map<int64_t, void*> pack{
+      {kQ, ptr(q)}, {kK, ptr(k)}, {kV, ptr(v)}, {kO, out.data()}, {kStats, lse.data()}};
+  execute(key, q, mask, pack);
+}
+
+void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
+                              Tensor& dk, Tensor& dv) {
+  const Key key = key_of(q, mask, scale, true);
+  std::unordered_map<int64_t, void*> pack{{kQ, ptr(q)},      {kK, ptr(k)},       {kV, ptr(v)},
+                                          {kO, ptr(out)},    {kDO, ptr(dout)},   {kStats, ptr(lse)},
+                                          {kDQ, dq.data()},  {kDK, dk.data()},   {kDV, dv.data()}};
+  execute(key, q, mask, pack);
+}
+
+#else  // built without CUDA or without the cuDNN frontend's headers
+
+namespace {
+constexpr const char* kNoCudnn =
+    HEADROOM_HAVE_CUDA ? "built without the cuDNN frontend's headers (cudnn_frontend.h or cudnn.h not found at configure time)"
+                       : "built without the CUDA backend";
+}
+
+std::string cudnn_attention_library() { return std::string(); }
+
+bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why) {
+  if (why != nullptr) *why = kNoCudnn;
+  return false;
+}
+
+void cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttnMask&, float, Tensor&, Tensor&) {
+  HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
+}
+
+void cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const AttnMask&, float, const Tensor&, Tensor&, Tensor&, Tensor&) {
+  HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
+}
+
+#endif
+
+}  // namespace hr::ops::cuda

@@ -216,9 +216,11 @@ Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
 // come from the device's allocator (Consumer::workspace), so the memory accounting
 // sees them.
 void execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
+  // The tensors' device current while the graph is built (the frontend reads the
+  // current device's architecture) and run.
+  const ScopedCudaDevice on(k.device);
   const cudnnHandle_t h = handle_for(k.device);
   const Built& b = graph_for(k, h);
-  const ScopedCudaDevice on(k.device);
   const cudnnStatus_t st = fe::detail::set_stream(h, static_cast<cudaStream_t>(q.device().cuda_stream()));
   HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnSetStream: {}", fe::detail::get_error_string(st));
   Tensor seq_q;

@@ -5,6 +5,7 @@
 // bucket in their own files.
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -118,13 +119,16 @@ size_t tc_smem_bytes() {
 }
 
 // Which kernels run: the form asked for where it can take the inputs, the scalar
-// kernels otherwise (fp32 always).
+// kernels otherwise (fp32 always). cuDNN also needs every other operand 16-byte
+// aligned (cudnn_attention_available looks at q).
 enum class Form { scalar, tensor_core, cudnn };
-Form form_of(const Tensor& q, const AttnMask& mask) {
+Form form_of(const Tensor& q, const AttnMask& mask, std::initializer_list<const Tensor*> others) {
   switch (ops::gpu_attention_kernel()) {
     case ops::GpuAttentionKernel::tensor_core:
       return tensor_core_attention_available(q) ? Form::tensor_core : Form::scalar;
     case ops::GpuAttentionKernel::cudnn:
+      for (const Tensor* t : others)
+        if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return Form::scalar;
       return cudnn_attention_available(q, mask) ? Form::cudnn : Form::scalar;
     case ops::GpuAttentionKernel::scalar: break;
   }
@@ -192,7 +196,7 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
                                      float scale, Tensor& out, Tensor& lse) {
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
-  const Form form = form_of(q, mask);
+  const Form form = form_of(q, mask, {&k, &v, &out});
   if (form == Form::cudnn) return cudnn_attention_forward(q, k, v, mask, scale, out, lse);
   const MaskArgs m = mask_args(mask);
   const bool tc = form == Form::tensor_core;
@@ -212,7 +216,7 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv) {
   if (q.numel() == 0) return;
-  const Form form = form_of(q, mask);
+  const Form form = form_of(q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
   if (form == Form::cudnn) return cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv);
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);

@@ -15,7 +15,8 @@ namespace hr::ops::cuda {
 // Memory-efficient forward: out and lse (fp32 [B, H, T]) written.
 void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                                      float scale, Tensor& out, Tensor& lse);
-// Memory-efficient backward: dq, dk, dv overwritten; deterministic (no atomics).
+// Memory-efficient backward: dq, dk, dv overwritten; with the own kernels,
+// deterministic (no atomics).
 void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv);
@@ -43,12 +44,14 @@ struct TcKernelResources {
 std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt, int64_t D);
 // cuDNN's fused attention (the cuDNN frontend's SDPA graphs, attention_cudnn.cpp),
 // timed beside the own kernels: fp16 or bf16, head dim a multiple of 8 up to 128,
-// the causal and the padding masks (not packing's segment masks), 16-byte aligned
-// inputs, compute capability 8.0 or newer, and a libcudnn.so.9 that loads; when
-// not, `why` (if given) says why. The graphs are built on first use per shape and
-// kept. Its backward accumulates dQ with atomics: not bitwise repeatable, unlike the
-// own kernels. The forward's lse is the natural-log row log-sum-exp the own kernels
-// save, so either backward can follow either forward.
+// the causal and the padding masks (not packing's segment masks; key lengths 1..T:
+// cuDNN leaves a row with no key undefined where the own kernels write zeros),
+// 16-byte aligned operands, compute capability 8.0 or newer, and a libcudnn.so.9
+// that loads and builds a small graph on the device (once per device); when not,
+// `why` (if given) says why. The graphs are built on first use per shape and kept.
+// Its backward is not promised bitwise repeatable (cuDNN's deterministic mode is
+// not asked for), unlike the own kernels. The forward's lse is the natural-log row
+// log-sum-exp the own kernels save, so either backward can follow either forward.
 bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
 // "cuDNN 9.10.2" for the library loaded (loading it on first call), "" where none loads.
 std::string cudnn_attention_library();

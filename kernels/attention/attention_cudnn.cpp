@@ -81,11 +81,13 @@ const Library& library() {
 
 std::string version_string(size_t v) { return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100); }
 
-// One handle per device, made on first use there and kept for the process (cuDNN's
-// own teardown at exit may come before a static's destructor).
+// The caches below are never destroyed: cuDNN's own state may be gone by the time a
+// static's destructor would free a handle or a graph's plans at exit.
+
+// One handle per device, made on first use there and kept for the process.
 cudnnHandle_t handle_for(int device) {
-  static std::mutex mu;
-  static std::map<int, cudnnHandle_t> handles;
+  static std::mutex& mu = *new std::mutex;
+  static std::map<int, cudnnHandle_t>& handles = *new std::map<int, cudnnHandle_t>;
   const std::lock_guard<std::mutex> lock(mu);
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
@@ -128,7 +130,7 @@ void ok(fe::error_t e, const char* step, const Key& k) {
 // statistics fp32 [B, H, T, 1], fp32 arithmetic inside, the causal mask aligned top
 // left (key s <= query t, as sm::allowed), the padding mask from per-batch key
 // lengths with every query row live (seq_len_q = T).
-Built build(const Key& k, cudnnHandle_t handle) {
+Built build(const Key& k, cudnnHandle_t handle, fe::AttentionImplementation_t impl) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(k.dt == DType::f16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -153,7 +155,11 @@ Built build(const Key& k, cudnnHandle_t handle) {
   }();
   auto Q = tensor("Q", kQ), K = tensor("K", kK), V = tensor("V", kV);
   if (!k.backward) {
-    auto opts = fe::graph::SDPA_attributes().set_name("headroom_sdpa").set_generate_stats(true).set_attn_scale(scale);
+    auto opts = fe::graph::SDPA_attributes()
+                    .set_name("headroom_sdpa")
+                    .set_generate_stats(true)
+                    .set_attn_scale(scale)
+                    .set_implementation(impl);
     if (k.causal) opts.set_causal_mask(true);
     if (k.padding) opts.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(lengths("seq_kv", kSeqKv));
     auto [O, stats] = g->sdpa(Q, K, V, opts);
@@ -187,14 +193,62 @@ Built build(const Key& k, cudnnHandle_t handle) {
 }
 
 // The built graph of a key, from the cache or built now (under the lock: two
-// threads asking for one shape build it once).
+// threads asking for one shape build it once). The frontend picks its forward's
+// implementation by cuDNN's version alone (the unified one on newer releases); where
+// that one has no engine for a shape, the composite one, which the backward always
+// uses, is tried before giving up.
 const Built& graph_for(const Key& k, cudnnHandle_t handle) {
-  static std::mutex mu;
-  static std::map<Key, Built> cache;
+  static std::mutex& mu = *new std::mutex;
+  static std::map<Key, Built>& cache = *new std::map<Key, Built>;
   const std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(k);
-  if (it == cache.end()) it = cache.emplace(k, build(k, handle)).first;
-  return it->second;
+  if (it != cache.end()) return it->second;
+  Built b;
+  try {
+    b = build(k, handle, fe::AttentionImplementation_t::AUTO);
+  } catch (const std::exception& first) {
+    if (k.backward) throw;
+    try {
+      b = build(k, handle, fe::AttentionImplementation_t::COMPOSITE);
+    } catch (const std::exception& second) {
+      HR_CHECK(false, "{}; with the composite implementation: {}", first.what(), second.what());
+    }
+  }
+  return cache.emplace(k, std::move(b)).first->second;
+}
+
+// Whether cuDNN builds a small causal bf16 forward and backward on a device (once per
+// device): a library that loads may still lack an engine, a sub-library or NVRTC.
+// Empty, or what failed.
+const std::string& probe_error(int device) {
+  static std::mutex& mu = *new std::mutex;
+  static std::map<int, std::string>& seen = *new std::map<int, std::string>;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    auto it = seen.find(device);
+    if (it != seen.end()) return it->second;
+  }
+  std::string error;
+  try {
+    const ScopedCudaDevice on(device);
+    const cudnnHandle_t h = handle_for(device);
+    for (bool backward : {false, true}) {
+      Key k{};
+      k.device = device;
+      k.dt = DType::bf16;
+      k.B = k.H = 1;
+      k.T = k.D = 64;
+      k.causal = true;
+      k.backward = backward;
+      const float scale = 0.125f;
+      std::memcpy(&k.scale_bits, &scale, sizeof scale);
+      graph_for(k, h);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::lock_guard<std::mutex> lock(mu);
+  return seen.emplace(device, std::move(error)).first->second;
 }
 
 Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
@@ -258,8 +312,8 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
   const Library& l = library();
   if (!l.error.empty()) return no(l.error);
   // The fused engines run on sm_80 and newer; cached per device.
-  static std::mutex mu;
-  static std::map<int, int> cc;
+  static std::mutex& mu = *new std::mutex;
+  static std::map<int, int>& cc = *new std::map<int, int>;
   const int dev = q.device().record().ordinal;
   int major = 0;
   {
@@ -272,6 +326,8 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
     major = it->second;
   }
   if (major < 8) return no(fmt::format("compute capability {}.x: cuDNN's fused attention needs 8.0 or newer", major));
+  if (const std::string& e = probe_error(dev); !e.empty())
+    return no(fmt::format("cuDNN {} does not build a small attention graph here: {}", version_string(l.version), e));
   return true;
 }
 

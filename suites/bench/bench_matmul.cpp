@@ -187,15 +187,28 @@ void register_all() {
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core, "memory_efficient_tensor_core"}};
   // The tensor-core forms last: an error of kernels new to a device that leaves it
   // unusable (an illegal address) costs only the cases after it.
+  // cuDNN's cases only where it runs (a library kernel that is optional: its absence
+  // is said, not an error), and at three lengths: each shape builds two graphs in its
+  // warm-up (seconds where cuDNN compiles its kernels at run time), which the GPU
+  // check's time must hold.
+  std::string no_cudnn;
+  {
+    const Tensor probe = Tensor::zeros(device(BackendKind::cuda), {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
+    if (!ops::cuda::cudnn_attention_available(probe, {}, &no_cudnn))
+      std::fprintf(stderr, "bench_matmul: cuDNN attention cases not registered: %s\n", no_cudnn.c_str());
+  }
   for (const Form& f : forms)
-    for (const int64_t D : {int64_t{64}, int64_t{128}})
-      hr::bench::register_case(
+    for (const int64_t D : {int64_t{64}, int64_t{128}}) {
+      if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn.empty()) continue;
+      auto* c = hr::bench::register_case(
           (D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name,
-          bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel)
-          ->RangeMultiplier(2)
-          ->Range(512, 8192)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+          bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel);
+      if (f.kernel == ops::GpuAttentionKernel::cudnn)
+        c->Arg(1024)->Arg(4096)->Arg(8192);
+      else
+        c->RangeMultiplier(2)->Range(512, 8192);
+      c->UseManualTime()->Unit(benchmark::kMillisecond);
+    }
 #endif
 }
 

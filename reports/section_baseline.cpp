@@ -84,6 +84,9 @@ std::string baseline_section(const Results& r, const ReportOptions& opt) {
   row("git SHA", str_of(b.build, "git_sha"), str_of(r.build, "git_sha"));
   row("run at (UTC)", b.run_time_utc, r.run_time_utc);
   row("preset", b.preset, r.preset);
+  if (!b.attention_kernel.empty() || !r.attention_kernel.empty())
+    row("attention kernels", b.attention_kernel.empty() ? "-" : b.attention_kernel,
+        r.attention_kernel.empty() ? "-" : r.attention_kernel);
   row("seed", std::to_string(b.seed), std::to_string(r.seed));
   row("run", run_kind(b), run_kind(r));
   auto host = [](const Results& x) {

@@ -190,7 +190,8 @@ std::string device_section(const Results& r) {
            {"seed", std::to_string(r.seed)},
            {"schema", r.schema}};
   if (!r.only.empty()) run["--only"] = r.only;
-  s += kv_table(run, {"started (UTC)", "duration", "preset", "backend", "seed", "--only", "schema"});
+  if (!r.attention_kernel.empty()) run["attention kernels"] = r.attention_kernel;
+  s += kv_table(run, {"started (UTC)", "duration", "preset", "backend", "attention kernels", "seed", "--only", "schema"});
   s += "</div></div></section>";
   return s;
 }

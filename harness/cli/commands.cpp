@@ -30,10 +30,11 @@
 #include "harness/step/memory_model.hpp"
 #include "harness/step/step_config.hpp"
 #include "harness/text.hpp"
-#include "kernels/attention/attention_cuda.hpp"
 #include "harness/results/junit.hpp"
 #include "harness/results/results.hpp"
 #include "harness/results/runner.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/attention/attention_cuda.hpp"
 #include "reports/report.hpp"
 
 #ifndef RENAME_EXCHANGE
@@ -177,6 +178,21 @@ bool device_unusable(const Device& dev, const std::string& id, std::string* why)
   return dev.kind() == BackendKind::cuda && cuda_context_lost(why);
 }
 
+// A run whose results say which GPU attention kernels it used (`from`: a baseline
+// validated against, a run resumed) goes on with them: its times are those kernels'.
+// HEADROOM_ATTENTION_KERNEL naming others is refused before anything runs.
+void adopt_attention_kernel(const std::string& kernel, const std::string& from) {
+  if (kernel.empty()) return;  // a CPU run, or a file from before it was recorded
+  const std::optional<ops::GpuAttentionKernel> k = ops::parse_gpu_attention_kernel(kernel);
+  HR_ARG_CHECK(k.has_value(), "{}: attention kernels '{}' unknown", from, kernel);
+  const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
+  HR_ARG_CHECK(env == nullptr || *env == '\0' || kernel == env,
+               "HEADROOM_ATTENTION_KERNEL={}: {} ran the {} attention kernels, whose times its own are; unset it to "
+               "run those",
+               env ? env : "", from, kernel);
+  ops::set_gpu_attention_kernel(*k);
+}
+
 // Runs the suite per c and writes results.json and index.html into c.out_dir.
 // before_report is called with the run and its device while the device is open.
 // preflight is called with the device once it is open, before anything is written
@@ -204,6 +220,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     opt.dp_ranks = resumed->dp_ranks;
     opt.resume = &*resumed;
     backend = resumed->backend;
+    // The rest runs on the attention kernels of what finished.
+    adopt_attention_kernel(resumed->attention_kernel, "--resume " + c.resume_dir);
   }
   // A bad --only or --skip, or one that selects nothing, is bad input before
   // anything runs: a run of nothing would check nothing.
@@ -668,6 +686,7 @@ RunCommand adopt_baseline(const ValidateCommand& c, const Results& base) {
   if (!c.given.only) run.only = base.only;
   if (!c.given.skip) run.skip = base.skip;
   if (!c.given.ranks) run.dp_ranks = base.dp_ranks;
+  adopt_attention_kernel(base.attention_kernel, "the baseline " + c.baseline);
   return run;
 }
 

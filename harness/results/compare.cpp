@@ -464,6 +464,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
                                        base.preset, cur.preset));
   if (base.backend != cur.backend)
     cmp.failures.push_back(fmt::format("backends differ: baseline {}, this run {}", base.backend, cur.backend));
+  if (!base.attention_kernel.empty() && !cur.attention_kernel.empty() && base.attention_kernel != cur.attention_kernel)
+    cmp.failures.push_back(fmt::format("attention kernels differ: baseline {}, this run {}: every time through "
+                                       "attention is another kernel's; run the baseline's (HEADROOM_ATTENTION_KERNEL)",
+                                       base.attention_kernel, cur.attention_kernel));
   if (dev_str(base.build, "git_sha") != dev_str(cur.build, "git_sha"))
     cmp.warnings.push_back(fmt::format("builds differ: baseline {}, this run {}", dev_str(base.build, "git_sha"),
                                        dev_str(cur.build, "git_sha")));

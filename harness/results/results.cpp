@@ -26,6 +26,7 @@
 #include "harness/check.hpp"
 #include "harness/output.hpp"
 #include "harness/tolerances.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace hr {
 
@@ -397,6 +398,7 @@ nlohmann::json results_to_json(const Results& r) {
   j["only"] = r.only;
   j["skip"] = r.skip;
   if (!r.dp_ranks.empty()) j["dp_ranks"] = r.dp_ranks;
+  if (!r.attention_kernel.empty()) j["attention_kernel"] = r.attention_kernel;
   j["device"] = r.device;
   j["build"] = r.build;
   j["totals"] = totals_to_json(r.totals);
@@ -461,6 +463,9 @@ Results results_from_json(const nlohmann::json& j, const std::string& what) {
       r.dp_ranks.push_back(n.get<int>());
     }
   }
+  r.attention_kernel = opt_str(j, "attention_kernel");
+  HR_ARG_CHECK(r.attention_kernel.empty() || ops::parse_gpu_attention_kernel(r.attention_kernel).has_value(),
+               "{}: field \"attention_kernel\" is '{}', not scalar, tensor_core or cudnn", what, r.attention_kernel);
   r.device = field(j, "device", what);
   HR_ARG_CHECK(r.device.is_object(), "{}: field \"device\" must be an object", what);
   r.build = obj_or_empty(j, "build");

@@ -91,6 +91,10 @@ struct Results {
   std::string only;     // the --only filter, empty when none
   std::string skip;     // the --skip filter, empty when none
   std::vector<int> dp_ranks;  // --ranks, empty when not given (the default: 2 and 4)
+  // A CUDA run's memory-efficient attention kernels for fp16 and bf16
+  // (ops::gpu_attention_kernel_name: "scalar", "tensor_core" or "cudnn"); empty on the
+  // CPU and in files written before it was recorded.
+  std::string attention_kernel;
   nlohmann::json device = nlohmann::json::object();  // DeviceRecord (kept as JSON: a
                                                      // loaded file may come from another build)
   nlohmann::json build = nlohmann::json::object();   // build_record()

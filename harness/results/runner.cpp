@@ -19,6 +19,7 @@
 
 #include "harness/check.hpp"
 #include "harness/step/train_step.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace hr {
 
@@ -229,6 +230,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   r.only = opt.only;
   r.skip = opt.skip;
   r.dp_ranks = opt.dp_ranks;
+  if (dev.is_cuda()) r.attention_kernel = ops::gpu_attention_kernel_name(ops::gpu_attention_kernel());
   r.device = dev.record();
   r.build = build_record();
 

@@ -40,16 +40,21 @@ const char* gpu_attention_kernel_name(GpuAttentionKernel k) {
   return "?";
 }
 
+std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& name) {
+  for (GpuAttentionKernel k : {GpuAttentionKernel::scalar, GpuAttentionKernel::tensor_core, GpuAttentionKernel::cudnn})
+    if (name == gpu_attention_kernel_name(k)) return k;
+  return std::nullopt;
+}
+
 namespace {
 std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
   static std::atomic<GpuAttentionKernel> setting{[] {
     const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
     if (env == nullptr || *env == '\0') return GpuAttentionKernel::scalar;
     const std::string v = env;
-    for (GpuAttentionKernel k : {GpuAttentionKernel::scalar, GpuAttentionKernel::tensor_core, GpuAttentionKernel::cudnn})
-      if (v == gpu_attention_kernel_name(k)) return k;
-    HR_ARG_CHECK(false, "HEADROOM_ATTENTION_KERNEL must be scalar, tensor_core or cudnn, got '{}'", v);
-    return GpuAttentionKernel::scalar;
+    const std::optional<GpuAttentionKernel> k = parse_gpu_attention_kernel(v);
+    HR_ARG_CHECK(k.has_value(), "HEADROOM_ATTENTION_KERNEL must be scalar, tensor_core or cudnn, got '{}'", v);
+    return *k;
   }()};
   return setting;
 }

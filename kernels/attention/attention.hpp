@@ -9,6 +9,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "harness/tensor.hpp"
 #include "kernels/softmax/softmax.hpp"
@@ -49,6 +51,8 @@ struct AttnProbDropout {
 // starting value.
 enum class GpuAttentionKernel { scalar, tensor_core, cudnn };
 const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core" | "cudnn"
+// The kernel a name stands for, or nothing for a name that is none of them.
+std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& name);
 GpuAttentionKernel gpu_attention_kernel();
 void set_gpu_attention_kernel(GpuAttentionKernel k);
 // Sets the kernels for its scope and puts the previous setting back, a throw included.

@@ -86,6 +86,22 @@ TEST(ReportCompare, AChangeBeyondTheNoiseIsARegression) {
   EXPECT_TRUE(faster.fit());
 }
 
+// Times through attention on other kernels are not the baseline's: not fit, and
+// said so. A file that does not record them (CPU, or from before) is not held to it.
+TEST(ReportCompare, OtherAttentionKernelsAreNotFit) {
+  hr::Results base = with_point(0.100, 0.01, 1000), cur = with_point(0.100, 0.01, 1000);
+  base.attention_kernel = cur.attention_kernel = "tensor_core";
+  EXPECT_TRUE(hr::compare_results(base, cur).fit());
+  cur.attention_kernel = "scalar";
+  const auto c = hr::compare_results(base, cur);
+  EXPECT_FALSE(c.fit());
+  ASSERT_EQ(c.failures.size(), 1u);
+  EXPECT_NE(c.failures[0].find("attention kernels differ: baseline tensor_core, this run scalar"), std::string::npos)
+      << c.failures[0];
+  cur.attention_kernel = "";
+  EXPECT_TRUE(hr::compare_results(base, cur).fit());
+}
+
 TEST(ReportCompare, ANoisyTimingIsFlaggedNotJudged) {
   const auto c = hr::compare_results(with_point(0.100, 0.01, 1000), with_point(0.200, 0.40, 1000));
   EXPECT_EQ(row(c, "step time")->verdict, "noisy");

@@ -222,6 +222,27 @@ TEST(ReportResults, RankCountsRoundTripAndAreChecked) {
   }
 }
 
+// A CUDA run's attention kernels travel with the file (validate and --resume run the
+// same ones); a CPU run, or a file from before, has none, and an unknown name is
+// refused.
+TEST(ReportResults, AttentionKernelsRoundTripAndAreChecked) {
+  hr::Results r = sample_results();
+  EXPECT_FALSE(hr::results_to_json(r).contains("attention_kernel"));
+  EXPECT_EQ(hr::results_from_json(hr::results_to_json(r)).attention_kernel, "");
+  for (const char* k : {"scalar", "tensor_core", "cudnn"}) {
+    r.attention_kernel = k;
+    EXPECT_EQ(hr::results_from_json(hr::results_to_json(r)).attention_kernel, k);
+  }
+  auto j = hr::results_to_json(r);
+  j["attention_kernel"] = "flash";
+  try {
+    hr::results_from_json(j, "x.json");
+    ADD_FAILURE() << "an unknown attention kernel was read";
+  } catch (const hr::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_kernel"), std::string::npos) << e.what();
+  }
+}
+
 // Adds specs to the registries for one test and takes them out again, so the
 // process-wide registries are as they were for every other test.
 struct ScopedSpecs {

@@ -28,6 +28,7 @@
 #include "harness/results/results.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/runner.hpp"
+#include "kernels/attention/attention.hpp"
 #include "harness/timing.hpp"
 #include "reports/report.hpp"
 #include "suites/common/test_support.hpp"
@@ -444,6 +445,28 @@ TEST(ValidateGate, ABaselineThisMachineCannotMatchIsRefusedBeforeAnythingRuns) {
   std::ostringstream o, e;
   EXPECT_EQ(hr::command_validate(p, o, e), 2);
   EXPECT_NE(e.str().find("--preset full"), std::string::npos) << e.str();
+}
+
+// A baseline that ran on some GPU attention kernels is validated on the same ones:
+// HEADROOM_ATTENTION_KERNEL naming others is refused before anything runs, and
+// without it the baseline's become the setting.
+TEST(ValidateGate, ValidateRunsTheBaselinesAttentionKernels) {
+  const hr::ops::ScopedGpuAttentionKernel restored(hr::ops::gpu_attention_kernel());
+  TempDir dir;
+  hr::ValidateCommand v;
+  v.run.out_dir = (dir.path / "now").string();
+  v.baseline = write_baseline(dir, [](hr::Results& r) { r.attention_kernel = "tensor_core"; });
+  {
+    const ScopedEnv other("HEADROOM_ATTENTION_KERNEL", "scalar");
+    std::ostringstream out, err;
+    EXPECT_EQ(hr::command_validate(v, out, err), 2);
+    EXPECT_NE(err.str().find("ran the tensor_core attention kernels"), std::string::npos) << err.str();
+    EXPECT_FALSE(fs::exists(dir.path / "now" / "results.json"));
+  }
+  hr::ops::set_gpu_attention_kernel(hr::ops::GpuAttentionKernel::scalar);
+  std::ostringstream out, err;
+  EXPECT_EQ(hr::command_validate(v, out, err), 0) << out.str() << err.str();
+  EXPECT_EQ(hr::ops::gpu_attention_kernel(), hr::ops::GpuAttentionKernel::tensor_core);
 }
 
 // A sweep without a re-measure hook of its own (BM-OPT) is run again before a

@@ -52,9 +52,15 @@ headroom_cudnn_frontend() {
   dir=$root/.deps/cudnn-frontend
   [ "$(cat "$dir/VERSION" 2>/dev/null)" = "$HEADROOM_CUDNN_FRONTEND_VERSION" ] && [ -f "$dir/include/cudnn_frontend.h" ] &&
     return 0
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "headroom: no pip (python3-pip); building without cuDNN's fused attention" >&2
+    return 0
+  fi
   tmp=$(mktemp -d)
   # The wheel's headers are the same for every Python; these flags only pick one file.
-  if python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+  # Offline, pip gives up at once rather than retrying for minutes.
+  if python3 -m pip download --quiet --disable-pip-version-check --retries 0 --timeout 10 --no-deps \
+    --only-binary=:all: \
     --python-version 3.11 --implementation cp --abi cp311 --platform manylinux_2_28_x86_64 \
     -d "$tmp" "nvidia-cudnn-frontend==$HEADROOM_CUDNN_FRONTEND_VERSION" >&2 &&
     rm -rf "$dir" && mkdir -p "$dir" &&

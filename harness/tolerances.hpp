@@ -67,7 +67,9 @@ inline constexpr PerDType kAttentionNmse{1e-9, 1e-5, 5e-4};
 // room for summation order. fp16 / bf16: inputs, incoming gradient, saved
 // activations and every stored intermediate (dscores, dprobs) are rounded, each
 // ~u^2 / 3; up to ~10 such roundings compound in attention's backward. Measured
-// for attention (CPU, both forms, every mask): 6e-14, 3e-7, 1.8e-5.
+// for attention (CPU, both forms, every mask): 6e-14, 3e-7, 1.8e-5. Attention's
+// also bounds one GPU kernel's gradients against another's (tensor-core or cuDNN
+// against the scalar kernels): each side carries those roundings, in its own order.
 inline constexpr PerDType kMatmulGradNmse{1e-9, 1e-5, 5e-4};
 inline constexpr PerDType kAttentionGradNmse{1e-9, 1e-5, 5e-4};
 

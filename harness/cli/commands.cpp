@@ -191,6 +191,28 @@ void adopt_attention_kernel(const std::string& kernel, const std::string& from) 
                "run those",
                env ? env : "", from, kernel);
   ops::set_gpu_attention_kernel(*k);
+  // The data-parallel ranks that mpirun starts read it from the environment.
+  setenv("HEADROOM_ATTENTION_KERNEL", kernel.c_str(), 1);
+}
+
+// The attention kernels a CUDA run records are the ones asked for; a form this
+// device cannot take is refused before anything runs, not replaced call by call by
+// the scalar kernels under its name.
+void require_attention_kernel(Device& dev) {
+#if HEADROOM_HAVE_CUDA
+  const ops::GpuAttentionKernel k = ops::gpu_attention_kernel();
+  if (!dev.is_cuda() || k == ops::GpuAttentionKernel::scalar) return;
+  const Tensor probe = Tensor::zeros(dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
+  std::string why;
+  const bool ok = k == ops::GpuAttentionKernel::tensor_core
+                      ? ops::cuda::tensor_core_attention_available(probe, &why)
+                      : ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &why);
+  HR_ARG_CHECK(ok, "HEADROOM_ATTENTION_KERNEL={}: these kernels cannot run on this device ({}); the run would record "
+               "kernels it did not use",
+               ops::gpu_attention_kernel_name(k), why);
+#else
+  (void)dev;
+#endif
 }
 
 // Runs the suite per c and writes results.json and index.html into c.out_dir.
@@ -233,6 +255,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
   if (preflight) preflight(*dev);
+  require_attention_kernel(*dev);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
   // Temporaries of a writer killed mid-write (we hold the folder: none is live),
@@ -649,14 +672,18 @@ int command_info(const std::string& backend, std::ostream& out, std::ostream& er
     std::string why;
     if (!cuda_device_available(&why)) j["cuda_unavailable_reason"] = why;
 #if HEADROOM_HAVE_CUDA
-    // Which library kernel the cuDNN attention form would run, or why none.
+    // The cuDNN the attention form would load (only loaded: `info` makes no graph,
+    // so it stays quick, also under compute-sanitizer), or why none.
     if (dev->is_cuda()) {
-      const Tensor probe = Tensor::zeros(*dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
-      std::string no;
-      if (ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &no))
-        j["cudnn_attention"] = ops::cuda::cudnn_attention_library();
-      else
-        j["cudnn_attention_unavailable_reason"] = no;
+      const std::string lib = ops::cuda::cudnn_attention_library();
+      if (!lib.empty()) {
+        j["cudnn"] = lib;
+      } else {
+        const Tensor probe = Tensor::zeros(*dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
+        std::string no;
+        ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &no);  // a library that does not load: no graph
+        j["cudnn_unavailable_reason"] = no;
+      }
     }
 #endif
     fmt::print(out, "{}\n", j.dump(2));

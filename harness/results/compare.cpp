@@ -468,6 +468,11 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     cmp.failures.push_back(fmt::format("attention kernels differ: baseline {}, this run {}: every time through "
                                        "attention is another kernel's; run the baseline's (HEADROOM_ATTENTION_KERNEL)",
                                        base.attention_kernel, cur.attention_kernel));
+  else if (base.backend == "cuda" && base.attention_kernel.empty() != cur.attention_kernel.empty())
+    cmp.warnings.push_back(fmt::format("the {} does not say which attention kernels it ran (written before they were "
+                                       "recorded); the other ran {}: times through attention may be other kernels'",
+                                       base.attention_kernel.empty() ? "baseline" : "run",
+                                       base.attention_kernel.empty() ? cur.attention_kernel : base.attention_kernel));
   if (dev_str(base.build, "git_sha") != dev_str(cur.build, "git_sha"))
     cmp.warnings.push_back(fmt::format("builds differ: baseline {}, this run {}", dev_str(base.build, "git_sha"),
                                        dev_str(cur.build, "git_sha")));

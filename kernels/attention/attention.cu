@@ -141,8 +141,8 @@ struct TcDevice {
   int major = 0, minor = 0, optin = 0;
 };
 TcDevice tc_device(int dev) {
-  static std::mutex mu;
-  static std::map<int, TcDevice> seen;
+  static std::mutex& mu = *new std::mutex;  // never destroyed: callable during exit
+  static std::map<int, TcDevice>& seen = *new std::map<int, TcDevice>;
   const std::lock_guard<std::mutex> lock(mu);
   auto it = seen.find(dev);
   if (it != seen.end()) return it->second;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt
 bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
 // "cuDNN 9.10.2" for the library loaded (loading it on first call), "" where none loads.
 std::string cudnn_attention_library();
+// How many cuDNN attention graphs this process has run (forward and backward each
+// count one): what tells a test that cuDNN ran, not a fallback.
+uint64_t cudnn_attention_executions();
 // As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
 // checked cudnn_attention_available.
 void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,

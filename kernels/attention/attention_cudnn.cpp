@@ -20,6 +20,7 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -266,6 +267,8 @@ Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
   return k;
 }
 
+std::atomic<uint64_t> executions{0};
+
 // Runs a built graph on the tensors' stream; the workspace and the query lengths
 // come from the device's allocator (Consumer::workspace), so the memory accounting
 // sees them.
@@ -287,11 +290,14 @@ void execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   Tensor ws;
   if (b.workspace > 0) ws = Tensor::empty(q.device(), {b.workspace}, DType::u8, Consumer::workspace);
   ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
+  executions.fetch_add(1);
 }
 
 void* ptr(const Tensor& t) { return const_cast<void*>(t.data()); }
 
 }  // namespace
+
+uint64_t cudnn_attention_executions() { return executions.load(); }
 
 std::string cudnn_attention_library() {
   const Library& l = library();
@@ -358,6 +364,7 @@ constexpr const char* kNoCudnn =
 }
 
 std::string cudnn_attention_library() { return std::string(); }
+uint64_t cudnn_attention_executions() { return 0; }
 
 bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why) {
   if (why != nullptr) *why = kNoCudnn;

@@ -783,17 +783,30 @@ class AttentionCudnn : public testing::TestWithParam<DType> {};
 // The masks cuDNN's graphs take; packing's segment masks take the own kernels.
 constexpr MaskKind kCudnnMasks[] = {MaskKind::none, MaskKind::causal, MaskKind::causal_padding};
 
+// How many cuDNN graphs this process has run (0 without the CUDA backend).
+uint64_t cudnn_runs() {
+#if HEADROOM_HAVE_CUDA
+  return ops::cuda::cudnn_attention_executions();
+#else
+  return 0;
+#endif
+}
+
 // One forward and backward of the memory-efficient form with `kernel` selected for
 // the forward and `backward_kernel` for the backward, under an op fault (none by
-// default); the gradients widened.
+// default); the gradients widened, and how many cuDNN graphs ran (each form that
+// asks for cuDNN must add one: a fallback to the scalar kernels would compare them
+// with themselves).
 struct CudnnPass {
   std::vector<float> out;
   std::vector<double> dq, dk, dv;
+  uint64_t cudnn_runs = 0;
 };
 CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, Shape shape, DType dt, float scale,
                      ops::GpuAttentionKernel kernel, ops::GpuAttentionKernel backward_kernel,
                      const ops::OpFault& fault = {}) {
   const ops::ScopedOpFault armed(fault);
+  const uint64_t before = cudnn_runs();
   Tensor out = Tensor::empty(dev, shape, dt, Consumer::activations);
   Tensor dq = Tensor::empty(dev, shape, dt, Consumer::activations), dk = dq.clone(), dv = dq.clone();
   ops::AttentionSaved saved;
@@ -807,7 +820,7 @@ CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, 
     ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk, dv);
   }
   return {out.to_host_f32(), test::widen(dq.to_host_f32()), test::widen(dk.to_host_f32()),
-          test::widen(dv.to_host_f32())};
+          test::widen(dv.to_host_f32()), cudnn_runs() - before};
 }
 
 // The shapes of the tests below, [2, 2, T, D] at scale 1/sqrt(D): T off the tiles'
@@ -825,7 +838,7 @@ TEST(AttentionCudnnCuda, BuildsWhereTheLibraryLoads) {
   if (ops::cuda::cudnn_attention_library().empty())
     GTEST_SKIP() << "cuDNN attention unavailable: " << why_no_cudnn(dev, DType::bf16);
   const std::string why = why_no_cudnn(dev, DType::bf16);
-  if (why.find("compute capability") != std::string::npos) GTEST_SKIP() << why;
+  if (why.rfind("compute capability", 0) == 0) GTEST_SKIP() << why;  // the reason as the predicate words it
   RecordProperty("cudnn", ops::cuda::cudnn_attention_library());
   EXPECT_EQ(why, "") << ops::cuda::cudnn_attention_library() << " loads but does not run here";
 #endif
@@ -858,8 +871,10 @@ TEST_P(AttentionCudnn, ForwardMatchesFloat64Reference) {
         const ops::ScopedGpuAttentionKernel selected(ops::GpuAttentionKernel::cudnn);
         Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
         ops::AttentionSaved saved;
+        const uint64_t before = cudnn_runs();
         ops::attention_forward(AttentionImpl::memory_efficient, x.q, x.k, x.v, m.dev, scale, out, saved,
                                Consumer::activations);
+        ASSERT_EQ(cudnn_runs() - before, 1u) << what << ": cuDNN did not run";
         if (rel == 0) {
           EXPECT_TRUE(test::nmse_within(out.to_host_f32(), want, bound, what));
           worst = std::max(worst, test::nmse(out.to_host_f32(), want));
@@ -892,6 +907,7 @@ TEST_P(AttentionCudnn, BackwardAgreesWithScalarKernels) {
       Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3),
                                    {B, H, T, D}, dt, Consumer::activations);
       const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::scalar, K::scalar);
+      ASSERT_EQ(scalar.cudnn_runs, 0u);
       for (double d : {0.0, -std::log1p(-std::sqrt(30 * bound)), 1.0}) {
         ops::OpFault f;
         if (d > 0) {
@@ -900,6 +916,7 @@ TEST_P(AttentionCudnn, BackwardAgreesWithScalarKernels) {
         }
         const CudnnPass cudnn = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn, f);
         const std::string what = fmt::format("T {} D {} mask {} lse offset {:.3g}", T, D, mask_name(mk), d);
+        ASSERT_EQ(cudnn.cudnn_runs, 2u) << what << ": cuDNN did not run both directions";
         const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
             {"dq", {&cudnn.dq, &scalar.dq}}, {"dk", {&cudnn.dk, &scalar.dk}}, {"dv", {&cudnn.dv, &scalar.dv}}};
         for (const auto& [name, pair] : grads) {
@@ -919,7 +936,9 @@ TEST_P(AttentionCudnn, BackwardAgreesWithScalarKernels) {
 
 // The two forms save the same statistics (the natural-log row log-sum-exp), so
 // cuDNN's backward after the scalar kernels' forward, and the scalar backward after
-// cuDNN's forward, give the scalar kernels' gradients.
+// cuDNN's forward, give the scalar kernels' gradients. Controls: the forward's saved
+// statistics off by d (subtle, (1 - e^-d)^2 30 times the bound, and gross, d = 1)
+// must show in the other form's dV.
 TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
   const DType dt = GetParam();
   HR_CUDNN_DEVICE(dev, dt);
@@ -931,13 +950,22 @@ TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
   Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12003), {B, H, T, D},
                                dt, Consumer::activations);
   const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::scalar, K::scalar);
+  const double bound = tol::kAttentionGradNmse(dt);
   for (auto [fwd, bwd] : {std::pair<K, K>{K::scalar, K::cudnn}, {K::cudnn, K::scalar}}) {
-    const CudnnPass mixed = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd);
     const std::string what =
         fmt::format("forward {}, backward {}", ops::gpu_attention_kernel_name(fwd), ops::gpu_attention_kernel_name(bwd));
+    const CudnnPass mixed = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd);
+    ASSERT_EQ(mixed.cudnn_runs, 1u) << what;
     for (auto [got, want] : {std::pair{&mixed.dq, &scalar.dq}, {&mixed.dk, &scalar.dk}, {&mixed.dv, &scalar.dv}})
-      EXPECT_TRUE(test::nmse_within(std::vector<float>(got->begin(), got->end()), *want,
-                                    tol::kAttentionGradNmse(dt), what));
+      EXPECT_TRUE(test::nmse_within(std::vector<float>(got->begin(), got->end()), *want, bound, what));
+    for (double d : {-std::log1p(-std::sqrt(30 * bound)), 1.0}) {
+      ops::OpFault f;
+      f.op = "attention_forward";
+      f.lse_offset = d;
+      const CudnnPass off = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd, f);
+      EXPECT_FALSE(test::nmse_within(std::vector<float>(off.dv.begin(), off.dv.end()), scalar.dv, bound, what))
+          << what << ": the forward's statistics off by " << d << " did not reach the backward";
+    }
   }
 }
 
@@ -955,6 +983,7 @@ TEST_P(AttentionCudnn, SegmentMasksTakeTheScalarKernels) {
                                dt, Consumer::activations);
   const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::scalar, K::scalar);
   const CudnnPass asked = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::cudnn, K::cudnn);
+  EXPECT_EQ(asked.cudnn_runs, 0u) << "cuDNN ran under a segment mask";
   EXPECT_EQ(asked.out, scalar.out);
   EXPECT_EQ(asked.dq, scalar.dq);
   EXPECT_EQ(asked.dv, scalar.dv);

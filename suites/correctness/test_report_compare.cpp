@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -90,6 +91,7 @@ TEST(ReportCompare, AChangeBeyondTheNoiseIsARegression) {
 // said so. A file that does not record them (CPU, or from before) is not held to it.
 TEST(ReportCompare, OtherAttentionKernelsAreNotFit) {
   hr::Results base = with_point(0.100, 0.01, 1000), cur = with_point(0.100, 0.01, 1000);
+  base.backend = cur.backend = "cuda";
   base.attention_kernel = cur.attention_kernel = "tensor_core";
   EXPECT_TRUE(hr::compare_results(base, cur).fit());
   cur.attention_kernel = "scalar";
@@ -98,8 +100,13 @@ TEST(ReportCompare, OtherAttentionKernelsAreNotFit) {
   ASSERT_EQ(c.failures.size(), 1u);
   EXPECT_NE(c.failures[0].find("attention kernels differ: baseline tensor_core, this run scalar"), std::string::npos)
       << c.failures[0];
+  // A run that does not record them is compared, with a warning that says so.
   cur.attention_kernel = "";
-  EXPECT_TRUE(hr::compare_results(base, cur).fit());
+  const auto unsaid = hr::compare_results(base, cur);
+  EXPECT_TRUE(unsaid.fit());
+  EXPECT_TRUE(std::any_of(unsaid.warnings.begin(), unsaid.warnings.end(), [](const std::string& w) {
+    return w.find("does not say which attention kernels") != std::string::npos;
+  }));
 }
 
 TEST(ReportCompare, ANoisyTimingIsFlaggedNotJudged) {

@@ -199,20 +199,13 @@ void adopt_attention_kernel(const std::string& kernel, const std::string& from) 
 // device cannot take is refused before anything runs, not replaced call by call by
 // the scalar kernels under its name.
 void require_attention_kernel(Device& dev) {
-#if HEADROOM_HAVE_CUDA
   const ops::GpuAttentionKernel k = ops::gpu_attention_kernel();
-  if (!dev.is_cuda() || k == ops::GpuAttentionKernel::scalar) return;
-  const Tensor probe = Tensor::zeros(dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
+  if (!dev.is_cuda()) return;
   std::string why;
-  const bool ok = k == ops::GpuAttentionKernel::tensor_core
-                      ? ops::cuda::tensor_core_attention_available(probe, &why)
-                      : ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &why);
-  HR_ARG_CHECK(ok, "HEADROOM_ATTENTION_KERNEL={}: these kernels cannot run on this device ({}); the run would record "
+  HR_ARG_CHECK(ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why),
+               "HEADROOM_ATTENTION_KERNEL={}: these kernels cannot run on this device ({}); the run would record "
                "kernels it did not use",
                ops::gpu_attention_kernel_name(k), why);
-#else
-  (void)dev;
-#endif
 }
 
 // Runs the suite per c and writes results.json and index.html into c.out_dir.
@@ -679,9 +672,8 @@ int command_info(const std::string& backend, std::ostream& out, std::ostream& er
       if (!lib.empty()) {
         j["cudnn"] = lib;
       } else {
-        const Tensor probe = Tensor::zeros(*dev, {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
-        std::string no;
-        ops::cuda::cudnn_attention_available(probe, ops::AttnMask{}, &no);  // a library that does not load: no graph
+        std::string no;  // a library that does not load: no graph is made
+        ops::gpu_attention_kernel_available(*dev, ops::GpuAttentionKernel::cudnn, DType::bf16, 64, &no);
         j["cudnn_unavailable_reason"] = no;
       }
     }

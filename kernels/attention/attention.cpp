@@ -61,6 +61,23 @@ std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
 }  // namespace
 
 GpuAttentionKernel gpu_attention_kernel() { return gpu_kernel_setting().load(); }
+
+bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DType dt, int64_t D, std::string* why) {
+  if (kernel == GpuAttentionKernel::scalar) return true;
+  auto no = [why](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+#if HEADROOM_HAVE_CUDA
+  if (!dev.is_cuda()) return no(fmt::format("{} is not a CUDA device", dev.record().name));
+  const Tensor probe = Tensor::zeros(dev, {1, 1, 8, D}, dt, Consumer::workspace);
+  return kernel == GpuAttentionKernel::tensor_core ? cuda::tensor_core_attention_available(probe, why)
+                                                   : cuda::cudnn_attention_available(probe, AttnMask{}, why);
+#else
+  (void)dev, (void)dt, (void)D;
+  return no("built without the CUDA backend");
+#endif
+}
 void set_gpu_attention_kernel(GpuAttentionKernel k) { gpu_kernel_setting().store(k); }
 
 namespace {

@@ -55,6 +55,11 @@ const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "ten
 std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& name);
 GpuAttentionKernel gpu_attention_kernel();
 void set_gpu_attention_kernel(GpuAttentionKernel k);
+// Whether `kernel` can run the memory-efficient form in dt at head dim D on dev (a
+// CUDA device; aligned [1, 1, 8, D] inputs under no mask stand for a run's), else
+// why not in `why` (if given). The scalar kernels always can.
+bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DType dt, int64_t D,
+                                    std::string* why = nullptr);
 // Sets the kernels for its scope and puts the previous setting back, a throw included.
 class ScopedGpuAttentionKernel {
  public:

@@ -102,12 +102,10 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
          v = random_tensor(dev, {B, H, T, D}, dt, 5), g = random_tensor(dev, {B, H, T, D}, dt, 6);
 #if HEADROOM_HAVE_CUDA
   std::string why_not;
-  if (kernel == ops::GpuAttentionKernel::tensor_core && !ops::cuda::tensor_core_attention_available(q, &why_not)) {
-    state.SkipWithError(("tensor-core attention unavailable: " + why_not).c_str());
-    return;
-  }
-  if (kernel == ops::GpuAttentionKernel::cudnn && !ops::cuda::cudnn_attention_available(q, {}, &why_not)) {
-    state.SkipWithError(("cuDNN attention unavailable: " + why_not).c_str());
+  if (!ops::gpu_attention_kernel_available(dev, kernel, dt, D, &why_not)) {
+    const std::string what =
+        kernel == ops::GpuAttentionKernel::cudnn ? "cuDNN attention unavailable: " : "tensor-core attention unavailable: ";
+    state.SkipWithError((what + why_not).c_str());
     return;
   }
   if (kernel == ops::GpuAttentionKernel::cudnn) state.SetLabel(ops::cuda::cudnn_attention_library());
@@ -192,11 +190,9 @@ void register_all() {
   // warm-up (seconds where cuDNN compiles its kernels at run time), which the GPU
   // check's time must hold.
   std::string no_cudnn;
-  {
-    const Tensor probe = Tensor::zeros(device(BackendKind::cuda), {1, 1, 8, 64}, DType::bf16, Consumer::workspace);
-    if (!ops::cuda::cudnn_attention_available(probe, {}, &no_cudnn))
-      std::fprintf(stderr, "bench_matmul: cuDNN attention cases not registered: %s\n", no_cudnn.c_str());
-  }
+  if (!ops::gpu_attention_kernel_available(device(BackendKind::cuda), ops::GpuAttentionKernel::cudnn, DType::bf16, 64,
+                                           &no_cudnn))
+    std::fprintf(stderr, "bench_matmul: cuDNN attention cases not registered: %s\n", no_cudnn.c_str());
   for (const Form& f : forms)
     for (const int64_t D : {int64_t{64}, int64_t{128}}) {
       if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn.empty()) continue;

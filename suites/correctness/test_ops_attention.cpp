@@ -439,22 +439,17 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionForms, testing::Values(BackendKind::
 
 // ---- the tensor-core kernels (CUDA, fp16 and bf16) ---------------------------------------
 
-// Empty when the tensor-core kernels can take a [B, H, T, D] tensor of dt on dev,
-// else why not (no CUDA backend built, an older GPU, too little shared memory).
-std::string why_no_tensor_cores(Device& dev, DType dt, int64_t D) {
-#if HEADROOM_HAVE_CUDA
+// Empty when `kernel` can run dt at head dim D on dev, else why not (no CUDA backend
+// built, an older GPU, too little shared memory; for cuDNN, no library or no graph).
+std::string why_not(Device& dev, ops::GpuAttentionKernel kernel, DType dt, int64_t D) {
   std::string why;
-  Tensor probe = Tensor::zeros(dev, {1, 1, 1, D}, dt, Consumer::activations);
-  return ops::cuda::tensor_core_attention_available(probe, &why) ? std::string() : why;
-#else
-  (void)dev, (void)dt, (void)D;
-  return "built without the CUDA backend";
-#endif
+  return ops::gpu_attention_kernel_available(dev, kernel, dt, D, &why) ? std::string() : why;
 }
 
-#define HR_TENSOR_CORE_DEVICE(dev, dt)                                                          \
-  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                       \
-  if (const std::string hr_tc_why = why_no_tensor_cores(dev, (dt), 128); !hr_tc_why.empty())     \
+#define HR_TENSOR_CORE_DEVICE(dev, dt)                                                                      \
+  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                                   \
+  if (const std::string hr_tc_why = why_not(dev, ops::GpuAttentionKernel::tensor_core, (dt), 128);          \
+      !hr_tc_why.empty())                                                                                   \
   GTEST_SKIP() << "tensor-core attention unavailable: " << hr_tc_why
 
 class AttentionTensorCore : public testing::TestWithParam<DType> {};
@@ -759,23 +754,10 @@ TEST(AttentionTensorCoreCuda, KernelsHaveNoSpillsAndTheirDesignedOccupancy) {
 
 // ---- cuDNN's fused attention (CUDA, fp16 and bf16), beside the own kernels ----------------
 
-// Empty when cuDNN's fused attention can take a [1, 1, 8, 64] tensor of dt under
-// `mask` on dev, else why not (no CUDA backend or frontend built, no libcudnn.so.9,
-// an older GPU).
-std::string why_no_cudnn(Device& dev, DType dt, const ops::AttnMask& mask = {}) {
-#if HEADROOM_HAVE_CUDA
-  std::string why;
-  Tensor probe = Tensor::zeros(dev, {1, 1, 8, 64}, dt, Consumer::activations);
-  return ops::cuda::cudnn_attention_available(probe, mask, &why) ? std::string() : why;
-#else
-  (void)dev, (void)dt, (void)mask;
-  return "built without the CUDA backend";
-#endif
-}
-
-#define HR_CUDNN_DEVICE(dev, dt)                                                         \
-  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                \
-  if (const std::string hr_cudnn_why = why_no_cudnn(dev, (dt)); !hr_cudnn_why.empty()) \
+#define HR_CUDNN_DEVICE(dev, dt)                                                                        \
+  HR_TEST_DEVICE(dev, BackendKind::cuda);                                                               \
+  if (const std::string hr_cudnn_why = why_not(dev, ops::GpuAttentionKernel::cudnn, (dt), 64);          \
+      !hr_cudnn_why.empty())                                                                            \
   GTEST_SKIP() << "cuDNN attention unavailable: " << hr_cudnn_why
 
 class AttentionCudnn : public testing::TestWithParam<DType> {};
@@ -836,8 +818,8 @@ TEST(AttentionCudnnCuda, BuildsWhereTheLibraryLoads) {
   HR_TEST_DEVICE(dev, BackendKind::cuda);
 #if HEADROOM_HAVE_CUDA
   if (ops::cuda::cudnn_attention_library().empty())
-    GTEST_SKIP() << "cuDNN attention unavailable: " << why_no_cudnn(dev, DType::bf16);
-  const std::string why = why_no_cudnn(dev, DType::bf16);
+    GTEST_SKIP() << "cuDNN attention unavailable: " << why_not(dev, ops::GpuAttentionKernel::cudnn, DType::bf16, 64);
+  const std::string why = why_not(dev, ops::GpuAttentionKernel::cudnn, DType::bf16, 64);
   if (why.rfind("compute capability", 0) == 0) GTEST_SKIP() << why;  // the reason as the predicate words it
   RecordProperty("cudnn", ops::cuda::cudnn_attention_library());
   EXPECT_EQ(why, "") << ops::cuda::cudnn_attention_library() << " loads but does not run here";
@@ -978,7 +960,11 @@ TEST_P(AttentionCudnn, SegmentMasksTakeTheScalarKernels) {
   const int64_t B = 2, H = 2, T = 77, D = 64;
   const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12500);
   const Mask m = make_mask(dev, MaskKind::causal_packed, B, T);
-  EXPECT_NE(why_no_cudnn(dev, dt, m.dev).find("segment"), std::string::npos) << why_no_cudnn(dev, dt, m.dev);
+#if HEADROOM_HAVE_CUDA
+  std::string why;
+  EXPECT_FALSE(ops::cuda::cudnn_attention_available(x.q, m.dev, &why));
+  EXPECT_NE(why.find("segment"), std::string::npos) << why;
+#endif
   Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12503), {B, H, T, D},
                                dt, Consumer::activations);
   const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::scalar, K::scalar);

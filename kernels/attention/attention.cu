@@ -135,23 +135,18 @@ Form form_of(const Tensor& q, const AttnMask& mask, std::initializer_list<const 
   return Form::scalar;
 }
 
-// What a device offers the tensor-core kernels, read once per device (the dispatch
-// asks at every call).
-struct TcDevice {
-  int major = 0, minor = 0, optin = 0;
-};
-TcDevice tc_device(int dev) {
+// A device's shared memory per block with the opt-in, read once per device (the
+// dispatch asks at every call; the compute capability is in the device record).
+int smem_optin(int dev) {
   static std::mutex& mu = *new std::mutex;  // never destroyed: callable during exit
-  static std::map<int, TcDevice>& seen = *new std::map<int, TcDevice>;
+  static std::map<int, int>& seen = *new std::map<int, int>;
   const std::lock_guard<std::mutex> lock(mu);
   auto it = seen.find(dev);
   if (it != seen.end()) return it->second;
-  TcDevice d;
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev));
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  seen.emplace(dev, d);
-  return d;
+  int optin = 0;
+  HR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  seen.emplace(dev, optin);
+  return optin;
 }
 
 }  // namespace
@@ -166,13 +161,14 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   if (q.ndim() != 4 || q.dim(3) > attn_tc::kMaxTcHeadDim)
     return no(fmt::format("head dim of {} above {}", q.str(), attn_tc::kMaxTcHeadDim));
   // The tensors' device, which need not be the current one.
-  const TcDevice d = tc_device(q.device().record().ordinal);
-  if (d.major < 8)
-    return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", d.major, d.minor));
+  const DeviceRecord& rec = q.device().record();
+  if (rec.cc_major < 8)
+    return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", rec.cc_major, rec.cc_minor));
+  const int optin = smem_optin(rec.ordinal);
   size_t need = 0;
   with_head_dim(static_cast<int>(q.dim(3)), [&](auto kd) { need = tc_smem_bytes<decltype(kd)::value>(); });
-  if (static_cast<size_t>(d.optin) < need)
-    return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", d.optin, need));
+  if (static_cast<size_t>(optin) < need)
+    return no(fmt::format("{} bytes of shared memory per block, the kernels take {}", optin, need));
   return true;
 }
 

@@ -20,6 +20,7 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -115,6 +116,12 @@ struct Key {
            std::tie(o.device, o.dt, o.B, o.H, o.T, o.D, o.causal, o.padding, o.backward, o.scale_bits);
   }
 };
+
+Key make_key(int device, DType dt, std::array<int64_t, 4> bhtd, bool causal, bool padding, bool backward, float scale) {
+  Key k{device, dt, bhtd[0], bhtd[1], bhtd[2], bhtd[3], causal, padding, backward, 0};
+  std::memcpy(&k.scale_bits, &scale, sizeof scale);
+  return k;
+}
 
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -233,18 +240,8 @@ const std::string& probe_error(int device) {
   try {
     const ScopedCudaDevice on(device);
     const cudnnHandle_t h = handle_for(device);
-    for (bool backward : {false, true}) {
-      Key k{};
-      k.device = device;
-      k.dt = DType::bf16;
-      k.B = k.H = 1;
-      k.T = k.D = 64;
-      k.causal = true;
-      k.backward = backward;
-      const float scale = 0.125f;
-      std::memcpy(&k.scale_bits, &scale, sizeof scale);
-      graph_for(k, h);
-    }
+    for (bool backward : {false, true})
+      graph_for(make_key(device, DType::bf16, {1, 1, 64, 64}, true, false, backward, 0.125f), h);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -253,18 +250,8 @@ const std::string& probe_error(int device) {
 }
 
 Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
-  Key k{};
-  k.device = q.device().record().ordinal;
-  k.dt = q.dtype();
-  k.B = q.dim(0);
-  k.H = q.dim(1);
-  k.T = q.dim(2);
-  k.D = q.dim(3);
-  k.causal = mask.causal;
-  k.padding = mask.key_valid_len.defined();
-  k.backward = backward;
-  std::memcpy(&k.scale_bits, &scale, sizeof scale);
-  return k;
+  return make_key(q.device().record().ordinal, q.dtype(), {q.dim(0), q.dim(1), q.dim(2), q.dim(3)}, mask.causal,
+                  mask.key_valid_len.defined(), backward, scale);
 }
 
 std::atomic<uint64_t> executions{0};
@@ -317,22 +304,12 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
   if (reinterpret_cast<uintptr_t>(q.data()) % 16 != 0) return no("inputs not 16-byte aligned");
   const Library& l = library();
   if (!l.error.empty()) return no(l.error);
-  // The fused engines run on sm_80 and newer; cached per device.
-  static std::mutex& mu = *new std::mutex;
-  static std::map<int, int>& cc = *new std::map<int, int>;
-  const int dev = q.device().record().ordinal;
-  int major = 0;
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    auto it = cc.find(dev);
-    if (it == cc.end()) {
-      HR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-      it = cc.emplace(dev, major).first;
-    }
-    major = it->second;
-  }
-  if (major < 8) return no(fmt::format("compute capability {}.x: cuDNN's fused attention needs 8.0 or newer", major));
-  if (const std::string& e = probe_error(dev); !e.empty())
+  // The fused engines run on sm_80 and newer.
+  const DeviceRecord& rec = q.device().record();
+  if (rec.cc_major < 8)
+    return no(fmt::format("compute capability {}.{}: cuDNN's fused attention needs 8.0 or newer", rec.cc_major,
+                          rec.cc_minor));
+  if (const std::string& e = probe_error(rec.ordinal); !e.empty())
     return no(fmt::format("cuDNN {} does not build a small attention graph here: {}", version_string(l.version), e));
   return true;
 }

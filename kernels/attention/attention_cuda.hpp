@@ -50,10 +50,19 @@ std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt
 // 16-byte aligned operands, compute capability 8.0 or newer, and a libcudnn.so.9
 // that loads and builds a small graph on the device (once per device); when not,
 // `why` (if given) says why. The graphs are built on first use per shape and kept.
-// Its backward is not promised bitwise repeatable (cuDNN's deterministic mode is
-// not asked for), unlike the own kernels. The forward's lse is the natural-log row
-// log-sum-exp the own kernels save, so either backward can follow either forward.
+// Its backward asks for cuDNN's deterministic algorithm, so that it repeats bit for
+// bit as the own kernels do (the properties that compare gradients bitwise need
+// it): on Hopper, cuDNN 9.25 and newer order the dQ sums with a workspace linear in
+// T; older ones keep a [B, H, T, T] 16-bit dP buffer in the workspace, which the
+// memory accounting counts. The forward's lse is the natural-log row log-sum-exp
+// the own kernels save, so either backward can follow either forward. The small
+// graphs of the check are a causal bf16 forward and a deterministic backward.
 bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
+// Whether backwards through cuDNN ask for its deterministic algorithm: true unless
+// set otherwise (bench_matmul times the non-deterministic one beside it, the form
+// FlashAttention-2's figures are of); the graphs of each are built and kept apart.
+bool cudnn_attention_deterministic();
+void set_cudnn_attention_deterministic(bool on);
 // "cuDNN 9.10.2" for the library loaded (loading it on first call), "" where none loads.
 std::string cudnn_attention_library();
 // How many cuDNN attention graphs this process has run (forward and backward each

@@ -6,6 +6,7 @@
 // without cuDNN runs everything else and says why this form is unavailable.
 #include "kernels/attention/attention_cuda.hpp"
 
+#include <atomic>
 #include <string>
 
 #include <fmt/format.h>
@@ -21,7 +22,6 @@
 #include <dlfcn.h>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +41,14 @@ void* cudnn_dlhandle = nullptr;
 
 namespace hr::ops::cuda {
 
+namespace {
+// Whether backwards ask for cuDNN's deterministic algorithm (the runs do).
+std::atomic<bool> deterministic_setting{true};
+}  // namespace
+
+bool cudnn_attention_deterministic() { return deterministic_setting.load(); }
+void set_cudnn_attention_deterministic(bool on) { deterministic_setting.store(on); }
+
 #if HEADROOM_HAVE_CUDA && HEADROOM_HAVE_CUDNN_FRONTEND
 namespace {
 
@@ -59,6 +67,12 @@ const Library& library() {
     // build links is the one whose streams and pointers it is handed.
     const std::string cudart = fmt::format("libcudart.so.{}", CUDART_VERSION / 1000);
     setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);  // a value already set stays
+    // A deterministic backward on Hopper takes, from cuDNN 9.25, the engine that
+    // orders its dQ sums, with a workspace linear in T, only where this limit is
+    // below what the other way needs: a [B, H, T, T] dP buffer, which would make the
+    // memory-efficient form's memory quadratic. Before 9.25 that buffer is the only
+    // deterministic way (the workspace, which the memory accounting sees).
+    setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", "0", 0);
     dlerror();
     void* h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
@@ -110,15 +124,18 @@ struct Key {
   DType dt;
   int64_t B, H, T, D;
   bool causal, padding, backward;
+  bool deterministic;   // backward: cuDNN's deterministic algorithm asked for (false for a forward)
   uint32_t scale_bits;  // the scale is a constant of the graph
   bool operator<(const Key& o) const {
-    return std::tie(device, dt, B, H, T, D, causal, padding, backward, scale_bits) <
-           std::tie(o.device, o.dt, o.B, o.H, o.T, o.D, o.causal, o.padding, o.backward, o.scale_bits);
+    return std::tie(device, dt, B, H, T, D, causal, padding, backward, deterministic, scale_bits) <
+           std::tie(o.device, o.dt, o.B, o.H, o.T, o.D, o.causal, o.padding, o.backward, o.deterministic,
+                    o.scale_bits);
   }
 };
 
-Key make_key(int device, DType dt, std::array<int64_t, 4> bhtd, bool causal, bool padding, bool backward, float scale) {
-  Key k{device, dt, bhtd[0], bhtd[1], bhtd[2], bhtd[3], causal, padding, backward, 0};
+Key make_key(int device, DType dt, std::array<int64_t, 4> bhtd, bool causal, bool padding, bool backward,
+             bool deterministic, float scale) {
+  Key k{device, dt, bhtd[0], bhtd[1], bhtd[2], bhtd[3], causal, padding, backward, backward && deterministic, 0};
   std::memcpy(&k.scale_bits, &scale, sizeof scale);
   return k;
 }
@@ -129,15 +146,16 @@ struct Built {
 };
 
 void ok(fe::error_t e, const char* step, const Key& k) {
-  HR_CHECK(e.is_good(), "cuDNN attention ({} {} [{}, {}, {}, {}]{}{}): {} failed: {}", k.backward ? "backward" : "forward",
-           dtype_name(k.dt), k.B, k.H, k.T, k.D, k.causal ? " causal" : "", k.padding ? " padded" : "", step,
-           e.get_message());
+  HR_CHECK(e.is_good(), "cuDNN attention ({} {} [{}, {}, {}, {}]{}{}{}): {} failed: {}",
+           k.backward ? "backward" : "forward", dtype_name(k.dt), k.B, k.H, k.T, k.D, k.causal ? " causal" : "",
+           k.padding ? " padded" : "", k.deterministic ? " deterministic" : "", step, e.get_message());
 }
 
 // Builds the graph of one key: [B, H, T, D] contiguous inputs and outputs, the
 // statistics fp32 [B, H, T, 1], fp32 arithmetic inside, the causal mask aligned top
 // left (key s <= query t, as sm::allowed), the padding mask from per-batch key
-// lengths with every query row live (seq_len_q = T).
+// lengths with every query row live (seq_len_q = T), the backward's dQ sums in a
+// fixed order where the key asks for it.
 Built build(const Key& k, cudnnHandle_t handle, fe::AttentionImplementation_t impl) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(k.dt == DType::f16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
@@ -181,7 +199,10 @@ Built build(const Key& k, cudnnHandle_t handle, fe::AttentionImplementation_t im
                                .set_dim(stats_dim)
                                .set_stride(stats_stride)
                                .set_data_type(fe::DataType_t::FLOAT));
-    auto opts = fe::graph::SDPA_backward_attributes().set_name("headroom_sdpa_backward").set_attn_scale(scale);
+    auto opts = fe::graph::SDPA_backward_attributes()
+                    .set_name("headroom_sdpa_backward")
+                    .set_attn_scale(scale)
+                    .set_deterministic_algorithm(k.deterministic);
     if (k.causal) opts.set_causal_mask(true);
     if (k.padding) opts.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(lengths("seq_kv", kSeqKv));
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
@@ -241,7 +262,7 @@ const std::string& probe_error(int device) {
     const ScopedCudaDevice on(device);
     const cudnnHandle_t h = handle_for(device);
     for (bool backward : {false, true})
-      graph_for(make_key(device, DType::bf16, {1, 1, 64, 64}, true, false, backward, 0.125f), h);
+      graph_for(make_key(device, DType::bf16, {1, 1, 64, 64}, true, false, backward, true, 0.125f), h);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -251,7 +272,7 @@ const std::string& probe_error(int device) {
 
 Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
   return make_key(q.device().record().ordinal, q.dtype(), {q.dim(0), q.dim(1), q.dim(2), q.dim(3)}, mask.causal,
-                  mask.key_valid_len.defined(), backward, scale);
+                  mask.key_valid_len.defined(), backward, deterministic_setting.load(), scale);
 }
 
 std::atomic<uint64_t> executions{0};

@@ -92,9 +92,10 @@ void bm_cublas_alone(benchmark::State& state, DType dt) {
 // Attention forward + backward at sequence length T; counters: peak bytes kept for
 // the backward pass (activations) and of the whole step, above the inputs.
 // On the GPU, `kernel` picks the memory-efficient form's kernels (scalar, tensor
-// cores, or cuDNN's fused attention, whose graph is built in the warm-up).
+// cores, or cuDNN's fused attention, whose graphs are built in the warm-up; its
+// backward deterministic as in the runs, or not where `cudnn_deterministic` is false).
 void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl impl, int64_t B, int64_t H,
-                  int64_t D, ops::GpuAttentionKernel kernel) {
+                  int64_t D, ops::GpuAttentionKernel kernel, bool cudnn_deterministic) {
   Device& dev = device(kind);
   const int64_t T = state.range(0);
   const DType dt = kind == BackendKind::cuda ? DType::bf16 : DType::f32;
@@ -108,7 +109,15 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
     state.SkipWithError((what + why_not).c_str());
     return;
   }
-  if (kernel == ops::GpuAttentionKernel::cudnn) state.SetLabel(ops::cuda::cudnn_attention_library());
+  if (kernel == ops::GpuAttentionKernel::cudnn)
+    state.SetLabel(ops::cuda::cudnn_attention_library() +
+                   (cudnn_deterministic ? ", deterministic backward" : ", non-deterministic backward"));
+  // Put back after the case, also on a throw.
+  struct Determinism {
+    bool before = ops::cuda::cudnn_attention_deterministic();
+    explicit Determinism(bool on) { ops::cuda::set_cudnn_attention_deterministic(on); }
+    ~Determinism() { ops::cuda::set_cudnn_attention_deterministic(before); }
+  } const determinism(cudnn_deterministic);
 #endif
   const ops::ScopedGpuAttentionKernel selected(kernel);  // restored after, also on a throw
   Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
@@ -145,7 +154,8 @@ void register_all() {
   }
   for (auto impl : {ops::AttentionImpl::naive, ops::AttentionImpl::memory_efficient})
     hr::bench::register_case(std::string("attention_cpu/") + ops::attention_impl_name(impl), bm_attention,
-                             BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32}, ops::GpuAttentionKernel::scalar)
+                             BackendKind::cpu, impl, int64_t{1}, int64_t{2}, int64_t{32}, ops::GpuAttentionKernel::scalar,
+                             true)
         ->Arg(64)
         ->Arg(256)
         ->UseRealTime()  // OpenBLAS threads: rates per wall second, not per main-thread CPU second
@@ -171,17 +181,22 @@ void register_all() {
         ->Unit(benchmark::kMillisecond);
   }
   // Naive, memory-efficient with the scalar kernels, with cuDNN's fused attention
-  // (a library kernel timed beside the own ones), and with the tensor-core kernels.
+  // (a library kernel timed beside the own ones: its deterministic backward, which
+  // the runs use, and at the longest length its non-deterministic one, the kind
+  // FlashAttention-2's figures are of), and with the tensor-core kernels.
   struct Form {
     ops::AttentionImpl impl;
     ops::GpuAttentionKernel kernel;
     const char* name;
+    bool cudnn_deterministic = true;
   };
   // Head dims 64 (8 heads) and 128 (4 heads): the same B H D, so the same FLOPs per T.
   const Form forms[] = {
       {ops::AttentionImpl::naive, ops::GpuAttentionKernel::scalar, "naive"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::scalar, "memory_efficient"},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::cudnn, "memory_efficient_cudnn"},
+      {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::cudnn, "memory_efficient_cudnn_nondeterministic",
+       false},
       {ops::AttentionImpl::memory_efficient, ops::GpuAttentionKernel::tensor_core, "memory_efficient_tensor_core"}};
   // The tensor-core forms last: an error of kernels new to a device that leaves it
   // unusable (an illegal address) costs only the cases after it.
@@ -198,8 +213,10 @@ void register_all() {
       if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn.empty()) continue;
       auto* c = hr::bench::register_case(
           (D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name,
-          bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel);
-      if (f.kernel == ops::GpuAttentionKernel::cudnn)
+          bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel, f.cudnn_deterministic);
+      if (f.kernel == ops::GpuAttentionKernel::cudnn && !f.cudnn_deterministic)
+        c->Arg(8192);
+      else if (f.kernel == ops::GpuAttentionKernel::cudnn)
         c->Arg(1024)->Arg(4096)->Arg(8192);
       else
         c->RangeMultiplier(2)->Range(512, 8192);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -947,6 +948,51 @@ TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
       const CudnnPass off = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd, f);
       EXPECT_FALSE(test::nmse_within(std::vector<float>(off.dv.begin(), off.dv.end()), scalar.dv, bound, what))
           << what << ": the forward's statistics off by " << d << " did not reach the backward";
+    }
+  }
+}
+
+// cuDNN's backward repeats bit for bit, as the own kernels' does (the runs ask for
+// its deterministic algorithm; the properties that compare gradients bitwise need
+// it), and so does its forward. Controls: a second pass whose forward statistics
+// are off by d = 1e-3 (subtle: every probability 0.1% low) and by d = 1 (gross)
+// must differ, so the comparison sees a change below a 16-bit rounding step.
+TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+#if HEADROOM_HAVE_CUDA
+  ASSERT_TRUE(ops::cuda::cudnn_attention_deterministic()) << "the runs' setting is the deterministic backward";
+#endif
+  using K = ops::GpuAttentionKernel;
+  const int64_t B = 2, H = 2, T = kCudnnShapes[1].first, D = kCudnnShapes[1].second;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12200);
+  const Mask m = make_mask(dev, MaskKind::causal_padding, B, T);
+  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12203), {B, H, T, D},
+                               dt, Consumer::activations);
+  auto bytes = [](const std::vector<double>& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(double));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  const CudnnPass first = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn);
+  ASSERT_EQ(first.cudnn_runs, 2u);
+  for (double d : {0.0, 1e-3, 1.0}) {
+    ops::OpFault f;
+    if (d > 0) {
+      f.op = "attention_forward";
+      f.lse_offset = d;
+    }
+    const CudnnPass again = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn, f);
+    ASSERT_EQ(again.cudnn_runs, 2u);
+    const size_t diff = bitwise_mismatches(bytes(first.dq), bytes(again.dq)) +
+                        bitwise_mismatches(bytes(first.dk), bytes(again.dk)) +
+                        bitwise_mismatches(bytes(first.dv), bytes(again.dv));
+    if (d == 0) {
+      EXPECT_EQ(first.out, again.out) << "cuDNN's forward did not repeat";
+      EXPECT_EQ(diff, 0u) << "cuDNN's backward did not repeat bit for bit";
+    } else {
+      EXPECT_GT(diff, 0u) << "statistics off by " << d << " gave the same gradients";
     }
   }
 }

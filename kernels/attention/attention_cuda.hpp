@@ -56,13 +56,27 @@ std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt
 // T; older ones keep a [B, H, T, T] 16-bit dP buffer in the workspace, which the
 // memory accounting counts. The forward's lse is the natural-log row log-sum-exp
 // the own kernels save, so either backward can follow either forward. The small
-// graphs of the check are a causal bf16 forward and a deterministic backward.
+// graphs of the check are a causal bf16 forward and backward, the backward
+// deterministic or not as the setting below is (each tried once per device).
 bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
 // Whether backwards through cuDNN ask for its deterministic algorithm: true unless
 // set otherwise (bench_matmul times the non-deterministic one beside it, the form
 // FlashAttention-2's figures are of); the graphs of each are built and kept apart.
 bool cudnn_attention_deterministic();
 void set_cudnn_attention_deterministic(bool on);
+// Sets it for its scope and puts the previous setting back, a throw included.
+class ScopedCudnnDeterminism {
+ public:
+  explicit ScopedCudnnDeterminism(bool on) : before_(cudnn_attention_deterministic()) {
+    set_cudnn_attention_deterministic(on);
+  }
+  ~ScopedCudnnDeterminism() { set_cudnn_attention_deterministic(before_); }
+  ScopedCudnnDeterminism(const ScopedCudnnDeterminism&) = delete;
+  ScopedCudnnDeterminism& operator=(const ScopedCudnnDeterminism&) = delete;
+
+ private:
+  bool before_;
+};
 // "cuDNN 9.10.2" for the library loaded (loading it on first call), "" where none loads.
 std::string cudnn_attention_library();
 // How many cuDNN attention graphs this process has run (forward and backward each

@@ -246,15 +246,16 @@ const Built& graph_for(const Key& k, cudnnHandle_t handle) {
   return cache.emplace(k, std::move(b)).first->second;
 }
 
-// Whether cuDNN builds a small causal bf16 forward and backward on a device (once per
-// device): a library that loads may still lack an engine, a sub-library or NVRTC.
-// Empty, or what failed.
-const std::string& probe_error(int device) {
+// Whether cuDNN builds a small causal bf16 forward and backward (deterministic or
+// not, as asked) on a device, once per device and kind: a library that loads may
+// still lack an engine, a sub-library or NVRTC. Empty, or what failed.
+const std::string& probe_error(int device, bool deterministic) {
   static std::mutex& mu = *new std::mutex;
-  static std::map<int, std::string>& seen = *new std::map<int, std::string>;
+  static std::map<std::pair<int, bool>, std::string>& seen = *new std::map<std::pair<int, bool>, std::string>;
+  const std::pair<int, bool> at{device, deterministic};
   {
     const std::lock_guard<std::mutex> lock(mu);
-    auto it = seen.find(device);
+    auto it = seen.find(at);
     if (it != seen.end()) return it->second;
   }
   std::string error;
@@ -262,12 +263,12 @@ const std::string& probe_error(int device) {
     const ScopedCudaDevice on(device);
     const cudnnHandle_t h = handle_for(device);
     for (bool backward : {false, true})
-      graph_for(make_key(device, DType::bf16, {1, 1, 64, 64}, true, false, backward, true, 0.125f), h);
+      graph_for(make_key(device, DType::bf16, {1, 1, 64, 64}, true, false, backward, deterministic, 0.125f), h);
   } catch (const std::exception& e) {
     error = e.what();
   }
   const std::lock_guard<std::mutex> lock(mu);
-  return seen.emplace(device, std::move(error)).first->second;
+  return seen.emplace(at, std::move(error)).first->second;
 }
 
 Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
@@ -330,8 +331,10 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
   if (rec.cc_major < 8)
     return no(fmt::format("compute capability {}.{}: cuDNN's fused attention needs 8.0 or newer", rec.cc_major,
                           rec.cc_minor));
-  if (const std::string& e = probe_error(rec.ordinal); !e.empty())
-    return no(fmt::format("cuDNN {} does not build a small attention graph here: {}", version_string(l.version), e));
+  const bool deterministic = deterministic_setting.load();
+  if (const std::string& e = probe_error(rec.ordinal, deterministic); !e.empty())
+    return no(fmt::format("cuDNN {} does not build a small {}attention graph here: {}", version_string(l.version),
+                          deterministic ? "deterministic " : "", e));
   return true;
 }
 

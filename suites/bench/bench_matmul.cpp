@@ -102,6 +102,9 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
   Tensor q = random_tensor(dev, {B, H, T, D}, dt, 3), k = random_tensor(dev, {B, H, T, D}, dt, 4),
          v = random_tensor(dev, {B, H, T, D}, dt, 5), g = random_tensor(dev, {B, H, T, D}, dt, 6);
 #if HEADROOM_HAVE_CUDA
+  // cuDNN's backward deterministic or not for this case, put back after it (also on
+  // a throw); availability is asked under it (each kind's graphs must build).
+  const ops::cuda::ScopedCudnnDeterminism determinism(cudnn_deterministic);
   std::string why_not;
   if (!ops::gpu_attention_kernel_available(dev, kernel, dt, D, &why_not)) {
     const std::string what =
@@ -112,12 +115,6 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
   if (kernel == ops::GpuAttentionKernel::cudnn)
     state.SetLabel(ops::cuda::cudnn_attention_library() +
                    (cudnn_deterministic ? ", deterministic backward" : ", non-deterministic backward"));
-  // Put back after the case, also on a throw.
-  struct Determinism {
-    bool before = ops::cuda::cudnn_attention_deterministic();
-    explicit Determinism(bool on) { ops::cuda::set_cudnn_attention_deterministic(on); }
-    ~Determinism() { ops::cuda::set_cudnn_attention_deterministic(before); }
-  } const determinism(cudnn_deterministic);
 #endif
   const ops::ScopedGpuAttentionKernel selected(kernel);  // restored after, also on a throw
   Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
@@ -204,13 +201,18 @@ void register_all() {
   // is said, not an error), and at three lengths: each shape builds two graphs in its
   // warm-up (seconds where cuDNN compiles its kernels at run time), which the GPU
   // check's time must hold.
-  std::string no_cudnn;
-  if (!ops::gpu_attention_kernel_available(device(BackendKind::cuda), ops::GpuAttentionKernel::cudnn, DType::bf16, 64,
-                                           &no_cudnn))
-    std::fprintf(stderr, "bench_matmul: cuDNN attention cases not registered: %s\n", no_cudnn.c_str());
+  // Each cuDNN backward (deterministic, not) where its small graphs build.
+  std::string no_cudnn[2];
+  for (const bool deterministic : {false, true}) {
+    const ops::cuda::ScopedCudnnDeterminism kind(deterministic);
+    if (!ops::gpu_attention_kernel_available(device(BackendKind::cuda), ops::GpuAttentionKernel::cudnn, DType::bf16,
+                                             64, &no_cudnn[deterministic]))
+      std::fprintf(stderr, "bench_matmul: cuDNN attention cases (%s backward) not registered: %s\n",
+                   deterministic ? "deterministic" : "non-deterministic", no_cudnn[deterministic].c_str());
+  }
   for (const Form& f : forms)
     for (const int64_t D : {int64_t{64}, int64_t{128}}) {
-      if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn.empty()) continue;
+      if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn[f.cudnn_deterministic].empty()) continue;
       auto* c = hr::bench::register_case(
           (D == 64 ? std::string("attention_cuda/") : "attention_cuda_d" + std::to_string(D) + "/") + f.name,
           bm_attention, BackendKind::cuda, f.impl, int64_t{4}, int64_t{512} / D, D, f.kernel, f.cudnn_deterministic);

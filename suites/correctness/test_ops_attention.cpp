@@ -813,8 +813,9 @@ CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, 
 constexpr std::pair<int64_t, int64_t> kCudnnShapes[] = {{129, 128}, {520, 64}};
 
 // With a libcudnn.so.9 that loads on a GPU of compute capability 8.0 or newer, the
-// small graphs of cudnn_attention_available build: a failure there is a finding,
-// not a skip (the form's other tests skip with its reason).
+// small graphs of cudnn_attention_available build, with the deterministic backward
+// and without: a failure there is a finding, not a skip (the form's other tests
+// skip with its reason).
 TEST(AttentionCudnnCuda, BuildsWhereTheLibraryLoads) {
   HR_TEST_DEVICE(dev, BackendKind::cuda);
 #if HEADROOM_HAVE_CUDA
@@ -824,6 +825,10 @@ TEST(AttentionCudnnCuda, BuildsWhereTheLibraryLoads) {
   if (why.rfind("compute capability", 0) == 0) GTEST_SKIP() << why;  // the reason as the predicate words it
   RecordProperty("cudnn", ops::cuda::cudnn_attention_library());
   EXPECT_EQ(why, "") << ops::cuda::cudnn_attention_library() << " loads but does not run here";
+  // The non-deterministic backward too (bench_matmul times it).
+  const ops::cuda::ScopedCudnnDeterminism non_deterministic(false);
+  EXPECT_EQ(why_not(dev, ops::GpuAttentionKernel::cudnn, DType::bf16, 64), "")
+      << ops::cuda::cudnn_attention_library() << "'s non-deterministic backward does not build here";
 #endif
 }
 

@@ -180,6 +180,32 @@ __device__ __forceinline__ uint32_t accumulator_rows(float* scratch, int ld, int
 }
 __device__ __forceinline__ int acc_row(uint32_t rows, int i) { return static_cast<int>((rows >> (4 * i)) & 15u); }
 
+// The softmax in base 2, as FlashAttention-2 computes it: a scaled score s * scale
+// is s * scale2 in units of log2(e) (scale2 = scale * log2(e)), so each weight is
+// one exp2f of one fma, where expf takes a range reduction of several instructions
+// per element. The row's maximum m2 and the saved statistics convert at the ends:
+// the log-sum-exp kept for the backward is the natural-log one the other kernels
+// save (m2 ln 2 + ln l), and the backward's lse2 = lse * log2(e).
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// online_rescale (attention_math.hpp) in base 2: the factor that the running sum and
+// output take when the running maximum m2 becomes max(m2, chunk_max2).
+__device__ __forceinline__ float online_rescale2(float& m2, float& l, float chunk_max2) {
+  if (chunk_max2 == -INFINITY) return 1.f;
+  const float m_new = fmaxf(m2, chunk_max2);
+  const float factor = m2 == -INFINITY ? 0.f : exp2f(m2 - m_new);
+  m2 = m_new;
+  l *= factor;
+  return factor;
+}
+
+// exp(s * scale - shift) for a raw score s, with scale2 = scale * log2(e) and
+// shift2 = shift * log2(e): a forward's weight under its running maximum, or a
+// backward's probability from the saved log-sum-exp.
+__device__ __forceinline__ float exp_scaled2(float s, float scale2, float shift2) {
+  return exp2f(fmaf(s, scale2, -shift2));
+}
+
 // out[16][kTile] (fp32, ld kLdScore) = A[16][kD] * B[kTile][kD]^T, A and B row-major
 // 16-bit tiles with stride kLdIn: the scores of a warp's 16 rows against a step's keys.
 template <typename M, int kD>
@@ -248,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
   Acc o[kD / 16];  // the unnormalised output, 16 columns a fragment
 #pragma unroll
   for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(o[j], 0.f);
-  float m = -INFINITY, l = 0.f;
+  float m2 = -INFINITY, l = 0.f;  // the row's running maximum in base 2 (kLog2e), and sum
+  const float scale2 = scale * kLog2e;
   const int w_last = min(T, w0 + 16) - 1;
   // A causal block sees no key past its last row.
   const int s_end = mask.causal ? min(T, t0 + kTile) : T;
@@ -270,17 +297,17 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
         const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
         if (active && s < T && sm::allowed(rm, s)) {
           ok |= 1u << c;
-          chunk_max = fmaxf(chunk_max, scale * srow[c]);
+          chunk_max = fmaxf(chunk_max, scale2 * srow[c]);
         }
       }
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      const float factor = attn::online_rescale(m, l, chunk_max);  // the pair computes it alike
+      const float factor = online_rescale2(m2, l, chunk_max);  // the pair computes it alike
       M* prow = p_w + r * kLdProb + half * 32;
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int c = lane_column(i, lane, 32);
-        const float p = (ok & (1u << c)) ? attn::online_weight(scale * srow[c], m) : 0.f;
+        const float p = (ok & (1u << c)) ? exp_scaled2(srow[c], scale2, m2) : 0.f;
         sum += p;
         prow[c] = MmaType<S>::from(p);
       }
@@ -312,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
   __syncwarp();
   store_rows<S, kD>(out + base + static_cast<int64_t>(w0) * D, stage, active ? attn::inv_row_sum(l) : 0.f,
                     min(16, T - w0), D, lane);
-  if (active && half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
+  if (active && half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m2 * kLn2, l);
 #else
   __trap();  // the dispatcher selects these kernels only on sm_80 and newer
 #endif
@@ -374,7 +401,8 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>()))
   const int t = w0 + r;
   const bool active = t < T;
   const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
-  const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
+  const float lse2_t = active ? lse[static_cast<int64_t>(bh) * T + t] * kLog2e : 0.f;
+  const float scale2 = scale * kLog2e;
   const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
   stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
   stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
@@ -411,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>()))
       const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
       float ds = 0.f;
       if (active && s < T && sm::allowed(rm, s))
-        ds = attn::dscore_unscaled(attn::prob_from_lse(scale * srow[c], lse_t), dprow[c], dot_t);
+        ds = attn::dscore_unscaled(exp_scaled2(srow[c], scale2, lse2_t), dprow[c], dot_t);
       dprow[c] = ds;
       ds_max = fmaxf(ds_max, fabsf(ds));
     }
@@ -474,6 +502,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>()))
   const bool live = w0 < T;  // uniform across the warp
   // Causal: queries before the block's first key see none of its keys.
   const int t_begin = mask.causal ? s_first : 0;
+  const float scale2 = scale * kLog2e;
   stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s_first, T, D, ks);
   stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s_first, T, D, vs);
   stage_tile<M, kD>(qm, t_begin, T, D, qs);
@@ -508,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>()))
         const int c = lane_column(j, lane, 32), i = half * 32 + c, t = t0 + i;
         float p = 0.f, ds = 0.f;
         if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
-          p = attn::prob_from_lse(scale * strow[c], lse_s[i]);
+          p = exp_scaled2(strow[c], scale2, lse_s[i] * kLog2e);
           ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
         }
         prow[c] = MmaType<S>::from(p);

@@ -11,6 +11,7 @@
 #include <map>
 #include <new>
 #include <optional>
+#include <set>
 
 #include <csignal>
 #include <cstdlib>
@@ -212,6 +213,32 @@ void require_attention_kernel(Device& dev) {
 // before_report is called with the run and its device while the device is open.
 // preflight is called with the device once it is open, before anything is written
 // or run: validate refuses there a baseline this device cannot match.
+// A resumed run given a new selection: everything it finished must stay selected
+// (its measurements would otherwise be dropped from the file), and something must
+// be left to run. Refused (InvalidArgument) otherwise, naming the entries.
+void check_reselection(const Results& old, const RunOptions& opt, const std::string& dir) {
+  const Selection sel = select_specs(opt);
+  std::set<std::string> selected;
+  for (const PropertySpec* p : sel.properties) selected.insert("property:" + p->id);
+  for (const SweepSpec* s : sel.sweeps) selected.insert("sweep:" + s->id);
+  std::vector<std::string> dropped;
+  size_t kept = 0;
+  for (const SpecTiming& t : old.timings) {
+    if (selected.count(t.kind + ":" + t.id) > 0)
+      ++kept;
+    else
+      dropped.push_back(t.kind == "sweep" ? t.id + " (sweep)" : t.id);
+  }
+  HR_ARG_CHECK(dropped.empty(),
+               "--resume {}: the new selection{}{} leaves out what the run finished: {}; select it too, or start a "
+               "new run",
+               dir, opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
+               opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip), fmt::join(dropped, ", "));
+  HR_ARG_CHECK(kept < sel.size(), "--resume {}: the selection{}{} adds nothing to what the run finished", dir,
+               opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
+               opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
+}
+
 Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const report::ReportOptions& ropt,
                       const std::function<void(const Results&, Device&)>& before_report = {},
                       const std::function<void(Device&)>& preflight = {}) {
@@ -226,17 +253,21 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   std::string backend = c.backend;
   if (!c.resume_dir.empty()) {
     resumed = load_results((fs::path(c.resume_dir) / "results.json").string());
-    HR_ARG_CHECK(resumed->incomplete, "--resume {}: its results.json is complete; there is nothing to resume",
+    const bool reselected = c.only_given || c.skip_given;
+    HR_ARG_CHECK(resumed->incomplete || reselected,
+                 "--resume {}: its results.json is complete; there is nothing to resume (--only or --skip with "
+                 "--resume adds entries its selection left out)",
                  c.resume_dir);
     opt.preset = parse_preset(resumed->preset);
-    opt.only = resumed->only;
-    opt.skip = resumed->skip;
+    opt.only = c.only_given ? c.only : resumed->only;
+    opt.skip = c.skip_given ? c.skip : resumed->skip;
     opt.seed = resumed->seed;
     opt.dp_ranks = resumed->dp_ranks;
     opt.resume = &*resumed;
     backend = resumed->backend;
     // The rest runs on the attention kernels of what finished.
     adopt_attention_kernel(resumed->attention_kernel, "--resume " + c.resume_dir);
+    if (reselected) check_reselection(*resumed, opt, c.resume_dir);
   }
   // A bad --only or --skip, or one that selects nothing, is bad input before
   // anything runs: a run of nothing would check nothing.
@@ -247,6 +278,16 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
+  if (resumed) {
+    // One file is one build on one kind of device: what runs now must be both.
+    const nlohmann::json here = build_record();
+    HR_ARG_CHECK(resumed->build == here,
+                 "--resume {}: its results were written by another build ({}) than this one ({}); start a new run",
+                 c.resume_dir, resumed->build.dump(), here.dump());
+    const std::string was = resumed->device.value("name", std::string());
+    HR_ARG_CHECK(was == dev->record().name, "--resume {}: its results were measured on {}, not on this {}; start a "
+                 "new run", c.resume_dir, was.empty() ? "an unnamed device" : was, dev->record().name);
+  }
   if (preflight) preflight(*dev);
   require_attention_kernel(*dev);
   make_dir(c.out_dir);

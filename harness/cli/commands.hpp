@@ -31,6 +31,10 @@ struct RunCommand {
   // `run --resume DIR`: finish the interrupted run whose results.json is in DIR
   // (its preset, backend, seed and --only; written back into DIR).
   std::string resume_dir;
+  // Whether --only / --skip were given (even empty): with --resume they replace the
+  // file's selection, which must still hold everything the run finished, so a run
+  // (complete or not) takes on entries it left out, and nothing measured is lost.
+  bool only_given = false, skip_given = false;
   // --ranks: the data-parallel entries' rank counts (empty: 2 and 4); kept in
   // results.json, so --resume launches the same.
   std::vector<int> dp_ranks;

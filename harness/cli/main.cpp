@@ -135,15 +135,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({2, 4, 8, 16}));
   auto* resume = run_cmd->add_option("--resume", run.resume_dir,
                                      "finish the interrupted run in DIR (its preset, backend, seed, --only, --skip "
-                                     "and --ranks); only what did not run runs");
-  for (const char* other : {"--preset", "--backend", "--only", "--skip", "--out", "--seed", "--ranks"})
+                                     "and --ranks); only what did not run runs. Given --only or --skip, they become "
+                                     "its selection (all it finished must stay selected): a run, complete or not, "
+                                     "takes on entries it left out");
+  for (const char* other : {"--preset", "--backend", "--out", "--seed", "--ranks"})
     resume->excludes(run_cmd->get_option(other));
   run_cmd->footer("Examples:\n"
                   "  headroom run --out results                     # the quick preset; open results/index.html\n"
                   "  headroom run --only '^GA-' --out ga            # gradient accumulation's properties only\n"
                   "  headroom run --skip '^(TRADE|BM-FIT)$'         # without the trade table (~50 s on 2 cores)\n"
                   "  headroom run --preset full --backend cuda --junit junit.xml\n"
-                  "  headroom run --resume results                  # finish a run that was interrupted");
+                  "  headroom run --resume results                  # finish a run that was interrupted\n"
+                  "  headroom run --resume results --skip ''        # and add what its --skip left out");
 
   hr::ValidateCommand val;
   auto* val_cmd = app.add_subcommand(
@@ -327,7 +330,11 @@ int main(int argc, char** argv) {
   }
   if (debug) hr::set_debug_messages(true);
 
-  if (run_cmd->parsed()) return hr::command_run(run, std::cout, std::cerr);
+  if (run_cmd->parsed()) {
+    run.only_given = run_cmd->get_option("--only")->count() > 0;
+    run.skip_given = run_cmd->get_option("--skip")->count() > 0;
+    return hr::command_run(run, std::cout, std::cerr);
+  }
   if (val_cmd->parsed()) {
     // What was not given is the baseline's (preset, backend, seed, selection, ranks).
     val.given = {val_cmd->get_option("--preset")->count() > 0, val_cmd->get_option("--backend")->count() > 0,

@@ -118,3 +118,22 @@ tar -xzOf "$work/timed/gc.tar.gz" gc/summary.txt | grep -q "no GPU" || {
   exit 1
 }
 echo "bare_bundle: gpu-check-timed says no GPU and packs what ran"
+
+# A later command from the first's archive: the earlier files kept, the summary
+# going on (two preflight lines); an archive that is not there is bad input.
+set +e
+"$src/ci/gpu-check-timed" "$work/bundle.tar.gz" "$work/timed2" "$work/timed/gc.tar.gz" 2>"$work/timed2.log"
+rc=$?
+"$src/ci/gpu-check-timed" "$work/bundle.tar.gz" "$work/timed3" "$work/nowhere.tar.gz" 2>"$work/timed3.log"
+rc3=$?
+set -e
+if [ $rc -ne 2 ] || [ "$(tar -xzOf "$work/timed2/gc.tar.gz" gc/summary.txt | grep -c '^preflight')" != 2 ]; then
+  cat "$work/timed2.log" >&2
+  echo "bare_bundle: gpu-check-timed from an earlier archive exited $rc (expected 2) or lost its summary" >&2
+  exit 1
+fi
+if [ $rc3 -ne 2 ] || ! grep -q "no earlier results" "$work/timed3.log"; then
+  echo "bare_bundle: a missing earlier archive was not refused (exit $rc3): $(cat "$work/timed3.log")" >&2
+  exit 1
+fi
+echo "bare_bundle: gpu-check-timed goes on from an earlier archive"

@@ -158,4 +158,28 @@ n=$(keys "$work/whole/results.json" | grep -c '"id"')
 [ "$n" -gt 0 ] || fail "no measurements to compare"
 "$headroom" run --resume "$work/term" >"$work/again.log" 2>&1
 [ $? = 2 ] && grep -q 'nothing to resume' "$work/again.log" || fail "resuming a complete run was not refused"
-echo "interrupted, refused, resumed, continued after a lost device: the same $n measurements"
+
+# --only / --skip with --resume: the selection becomes them. A complete run that
+# skipped entries takes them on (ending with the uninterrupted run's set); a new
+# selection that would drop something finished, or adds nothing, is refused; so is
+# a file of another build.
+"$headroom" run --backend cpu --only "$only" --skip 'OPS-' --out "$work/widen" >/dev/null 2>&1 ||
+  fail "the run without OPS- failed"
+"$headroom" run --resume "$work/widen" --only 'OPS-' >"$work/narrow.log" 2>&1
+[ $? = 2 ] && grep -q 'leaves out what the run finished: GA-1' "$work/narrow.log" ||
+  fail "a new selection without GA-1, which had finished, was not refused: $(cat "$work/narrow.log")"
+"$headroom" run --resume "$work/widen" --skip 'OPS-' >"$work/same.log" 2>&1
+[ $? = 2 ] && grep -q 'adds nothing' "$work/same.log" ||
+  fail "a new selection that adds nothing was not refused: $(cat "$work/same.log")"
+sed 's/"git_sha": "/&x/' "$work/widen/results.json" >"$work/widen.json"
+mkdir -p "$work/other" && cp "$work/widen.json" "$work/other/results.json"
+"$headroom" run --resume "$work/other" --skip '' >"$work/other.log" 2>&1
+[ $? = 2 ] && grep -q 'another build' "$work/other.log" ||
+  fail "a file of another build was resumed: $(cat "$work/other.log")"
+"$headroom" run --resume "$work/widen" --skip '' >"$work/widen.log" 2>&1 ||
+  fail "the run could not take on what its --skip left out: $(tail -3 "$work/widen.log")"
+grep -q 'property GA-1' "$work/widen.log" && fail "taking on OPS- ran GA-1 again"
+grep -q '"skip": ""' "$work/widen/results.json" || fail "the widened results do not record the new selection"
+diff <(keys "$work/whole/results.json") <(keys "$work/widen/results.json") >"$work/widen_keys.diff" ||
+  fail "the widened run differs from the uninterrupted run: $(head -20 "$work/widen_keys.diff")"
+echo "interrupted, refused, resumed, continued after a lost device, widened: the same $n measurements"

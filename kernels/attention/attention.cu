@@ -193,7 +193,7 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
   const Form form = form_of(q, mask, {&k, &v, &out});
-  if (form == Form::cudnn) return cudnn_attention_forward(q, k, v, mask, scale, out, lse);
+  if (form == Form::cudnn && cudnn_attention_forward(q, k, v, mask, scale, out, lse)) return;
   const MaskArgs m = mask_args(mask);
   const bool tc = form == Form::tensor_core;
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
@@ -213,7 +213,7 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       Tensor& dq, Tensor& dk, Tensor& dv) {
   if (q.numel() == 0) return;
   const Form form = form_of(q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
-  if (form == Form::cudnn) return cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv);
+  if (form == Form::cudnn && cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv)) return;
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);

@@ -57,7 +57,10 @@ std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt
 // memory accounting counts. The forward's lse is the natural-log row log-sum-exp
 // the own kernels save, so either backward can follow either forward. The small
 // graphs of the check are a causal bf16 forward and backward, the backward
-// deterministic or not as the setting below is (each tried once per device).
+// deterministic or not as the setting below is (tried once per device and
+// setting): where cuDNN has no deterministic backward (the frontend refuses it on
+// Blackwell before cuDNN 9.18, and Ampere may lack it), the form is unavailable
+// and says why, and a run that asks for it is refused.
 bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::string* why = nullptr);
 // Whether backwards through cuDNN ask for its deterministic algorithm: true unless
 // set otherwise (bench_matmul times the non-deterministic one beside it, the form
@@ -83,10 +86,12 @@ std::string cudnn_attention_library();
 // count one): what tells a test that cuDNN ran, not a fallback.
 uint64_t cudnn_attention_executions();
 // As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
-// checked cudnn_attention_available.
-void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
+// checked cudnn_attention_available. False, having run nothing, where cuDNN builds
+// no graph for this shape, mask and scale (said once on stderr): the caller runs
+// the scalar kernels instead.
+bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
                              Tensor& out, Tensor& lse);
-void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
                               Tensor& dk, Tensor& dv);
 // Largest head dimension the CUDA memory-efficient kernels take.

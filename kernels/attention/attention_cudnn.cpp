@@ -7,6 +7,7 @@
 #include "kernels/attention/attention_cuda.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <string>
 
 #include <fmt/format.h>
@@ -278,15 +279,39 @@ Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
 
 std::atomic<uint64_t> executions{0};
 
-// Runs a built graph on the tensors' stream; the workspace and the query lengths
-// come from the device's allocator (Consumer::workspace), so the memory accounting
-// sees them.
-void execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
+// The built graph of a key, or null where cuDNN builds none for it (an engine the
+// frontend pins, or its heuristics, may not take every shape the check above lets
+// through): said once per key on stderr, and the own scalar kernels run that
+// direction (either backward follows either forward). The failure is kept, so a
+// shape is not tried again at every call.
+const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
+  static std::mutex& mu = *new std::mutex;
+  static std::map<Key, std::string>& failed = *new std::map<Key, std::string>;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (failed.count(k) > 0) return nullptr;
+  }
+  try {
+    return &graph_for(k, handle);
+  } catch (const std::exception& e) {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (failed.emplace(k, e.what()).second)
+      std::fprintf(stderr, "headroom: %s; the scalar kernels run this shape instead\n", e.what());
+    return nullptr;
+  }
+}
+
+// Runs the built graph of a key on the tensors' stream; the workspace and the query
+// lengths come from the device's allocator (Consumer::workspace), so the memory
+// accounting sees them. False, having run nothing, where cuDNN builds no graph for it.
+bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
   // The tensors' device current while the graph is built (the frontend reads the
   // current device's architecture) and run.
   const ScopedCudaDevice on(k.device);
   const cudnnHandle_t h = handle_for(k.device);
-  const Built& b = graph_for(k, h);
+  const Built* built = graph_or_null(k, h);
+  if (built == nullptr) return false;
+  const Built& b = *built;
   const cudnnStatus_t st = fe::detail::set_stream(h, static_cast<cudaStream_t>(q.device().cuda_stream()));
   HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnSetStream: {}", fe::detail::get_error_string(st));
   Tensor seq_q;
@@ -300,6 +325,7 @@ void execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   if (b.workspace > 0) ws = Tensor::empty(q.device(), {b.workspace}, DType::u8, Consumer::workspace);
   ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
   executions.fetch_add(1);
+  return true;
 }
 
 void* ptr(const Tensor& t) { return const_cast<void*>(t.data()); }
@@ -338,22 +364,22 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
   return true;
 }
 
-void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
+bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
                              Tensor& out, Tensor& lse) {
   const Key key = key_of(q, mask, scale, false);
   std::unordered_map<int64_t, void*> pack{
       {kQ, ptr(q)}, {kK, ptr(k)}, {kV, ptr(v)}, {kO, out.data()}, {kStats, lse.data()}};
-  execute(key, q, mask, pack);
+  return execute(key, q, mask, pack);
 }
 
-void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
                               Tensor& dk, Tensor& dv) {
   const Key key = key_of(q, mask, scale, true);
   std::unordered_map<int64_t, void*> pack{{kQ, ptr(q)},      {kK, ptr(k)},       {kV, ptr(v)},
                                           {kO, ptr(out)},    {kDO, ptr(dout)},   {kStats, ptr(lse)},
                                           {kDQ, dq.data()},  {kDK, dk.data()},   {kDV, dv.data()}};
-  execute(key, q, mask, pack);
+  return execute(key, q, mask, pack);
 }
 
 #else  // built without CUDA or without the cuDNN frontend's headers
@@ -372,13 +398,15 @@ bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why)
   return false;
 }
 
-void cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttnMask&, float, Tensor&, Tensor&) {
+bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttnMask&, float, Tensor&, Tensor&) {
   HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
+  return false;
 }
 
-void cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const AttnMask&, float, const Tensor&, Tensor&, Tensor&, Tensor&) {
   HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
+  return false;
 }
 
 #endif

@@ -312,8 +312,6 @@ bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   const Built* built = graph_or_null(k, h);
   if (built == nullptr) return false;
   const Built& b = *built;
-  const cudnnStatus_t st = fe::detail::set_stream(h, static_cast<cudaStream_t>(q.device().cuda_stream()));
-  HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnSetStream: {}", fe::detail::get_error_string(st));
   Tensor seq_q;
   if (k.padding) {
     seq_q = Tensor::from_host_i32(q.device(), std::vector<int32_t>(static_cast<size_t>(k.B), static_cast<int32_t>(k.T)),
@@ -323,7 +321,15 @@ bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   }
   Tensor ws;
   if (b.workspace > 0) ws = Tensor::empty(q.device(), {b.workspace}, DType::u8, Consumer::workspace);
-  ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
+  {
+    // The handle is the device's, shared by every thread: its stream is set and the
+    // graph enqueued under one lock, so no other thread's stream comes between.
+    static std::mutex& mu = *new std::mutex;
+    const std::lock_guard<std::mutex> lock(mu);
+    const cudnnStatus_t st = fe::detail::set_stream(h, static_cast<cudaStream_t>(q.device().cuda_stream()));
+    HR_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnSetStream: {}", fe::detail::get_error_string(st));
+    ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
+  }
   executions.fetch_add(1);
   return true;
 }

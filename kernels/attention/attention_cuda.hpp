@@ -85,6 +85,9 @@ std::string cudnn_attention_library();
 // How many cuDNN attention graphs this process has run (forward and backward each
 // count one): what tells a test that cuDNN ran, not a fallback.
 uint64_t cudnn_attention_executions();
+// How many of them were backwards through a graph built with cuDNN's deterministic
+// algorithm asked for.
+uint64_t cudnn_attention_deterministic_backwards();
 // As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
 // checked cudnn_attention_available. False, having run nothing, where cuDNN builds
 // no graph for this shape, mask and scale (said once on stderr): the caller runs

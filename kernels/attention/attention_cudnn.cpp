@@ -277,7 +277,7 @@ Key key_of(const Tensor& q, const AttnMask& mask, float scale, bool backward) {
                   mask.key_valid_len.defined(), backward, deterministic_setting.load(), scale);
 }
 
-std::atomic<uint64_t> executions{0};
+std::atomic<uint64_t> executions{0}, deterministic_backwards{0};
 
 // The built graph of a key, or null where cuDNN builds none for it (an engine the
 // frontend pins, or its heuristics, may not take every shape the check above lets
@@ -331,6 +331,7 @@ bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
     ok(b.graph->execute(h, pack, ws.defined() ? ws.data() : nullptr), "execute", k);
   }
   executions.fetch_add(1);
+  if (k.deterministic) deterministic_backwards.fetch_add(1);
   return true;
 }
 
@@ -339,6 +340,7 @@ void* ptr(const Tensor& t) { return const_cast<void*>(t.data()); }
 }  // namespace
 
 uint64_t cudnn_attention_executions() { return executions.load(); }
+uint64_t cudnn_attention_deterministic_backwards() { return deterministic_backwards.load(); }
 
 std::string cudnn_attention_library() {
   const Library& l = library();
@@ -398,6 +400,7 @@ constexpr const char* kNoCudnn =
 
 std::string cudnn_attention_library() { return std::string(); }
 uint64_t cudnn_attention_executions() { return 0; }
+uint64_t cudnn_attention_deterministic_backwards() { return 0; }
 
 bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why) {
   if (why != nullptr) *why = kNoCudnn;

@@ -968,11 +968,13 @@ TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
 
 // cuDNN's backward repeats bit for bit, as the own kernels' does (the runs ask for
 // its deterministic algorithm; the properties that compare gradients bitwise need
-// it), and so does its forward. Controls: a second pass whose forward statistics
+// it), and so does its forward; each backward ran a graph built with the
+// deterministic algorithm asked for, and one with the setting off does not count as
+// such (a non-deterministic backward may well repeat at this size, so the count,
+// not the repeat, shows the flag). Controls: a second pass whose forward statistics
 // are off by d = 1e-3 (subtle: every probability 0.1% low, about one 16-bit
 // rounding step) and by d = 1 (gross) must differ, so the comparison sees a change
-// of that size. (A non-deterministic backward may repeat too at this size: the test
-// catches a deterministic engine that does not repeat, not a flag left unasked.)
+// of that size.
 TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
   const DType dt = GetParam();
   HR_CUDNN_DEVICE(dev, dt);
@@ -991,8 +993,20 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
     std::memcpy(b.data(), v.data(), b.size());
     return b;
   };
+#if HEADROOM_HAVE_CUDA
+  const uint64_t det0 = ops::cuda::cudnn_attention_deterministic_backwards();
+#endif
   const CudnnPass first = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn);
   ASSERT_EQ(first.cudnn_runs, 2u);
+#if HEADROOM_HAVE_CUDA
+  EXPECT_EQ(ops::cuda::cudnn_attention_deterministic_backwards() - det0, 1u) << "the backward was not deterministic";
+  {
+    const ops::cuda::ScopedCudnnDeterminism off(false);
+    const uint64_t det1 = ops::cuda::cudnn_attention_deterministic_backwards();
+    ASSERT_EQ(cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn).cudnn_runs, 2u);
+    EXPECT_EQ(ops::cuda::cudnn_attention_deterministic_backwards(), det1) << "a non-deterministic backward counted";
+  }
+#endif
   for (double d : {0.0, 1e-3, 1.0}) {
     ops::OpFault f;
     if (d > 0) {

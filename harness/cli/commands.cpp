@@ -209,10 +209,6 @@ void require_attention_kernel(Device& dev) {
                ops::gpu_attention_kernel_name(k), why);
 }
 
-// Runs the suite per c and writes results.json and index.html into c.out_dir.
-// before_report is called with the run and its device while the device is open.
-// preflight is called with the device once it is open, before anything is written
-// or run: validate refuses there a baseline this device cannot match.
 // A resumed run given a new selection: everything it finished must stay selected
 // (its measurements would otherwise be dropped from the file), and something must
 // be left to run. Refused (InvalidArgument) otherwise, naming the entries.
@@ -239,6 +235,25 @@ void check_reselection(const Results& old, const RunOptions& opt, const std::str
                opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
 }
 
+// The fields of two build records that differ, "git_sha abc (file) / def (this
+// binary), ...", or "" where they are the same.
+std::string build_difference(const nlohmann::json& file, const nlohmann::json& here) {
+  std::vector<std::string> diffs;
+  for (const auto& [key, value] : here.items()) {
+    const nlohmann::json other = file.is_object() && file.contains(key) ? file.at(key) : nlohmann::json();
+    if (other != value) diffs.push_back(fmt::format("{} {} (file) / {} (this binary)", key, other.dump(), value.dump()));
+  }
+  if (file.is_object())
+    for (const auto& [key, value] : file.items())
+      if (!here.contains(key)) diffs.push_back(fmt::format("{} {} (file only)", key, value.dump()));
+  if (!file.is_object()) diffs.push_back("no build record in the file");
+  return fmt::format("{}", fmt::join(diffs, ", "));
+}
+
+// Runs the suite per c and writes results.json and index.html into c.out_dir.
+// before_report is called with the run and its device while the device is open.
+// preflight is called with the device once it is open, before anything is written
+// or run: validate refuses there a baseline this device cannot match.
 Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const report::ReportOptions& ropt,
                       const std::function<void(const Results&, Device&)>& before_report = {},
                       const std::function<void(Device&)>& preflight = {}) {
@@ -253,6 +268,10 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   std::string backend = c.backend;
   if (!c.resume_dir.empty()) {
     resumed = load_results((fs::path(c.resume_dir) / "results.json").string());
+    // One file is one build (and below, one kind of device): what runs now must be it.
+    const std::string differs = build_difference(resumed->build, build_record());
+    HR_ARG_CHECK(differs.empty(), "--resume {}: its results were written by another build ({}); start a new run",
+                 c.resume_dir, differs);
     const bool reselected = c.only_given || c.skip_given;
     HR_ARG_CHECK(resumed->incomplete || reselected,
                  "--resume {}: its results.json is complete; there is nothing to resume (--only or --skip with "
@@ -267,7 +286,6 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     backend = resumed->backend;
     // The rest runs on the attention kernels of what finished.
     adopt_attention_kernel(resumed->attention_kernel, "--resume " + c.resume_dir);
-    if (reselected) check_reselection(*resumed, opt, c.resume_dir);
   }
   // A bad --only or --skip, or one that selects nothing, is bad input before
   // anything runs: a run of nothing would check nothing.
@@ -276,15 +294,11 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                "run",
                opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
                opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
+  if (resumed && (c.only_given || c.skip_given)) check_reselection(*resumed, opt, c.resume_dir);
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
   if (resumed) {
-    // One file is one build on one kind of device: what runs now must be both.
-    const nlohmann::json here = build_record();
-    HR_ARG_CHECK(resumed->build == here,
-                 "--resume {}: its results were written by another build ({}) than this one ({}); start a new run",
-                 c.resume_dir, resumed->build.dump(), here.dump());
-    const std::string was = resumed->device.value("name", std::string());
+    const std::string was = resumed->device.is_object() ? resumed->device.value("name", std::string()) : "";
     HR_ARG_CHECK(was == dev->record().name, "--resume {}: its results were measured on {}, not on this {}; start a "
                  "new run", c.resume_dir, was.empty() ? "an unnamed device" : was, dev->record().name);
   }

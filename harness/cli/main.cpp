@@ -134,10 +134,9 @@ int main(int argc, char** argv) {
                                     "data-parallel entries: launch N ranks only (default: 2 and 4)")
       ->check(CLI::IsMember({2, 4, 8, 16}));
   auto* resume = run_cmd->add_option("--resume", run.resume_dir,
-                                     "finish the interrupted run in DIR (its preset, backend, seed, --only, --skip "
-                                     "and --ranks); only what did not run runs. Given --only or --skip, they become "
-                                     "its selection (all it finished must stay selected): a run, complete or not, "
-                                     "takes on entries it left out");
+                                     "finish the run in DIR with its preset, backend, seed, selection and --ranks "
+                                     "(only what did not run runs); --only/--skip given with it become its selection, "
+                                     "to add entries it left out");
   for (const char* other : {"--preset", "--backend", "--out", "--seed", "--ranks"})
     resume->excludes(run_cmd->get_option(other));
   run_cmd->footer("Examples:\n"

@@ -303,7 +303,9 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     if (opt.device_lost != nullptr) *opt.device_lost = fmt::format("{}: {}", id, why);
     say(fmt::format("headroom:        the device is unusable after {}: {}", id, why));
   };
-  // After each spec that ran: what finished, with everything after it as not run.
+  // After each spec that ran: what finished, with everything after it as not run,
+  // except what a resumed run finished earlier (a new selection may put a new entry
+  // before it): that goes into the file too, so a run killed now loses none of it.
   size_t finished_specs = 0;
   auto checkpoint = [&] {
     ++finished_specs;
@@ -312,10 +314,25 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
     partial.incomplete = true;
     partial.not_run = r.not_run;
     size_t i = 0;
-    for (auto* p : sel.properties)
-      if (i++ >= finished_specs) partial.not_run.push_back(p->id);
-    for (auto* w : sel.sweeps)
-      if (i++ >= finished_specs) partial.not_run.push_back(w->id);
+    for (auto* p : sel.properties) {
+      if (i++ < finished_specs) continue;
+      if (auto f = finished.find("property:" + p->id); f != finished.end()) {
+        partial.timings.push_back(f->second.timing);
+        partial.measurements.insert(partial.measurements.end(), f->second.measurements.begin(),
+                                    f->second.measurements.end());
+      } else {
+        partial.not_run.push_back(p->id);
+      }
+    }
+    for (auto* w : sel.sweeps) {
+      if (i++ < finished_specs) continue;
+      if (auto f = finished.find("sweep:" + w->id); f != finished.end()) {
+        partial.timings.push_back(f->second.timing);
+        partial.sweep_points.insert(partial.sweep_points.end(), f->second.points.begin(), f->second.points.end());
+      } else {
+        partial.not_run.push_back(w->id);
+      }
+    }
     partial.duration_s = seconds_since(t0);
     compute_totals(partial);
     opt.checkpoint(partial);

@@ -165,7 +165,7 @@ n=$(keys "$work/whole/results.json" | grep -c '"id"')
 # a file of another build.
 "$headroom" run --backend cpu --only "$only" --skip 'OPS-' --out "$work/widen" >/dev/null 2>&1 ||
   fail "the run without OPS- failed"
-"$headroom" run --resume "$work/widen" --only 'OPS-' >"$work/narrow.log" 2>&1
+"$headroom" run --resume "$work/widen" --only 'OPS-' --skip '' >"$work/narrow.log" 2>&1
 [ $? = 2 ] && grep -q 'leaves out what the run finished: GA-1' "$work/narrow.log" ||
   fail "a new selection without GA-1, which had finished, was not refused: $(cat "$work/narrow.log")"
 "$headroom" run --resume "$work/widen" --skip 'OPS-' >"$work/same.log" 2>&1
@@ -182,4 +182,22 @@ grep -q 'property GA-1' "$work/widen.log" && fail "taking on OPS- ran GA-1 again
 grep -q '"skip": ""' "$work/widen/results.json" || fail "the widened results do not record the new selection"
 diff <(keys "$work/whole/results.json") <(keys "$work/widen/results.json") >"$work/widen_keys.diff" ||
   fail "the widened run differs from the uninterrupted run: $(head -20 "$work/widen_keys.diff")"
+# A new selection that puts a new entry (GA-1) before finished ones (GA-2..GA-4):
+# the file written after GA-1 still holds them, so SIGKILL during the next new
+# entry (TRADE) loses none of them.
+"$headroom" run --backend cpu --only '^(GA-2|GA-3|GA-4)$' --out "$work/before" >/dev/null 2>&1 ||
+  fail "the GA-2..4 run failed"
+ga_before=$(grep -cE '^      "id": "GA-[234]"' "$work/before/results.json")
+[ "$ga_before" -gt 0 ] || fail "no GA-2..4 measurements to keep"
+"$headroom" run --resume "$work/before" --only '^(GA-1|GA-2|GA-3|GA-4|TRADE)$' >"$work/before.out" \
+  2>"$work/before.err" &
+pid=$!
+until_ 1200 grep -q 'property TRADE' "$work/before.err"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+grep -q 'property TRADE' "$work/before.err" || fail "the widened run never reached TRADE: $(tail -3 "$work/before.err")"
+[ "$(grep -cE '^      "id": "GA-[234]"' "$work/before/results.json")" = "$ga_before" ] ||
+  fail "a run killed after a new entry lost what it had finished earlier"
+grep -q '"id": "GA-1"' "$work/before/results.json" || fail "GA-1, which finished, is not in the file"
+grep -A2 '"not_run"' "$work/before/results.json" | grep -q '"TRADE"' || fail "TRADE, killed, is not listed as not run"
 echo "interrupted, refused, resumed, continued after a lost device, widened: the same $n measurements"

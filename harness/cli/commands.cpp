@@ -212,8 +212,7 @@ void require_attention_kernel(Device& dev) {
 // A resumed run given a new selection: everything it finished must stay selected
 // (its measurements would otherwise be dropped from the file), and something must
 // be left to run. Refused (InvalidArgument) otherwise, naming the entries.
-void check_reselection(const Results& old, const RunOptions& opt, const std::string& dir) {
-  const Selection sel = select_specs(opt);
+void check_reselection(const Results& old, const RunOptions& opt, const Selection& sel, const std::string& dir) {
   std::set<std::string> selected;
   for (const PropertySpec* p : sel.properties) selected.insert("property:" + p->id);
   for (const SweepSpec* s : sel.sweeps) selected.insert("sweep:" + s->id);
@@ -289,12 +288,13 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   }
   // A bad --only or --skip, or one that selects nothing, is bad input before
   // anything runs: a run of nothing would check nothing.
-  HR_ARG_CHECK(select_specs(opt).size() > 0,
+  const Selection selection = select_specs(opt);
+  HR_ARG_CHECK(selection.size() > 0,
                "the selection{}{} matches no property or sweep (IDs and titles, e.g. 'GA-1', '^BM-MB$'): nothing would "
                "run",
                opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
                opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
-  if (resumed && (c.only_given || c.skip_given)) check_reselection(*resumed, opt, c.resume_dir);
+  if (resumed && (c.only_given || c.skip_given)) check_reselection(*resumed, opt, selection, c.resume_dir);
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
   if (resumed) {

@@ -11,14 +11,21 @@
 
 namespace hr::ops::attn {
 
+// e^x, the exponential of the natural-log form.
+struct NaturalExp {
+  HR_HD float operator()(float x) const { return expf(x); }
+};
+
 // Folds a chunk whose largest allowed scaled score is chunk_max into the running
 // (m, l): m becomes the new max, l is rescaled, and the factor returned must
 // multiply the running output too. A chunk with nothing allowed (chunk_max = -inf)
-// changes nothing (factor 1); the first allowed chunk starts from l = 0.
-HR_HD float online_rescale(float& m, float& l, float chunk_max) {
+// changes nothing (factor 1); the first allowed chunk starts from l = 0. `exp_fn` is
+// the exponential of the units m is kept in (a base-2 form passes 2^x).
+template <typename Exp = NaturalExp>
+HR_HD float online_rescale(float& m, float& l, float chunk_max, Exp exp_fn = {}) {
   if (chunk_max == -INFINITY) return 1.f;
   const float m_new = fmaxf(m, chunk_max);
-  const float factor = m == -INFINITY ? 0.f : expf(m - m_new);
+  const float factor = m == -INFINITY ? 0.f : exp_fn(m - m_new);
   m = m_new;
   l *= factor;
   return factor;

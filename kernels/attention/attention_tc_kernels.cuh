@@ -188,16 +188,10 @@ __device__ __forceinline__ int acc_row(uint32_t rows, int i) { return static_cas
 // save (m2 ln 2 + ln l), and the backward's lse2 = lse * log2(e).
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-// online_rescale (attention_math.hpp) in base 2: the factor that the running sum and
-// output take when the running maximum m2 becomes max(m2, chunk_max2).
-__device__ __forceinline__ float online_rescale2(float& m2, float& l, float chunk_max2) {
-  if (chunk_max2 == -INFINITY) return 1.f;
-  const float m_new = fmaxf(m2, chunk_max2);
-  const float factor = m2 == -INFINITY ? 0.f : exp2f(m2 - m_new);
-  m2 = m_new;
-  l *= factor;
-  return factor;
-}
+// 2^x: attn::online_rescale's exponential for a maximum kept in base 2.
+struct Exp2 {
+  __device__ float operator()(float x) const { return exp2f(x); }
+};
 
 // exp(s * scale - shift) for a raw score s, with scale2 = scale * log2(e) and
 // shift2 = shift * log2(e): a forward's weight under its running maximum, or a
@@ -301,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
         }
       }
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      const float factor = online_rescale2(m2, l, chunk_max);  // the pair computes it alike
+      const float factor = attn::online_rescale(m2, l, chunk_max, Exp2{});  // the pair computes it alike
       M* prow = p_w + r * kLdProb + half * 32;
       float sum = 0.f;
 #pragma unroll

@@ -812,6 +812,24 @@ CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, 
 // tests share them (12 a dtype) to keep the conformance step's time.
 constexpr std::pair<int64_t, int64_t> kCudnnShapes[] = {{129, 128}, {520, 64}};
 
+// The padded case of the tests that share one input: [2, 2, 520, 64] (kCudnnShapes[1])
+// under the causal and padding masks, at scale 1/sqrt(D), with q, k, v drawn from
+// `seed` and dO from seed + 3.
+struct PaddedCase {
+  Shape shape;
+  float scale;
+  Qkv x;
+  Mask m;
+  Tensor g;
+};
+PaddedCase padded_case(Device& dev, DType dt, uint64_t seed) {
+  const int64_t B = 2, H = 2, T = kCudnnShapes[1].first, D = kCudnnShapes[1].second;
+  return {{B, H, T, D}, 1.f / std::sqrt(static_cast<float>(D)), random_qkv(dev, {B, H, T, D}, dt, seed),
+          make_mask(dev, MaskKind::causal_padding, B, T),
+          Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed + 3), {B, H, T, D}, dt,
+                            Consumer::activations)};
+}
+
 // With a libcudnn.so.9 that loads on a GPU of compute capability 8.0 or newer, the
 // small graphs of cudnn_attention_available build with the non-deterministic
 // backward: a failure there is a finding, not a skip (the form's other tests skip
@@ -940,18 +958,13 @@ TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
   const DType dt = GetParam();
   HR_CUDNN_DEVICE(dev, dt);
   using K = ops::GpuAttentionKernel;
-  const int64_t B = 2, H = 2, T = kCudnnShapes[1].first, D = kCudnnShapes[1].second;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12000);
-  const Mask m = make_mask(dev, MaskKind::causal_padding, B, T);
-  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12003), {B, H, T, D},
-                               dt, Consumer::activations);
-  const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::scalar, K::scalar);
+  const PaddedCase c = padded_case(dev, dt, 12000);
+  const CudnnPass scalar = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::scalar, K::scalar);
   const double bound = tol::kAttentionGradNmse(dt);
   for (auto [fwd, bwd] : {std::pair<K, K>{K::scalar, K::cudnn}, {K::cudnn, K::scalar}}) {
     const std::string what =
         fmt::format("forward {}, backward {}", ops::gpu_attention_kernel_name(fwd), ops::gpu_attention_kernel_name(bwd));
-    const CudnnPass mixed = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd);
+    const CudnnPass mixed = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, fwd, bwd);
     ASSERT_EQ(mixed.cudnn_runs, 1u) << what;
     for (auto [got, want] : {std::pair{&mixed.dq, &scalar.dq}, {&mixed.dk, &scalar.dk}, {&mixed.dv, &scalar.dv}})
       EXPECT_TRUE(test::nmse_within(std::vector<float>(got->begin(), got->end()), *want, bound, what));
@@ -959,7 +972,7 @@ TEST_P(AttentionCudnn, EitherBackwardFollowsEitherForward) {
       ops::OpFault f;
       f.op = "attention_forward";
       f.lse_offset = d;
-      const CudnnPass off = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, fwd, bwd, f);
+      const CudnnPass off = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, fwd, bwd, f);
       EXPECT_FALSE(test::nmse_within(std::vector<float>(off.dv.begin(), off.dv.end()), scalar.dv, bound, what))
           << what << ": the forward's statistics off by " << d << " did not reach the backward";
     }
@@ -982,12 +995,7 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
   ASSERT_TRUE(ops::cuda::cudnn_attention_deterministic()) << "the runs' setting is the deterministic backward";
 #endif
   using K = ops::GpuAttentionKernel;
-  const int64_t B = 2, H = 2, T = kCudnnShapes[1].first, D = kCudnnShapes[1].second;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12200);
-  const Mask m = make_mask(dev, MaskKind::causal_padding, B, T);
-  Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12203), {B, H, T, D},
-                               dt, Consumer::activations);
+  const PaddedCase c = padded_case(dev, dt, 12200);
   auto bytes = [](const std::vector<double>& v) {
     std::vector<uint8_t> b(v.size() * sizeof(double));
     std::memcpy(b.data(), v.data(), b.size());
@@ -996,14 +1004,14 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
 #if HEADROOM_HAVE_CUDA
   const uint64_t det0 = ops::cuda::cudnn_attention_deterministic_backwards();
 #endif
-  const CudnnPass first = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn);
+  const CudnnPass first = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn);
   ASSERT_EQ(first.cudnn_runs, 2u);
 #if HEADROOM_HAVE_CUDA
   EXPECT_EQ(ops::cuda::cudnn_attention_deterministic_backwards() - det0, 1u) << "the backward was not deterministic";
   {
     const ops::cuda::ScopedCudnnDeterminism off(false);
     const uint64_t det1 = ops::cuda::cudnn_attention_deterministic_backwards();
-    ASSERT_EQ(cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn).cudnn_runs, 2u);
+    ASSERT_EQ(cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn).cudnn_runs, 2u);
     EXPECT_EQ(ops::cuda::cudnn_attention_deterministic_backwards(), det1) << "a non-deterministic backward counted";
   }
 #endif
@@ -1013,7 +1021,7 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
       f.op = "attention_forward";
       f.lse_offset = d;
     }
-    const CudnnPass again = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, scale, K::cudnn, K::cudnn, f);
+    const CudnnPass again = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn, f);
     ASSERT_EQ(again.cudnn_runs, 2u);
     const size_t diff = bitwise_mismatches(bytes(first.dq), bytes(again.dq)) +
                         bitwise_mismatches(bytes(first.dk), bytes(again.dk)) +

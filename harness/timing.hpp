@@ -36,6 +36,10 @@ struct TimeStats {
   // work run right after each repetition, in the same order (results.json
   // "ref_cpu_samples_s"); the machine's speed at that moment.
   std::vector<double> ref_cpu_samples_s;
+  // Which reference work those samples are of (kReferenceWork; results.json
+  // "ref_work"); empty in files written before it was named, whose reference was
+  // another (8 products 2048x192 by 192x64).
+  std::string ref_work;
 };
 void to_json(nlohmann::json& j, const TimeStats& t);
 
@@ -57,11 +61,15 @@ struct TimingOptions {
   bool reference_work = false;
 };
 
-// Runs the fixed reference work once (8 single-precision products 2048x192 by
-// 192x64 through CBLAS on fixed buffers, ~8 ms on one 2020s core, on the BLAS
-// threads as set: one inside time_region) and returns the calling thread's CPU
-// time it took.
+// Runs the fixed reference work once (128 single-precision products 128x192 by
+// 192x64 through CBLAS on fixed buffers, 176 KiB in all, ~4 ms on one 2020s core,
+// on the BLAS threads as set: one inside time_region) and returns the calling
+// thread's CPU time it took.
 double reference_work_cpu_seconds();
+
+// The name results.json records beside the reference samples ("ref_work"): a
+// comparison divides by the reference only where both runs ran this same work.
+inline constexpr const char* kReferenceWork = "sgemm 128x192x64, 128 products";
 
 // Times fn() on `dev`; fn must enqueue all its work on the device's stream. On the
 // CPU, BLAS must run on one thread (props::OneBlasThread; InvalidArgument if not).

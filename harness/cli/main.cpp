@@ -80,9 +80,10 @@ void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
   cmd->add_option("--junit", r.junit, "also write JUnit XML here: one test case per check and sweep point");
 }
 
-constexpr const char* kTimeFloorHelp =
-    "minimum effect: a step-time change within this fraction is the same (default 0.05, and 0.10 for the CPU "
-    "backend's CPU-time samples; given, it sets both)";
+const std::string kTimeFloorHelp =
+    fmt::format("minimum effect: a step-time change within this fraction is the same (default {:g}, and {:g} for the "
+                "CPU backend's CPU-time samples; given, it sets both)",
+                hr::CompareOptions{}.time_floor, hr::CompareOptions{}.cpu_time_floor);
 
 // "headroom 0.1.0 (git 8dd3b2979051, Release, GNU 12.2.0, CUDA nvcc 13.0.88, architectures 90)".
 std::string version_line() {

@@ -341,8 +341,11 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
       out = std::move(r);
       return true;
     };
+    // Only where both ran the same reference work: a ratio to another work is
+    // another unit (a file written before the reference was named ran another).
     std::vector<double> rb, rc;
-    if (ratios(b, rb) && ratios(c, rc)) {
+    j.reference_differs = !b.ref_cpu_samples_s.empty() && !c.ref_cpu_samples_s.empty() && b.ref_work != c.ref_work;
+    if (!j.reference_differs && ratios(b, rb) && ratios(c, rc)) {
       j.relative_to_reference = true;
       bs = std::move(rb);
       cs = std::move(rc);
@@ -360,7 +363,10 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
     const bool significant = j.p_value < opt.time_alpha;
     const std::string test =
         fmt::format("rank test p={:.2g} over {} and {} {}samples{}", j.p_value, bs.size(), cs.size(),
-                    j.cpu_time ? "CPU-time " : "", j.relative_to_reference ? " relative to the reference work" : "");
+                    j.cpu_time ? "CPU-time " : "",
+                    j.relative_to_reference ? " relative to the reference work"
+                    : j.reference_differs   ? " (the runs' reference works differ: not relative to them)"
+                                            : "");
     if (!large) {
       j.verdict = "same";
     } else if (!significant) {

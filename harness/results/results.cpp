@@ -269,6 +269,14 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
   auto ref_samples = j.find("ref_cpu_samples_s");
   if (ref_samples != j.end() && ref_samples->is_array())
     for (const auto& v : *ref_samples) t.ref_cpu_samples_s.push_back(json_to_double(v));
+  auto ref_work = j.find("ref_work");
+  if (ref_work != j.end()) {
+    HR_ARG_CHECK(ref_work->is_string() && !ref_work->get<std::string>().empty(),
+                 "{}: ref_work must name the reference work, got {}", where, ref_work->dump());
+    HR_ARG_CHECK(!t.ref_cpu_samples_s.empty(), "{}: ref_work names a reference work but there are no reference samples",
+                 where);
+    t.ref_work = ref_work->get<std::string>();
+  }
   // Values no timer gives: a time that hides a slowdown (0, negative, NaN) would
   // otherwise be left out of every comparison.
   auto positive = [&](double v, const char* what) {

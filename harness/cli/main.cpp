@@ -89,7 +89,7 @@ const std::string kTimeFloorHelp =
 std::string version_line() {
   std::string cuda = hr::build::kCudaCompiler;
   cuda = cuda.empty() ? "no CUDA" : fmt::format("CUDA {}, architectures {}", cuda, hr::build::kCudaArchs);
-  return fmt::format("headroom {} (git {}, {}, {}, {})", hr::build::kVersion, hr::build::kGitSha, hr::build::kBuildType,
+  return fmt::format("headroom {} (git {}, {}, {}, {})", hr::build::kVersion, hr::build::git_sha(), hr::build::kBuildType,
                      hr::build::kCxxCompiler, cuda);
 }
 

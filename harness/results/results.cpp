@@ -137,7 +137,7 @@ nlohmann::json host_load_to_json(const HostLoad& h) {
 }
 
 nlohmann::json build_record() {
-  return nlohmann::json{{"git_sha", build::kGitSha},
+  return nlohmann::json{{"git_sha", build::git_sha()},
                         {"version", build::kVersion},
                         {"cxx_compiler", build::kCxxCompiler},
                         {"cuda_compiler", build::kCudaCompiler},

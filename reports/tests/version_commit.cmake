@@ -1,0 +1,22 @@
+# `headroom --version` names the commit the checkout is at (taken at build time, not
+# when the build folder was configured), "-dirty" exactly when tracked files differ.
+#   cmake -DHEADROOM=<headroom binary> -DSOURCE_DIR=<checkout> -P version_commit.cmake
+execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY "${SOURCE_DIR}"
+  OUTPUT_VARIABLE sha RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT rc EQUAL 0)
+  message("skipped: ${SOURCE_DIR} is not a git checkout")
+  return()
+endif()
+execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY "${SOURCE_DIR}"
+  OUTPUT_VARIABLE changed OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(changed)
+  set(sha "${sha}-dirty")
+endif()
+execute_process(COMMAND "${HEADROOM}" --version OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "\\(git ([^,]*),")
+  message(FATAL_ERROR "headroom --version gave no commit (exit ${rc}): ${out}")
+endif()
+if(NOT CMAKE_MATCH_1 STREQUAL sha)
+  message(FATAL_ERROR "headroom --version names commit ${CMAKE_MATCH_1}; the checkout is at ${sha} (build again)")
+endif()
+message("headroom --version names ${sha}, the checkout's commit")

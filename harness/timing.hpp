@@ -36,7 +36,7 @@ struct TimeStats {
   // work run right after each repetition, in the same order (results.json
   // "ref_cpu_samples_s"); the machine's speed at that moment.
   std::vector<double> ref_cpu_samples_s;
-  // Which reference work those samples are of (kReferenceWork; results.json
+  // Which reference work those samples are of (reference_work_name(); results.json
   // "ref_work"); empty in files written before it was named, whose reference was
   // another (8 products 2048x192 by 192x64).
   std::string ref_work;
@@ -67,9 +67,11 @@ struct TimingOptions {
 // thread's CPU time it took.
 double reference_work_cpu_seconds();
 
-// The name results.json records beside the reference samples ("ref_work"): a
-// comparison divides by the reference only where both runs ran this same work.
-inline constexpr const char* kReferenceWork = "sgemm 128x192x64, 128 products";
+// What that work is, as results.json records it beside the reference samples
+// ("ref_work"): the products' shapes and count, and the BLAS that ran them (its
+// version and the kernels it chose for this core, openblas_get_config()). A
+// comparison divides by the reference only where both runs name the same work.
+std::string reference_work_name();
 
 // Times fn() on `dev`; fn must enqueue all its work on the device's stream. On the
 // CPU, BLAS must run on one thread (props::OneBlasThread; InvalidArgument if not).

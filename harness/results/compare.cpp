@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "harness/memory.hpp"
 #include "harness/tolerances.hpp"
@@ -114,6 +115,12 @@ void compare_memory(const SweepPoint& b, const SweepPoint& c, const CompareOptio
     if (bv == 0 && cv == 0) continue;
     one(std::string("peak ") + consumer_name(k), bv, cv, false);
   }
+}
+
+// The reference work a timing's CPU samples were divided by, for people.
+std::string reference_of(const TimeStats& t) {
+  if (t.ref_cpu_samples_s.empty()) return "none";
+  return t.ref_work.empty() ? std::string("unnamed (a file written before the reference work was named)") : t.ref_work;
 }
 
 bool is_time_quantity(const std::string& q) { return q == "step time" || q == "step cpu time"; }
@@ -324,6 +331,14 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
   j.baseline_s = b.median_s;
   j.current_s = c.median_s;
   j.change = c.median_s / b.median_s - 1.0;
+  if (!b.samples_s.empty() && c.samples_s.empty()) {
+    // Without its samples the judged file's own summary (its spread, its "noisy")
+    // would set the bound it is held to: refused as a timing that cannot be judged.
+    j.verdict = "regression";
+    j.note = "the baseline recorded every timed repetition; this run recorded none to test against them (a file "
+             "written before they were recorded, or without them): time it again";
+    return j;
+  }
   j.cpu_time = !b.cpu_samples_s.empty() && !c.cpu_samples_s.empty();
   std::vector<double> bs = j.cpu_time ? b.cpu_samples_s : b.samples_s;
   std::vector<double> cs = j.cpu_time ? c.cpu_samples_s : c.samples_s;
@@ -383,10 +398,13 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
     }
     return j;
   }
-  // A file without samples: the old threshold from each run's own spread.
-  const double nb = timing_noise(b), nc = timing_noise(c);
+  // A file without samples: the old threshold from each run's own spread. A run's
+  // spread counts only where its samples back it (they set it when read); a judged
+  // file without them is held to the baseline's spread, never to its own claim.
+  const bool c_backed = !c.samples_s.empty();
+  const double nb = timing_noise(b), nc = c_backed ? timing_noise(c) : nb;
   j.threshold = std::max(opt.time_floor, std::sqrt(nb * nb + nc * nc));
-  if (b.noisy || c.noisy) {
+  if (b.noisy || (c_backed && c.noisy)) {
     j.verdict = "noisy";
     j.note = fmt::format("too noisy to compare (spread {:.0f}% baseline, {:.0f}% this run)", b.rel_spread * 100,
                          c.rel_spread * 100);
@@ -490,6 +508,15 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   const bool selection_differs = base.only != cur.only || base.skip != cur.skip;
   for (const Results* r : {&base, &cur}) {
     if (r->host && r->host->busy()) {
+      if (r == &cur && !opt.run_is_this_build) {
+        // A judged file's word that its host was busy would widen its own bound:
+        // taken only from a run this command measured.
+        cmp.warnings.push_back(fmt::format("this run's file says its host was busy ({}); not taken as a reason to "
+                                           "judge its step times more loosely (only a run validate measures itself "
+                                           "is)",
+                                           describe_host(*r->host)));
+        continue;
+      }
       cmp.host_busy = true;
       cmp.host_note += fmt::format("{}{}: {}", cmp.host_note.empty() ? "" : "; ", r == &base ? "baseline" : "this run",
                                    describe_host(*r->host));
@@ -499,6 +526,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     cmp.warnings.push_back(fmt::format("a host was busy with other work ({}): step-time changes within {:.0f}% are too "
                                        "noisy to judge",
                                        cmp.host_note, opt.busy_time_floor * 100));
+
+  // CPU points judged without the reference work although a run recorded one.
+  int without_reference = 0;
+  std::pair<std::string, std::string> reference_pair;
 
   // ---- Conformance: every measurement of the baseline, matched by its check key
   // (the n-th of a key with the n-th), held to the baseline's bound.
@@ -665,7 +696,17 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     }
     compare_time(b, *c, opt, remeasure, cmp.host_busy, cmp.host_note, cmp.rows);
     compare_memory(b, *c, opt, cmp.rows);
+    if (b.time && c->time && !time_not_judged(*c) && !b.time->cpu_samples_s.empty() &&
+        !c->time->cpu_samples_s.empty() && reference_of(*b.time) != reference_of(*c->time)) {
+      if (without_reference++ == 0) reference_pair = {reference_of(*b.time), reference_of(*c->time)};
+    }
   }
+  if (without_reference > 0)
+    cmp.warnings.push_back(fmt::format(
+        "{} CPU step time{} judged on CPU time alone, not relative to the reference work: the runs did not run the "
+        "same one (baseline: {}; this run: {}); CPU time alone moves with the machine's state, so record the baseline "
+        "again with this build",
+        without_reference, without_reference == 1 ? "" : "s", reference_pair.first, reference_pair.second));
   for (size_t i = 0; i < cur.sweep_points.size(); ++i) {
     if (used[i]) continue;
     CompareRow r = base_row(cur.sweep_points[i]);

@@ -139,8 +139,11 @@ RankTest mann_whitney_u(const std::vector<double>& a, const std::vector<double>&
 // - with samples in both: change = median ratio - 1; "regression" / "better" when
 //   |change| > time_floor and the rank test gives p < time_alpha; "noisy" when
 //   |change| > time_floor but p >= time_alpha (undecidable); "same" otherwise;
+// - samples in the baseline only: "regression" (the run's own summary would set
+//   its bound);
 // - without (older files): the noise threshold max(time_floor, sqrt(n_b^2 + n_c^2))
-//   of timing_noise, "noisy" when either spread is above kNoisyRelSpread.
+//   of timing_noise, "noisy" when either spread is above kNoisyRelSpread; a run
+//   without samples counts with the baseline's noise, never its own claim.
 struct TimeJudgement {
   std::string verdict;  // "same" | "better" | "regression" | "noisy"
   bool cpu_time = false;               // judged on the CPU-time samples

@@ -109,14 +109,6 @@ TEST(ReportCompare, OtherAttentionKernelsAreNotFit) {
   }));
 }
 
-TEST(ReportCompare, ANoisyTimingIsFlaggedNotJudged) {
-  const auto c = hr::compare_results(with_point(0.100, 0.01, 1000), with_point(0.200, 0.40, 1000));
-  EXPECT_EQ(row(c, "step time")->verdict, "noisy");
-  EXPECT_TRUE(c.fit());
-  EXPECT_EQ(c.noisy, 1);
-  EXPECT_FALSE(c.warnings.empty());
-}
-
 // ---- The step-time decision rule on synthetic sample sets ----------------------------
 
 // n step times drawn around median_s with relative log-normal noise sigma, of which
@@ -148,6 +140,56 @@ hr::Remeasure remeasure_with(std::function<std::vector<double>()> draw, int* cal
     again.time = hr::summarize_times(draw());
     return again;
   };
+}
+
+// Files without samples: a noisy baseline (trusted) makes a change noisy; the judged
+// file's own claim of a wide spread, with no samples behind it, does not.
+TEST(ReportCompare, ANoisyTimingIsFlaggedNotJudged) {
+  const auto c = hr::compare_results(with_point(0.100, 0.40, 1000), with_point(0.200, 0.01, 1000));
+  EXPECT_EQ(row(c, "step time")->verdict, "noisy");
+  EXPECT_TRUE(c.fit());
+  EXPECT_EQ(c.noisy, 1);
+  EXPECT_FALSE(c.warnings.empty());
+  const auto claimed = hr::compare_results(with_point(0.100, 0.01, 1000), with_point(0.200, 0.40, 1000));
+  EXPECT_EQ(row(claimed, "step time")->verdict, "regression") << row(claimed, "step time")->note;
+  EXPECT_FALSE(claimed.fit());
+  // Where the judged run's samples back its spread, its noise counts: twice the
+  // median over samples spread from 0.12 to 0.28 s.
+  auto backed = with_samples({0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.24, 0.26, 0.28});
+  ASSERT_TRUE(backed.sweep_points[0].time->noisy);
+  auto old_b = with_point(0.100, 0.01, 1000);
+  EXPECT_EQ(row(hr::compare_results(old_b, backed), "step time")->verdict, "noisy");
+}
+
+// A baseline that recorded its repetitions holds this run to a test over samples;
+// a judged file without them would be held to its own summary instead: a
+// regression, saying why. The control: with its samples, the same run is the same.
+TEST(ReportCompare, ARunWithoutSamplesAgainstABaselineWithThemIsNotJudgedOnItsSummary) {
+  const auto base = with_samples(draw_times(1, 10, 0.1, 0.02));
+  auto cur = with_samples(draw_times(2, 10, 0.1, 0.02));
+  EXPECT_EQ(row(hr::compare_results(base, cur), "step time")->verdict, "same");
+  cur.sweep_points[0].time->samples_s.clear();
+  const auto c = hr::compare_results(base, cur);
+  EXPECT_EQ(row(c, "step time")->verdict, "regression");
+  EXPECT_NE(row(c, "step time")->note.find("recorded none to test against them"), std::string::npos)
+      << row(c, "step time")->note;
+  EXPECT_FALSE(c.fit());
+}
+
+// The summary read from a file is that of its samples: a median that is not theirs
+// is refused; the spread and "noisy" come from the samples, not the file's claim.
+TEST(ReportCompare, ATimeSummaryIsThatOfItsSamples) {
+  const auto r = with_samples({0.10, 0.11, 0.12, 0.10, 0.13});
+  auto j = hr::results_to_json(r);
+  EXPECT_NO_THROW(hr::results_from_json(j));
+  j["sweep_points"][0]["time"]["median_s"] = 0.055;  // half the samples' median
+  EXPECT_THROW(hr::results_from_json(j), hr::InvalidArgument);
+  j = hr::results_to_json(r);
+  j["sweep_points"][0]["time"]["noisy"] = true;
+  j["sweep_points"][0]["time"]["rel_spread"] = 0.9;
+  const auto back = hr::results_from_json(j);
+  EXPECT_FALSE(back.sweep_points[0].time->noisy);
+  EXPECT_DOUBLE_EQ(back.sweep_points[0].time->rel_spread, r.sweep_points[0].time->rel_spread);
 }
 
 TEST(ReportCompare, MannWhitneyUAgainstHandComputedValues) {
@@ -326,6 +368,7 @@ TEST(ReportCompare, OnTheCpuTheCpuTimeIsJudged) {
   EXPECT_TRUE(busy.fit());
   const auto slower = hr::compare_results(cpu_point(1, 0.1, 0.05), cpu_point(2, 0.1, 0.1));
   EXPECT_EQ(row(slower, "step cpu time")->verdict, "regression");
+  ASSERT_FALSE(slower.failures.empty());
   EXPECT_NE(slower.failures[0].find("CPU-time samples"), std::string::npos) << slower.failures[0];
   const std::string text = hr::format_comparison_text(cpu_point(1, 0.1, 0.05), cpu_point(2, 0.1, 0.1), slower);
   EXPECT_NE(text.find(" ms cpu ("), std::string::npos) << text;
@@ -386,6 +429,7 @@ TEST(ReportCompare, OnTheCpuStepsAreJudgedRelativeToTheReferenceWork) {
     // step relative to the reference doubled: a regression.
     const auto hidden = hr::compare_results(point(seed, 0.1, 1.0), point(seed + 1000, 0.2, 0.5));
     EXPECT_EQ(row(hidden, "step cpu time")->verdict, "regression");
+    ASSERT_FALSE(hidden.failures.empty());
     EXPECT_NE(hidden.failures[0].find("relative to the reference work"), std::string::npos) << hidden.failures[0];
   }
 }
@@ -404,17 +448,36 @@ TEST(ReportCompare, OnlyRatiosToTheSameReferenceWorkAreCompared) {
     t.ref_work = ref_work;
     return r;
   };
-  const auto other = hr::compare_results(point(1, 0.008, ""), point(2, 0.004, hr::kReferenceWork));
+  const auto other = hr::compare_results(point(1, 0.008, ""), point(2, 0.004, hr::reference_work_name()));
   EXPECT_EQ(row(other, "step cpu time")->verdict, "same") << row(other, "step cpu time")->note;
   EXPECT_NEAR(row(other, "step cpu time")->current, 0.1, 0.005);
+  // Said once for the run, with both works, even where the verdict is "same".
+  auto warned = [](const hr::Comparison& c) {
+    return std::count_if(c.warnings.begin(), c.warnings.end(), [](const std::string& w) {
+      return w.find("judged on CPU time alone, not relative to the reference work") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(warned(other), 1);
+  EXPECT_TRUE(std::any_of(other.warnings.begin(), other.warnings.end(), [](const std::string& w) {
+    return w.find("baseline: unnamed") != std::string::npos && w.find(hr::reference_work_name()) != std::string::npos;
+  }));
+  // One run without reference samples at all: the CPU time alone, said the same way.
+  auto none = point(2, 0.004, "");
+  none.sweep_points[0].time->ref_cpu_samples_s.clear();
+  const auto one_sided = hr::compare_results(point(1, 0.008, hr::reference_work_name()), none);
+  EXPECT_EQ(row(one_sided, "step cpu time")->verdict, "same") << row(one_sided, "step cpu time")->note;
+  EXPECT_EQ(warned(one_sided), 1);
   const auto j = hr::judge_step_time(*point(1, 0.008, "").sweep_points[0].time,
-                                     *point(2, 0.004, hr::kReferenceWork).sweep_points[0].time);
+                                     *point(2, 0.004, hr::reference_work_name()).sweep_points[0].time);
   EXPECT_TRUE(j.reference_differs);
   EXPECT_FALSE(j.relative_to_reference);
   // The control: the same two runs naming the same work are divided by it, and the
   // halved reference reads as a step twice as slow.
-  const auto same = hr::compare_results(point(1, 0.008, hr::kReferenceWork), point(2, 0.004, hr::kReferenceWork));
+  const auto same =
+      hr::compare_results(point(1, 0.008, hr::reference_work_name()), point(2, 0.004, hr::reference_work_name()));
   EXPECT_EQ(row(same, "step cpu time")->verdict, "regression");
+  EXPECT_EQ(warned(same), 0);
+  ASSERT_FALSE(same.failures.empty());
   EXPECT_NE(same.failures[0].find("relative to the reference work"), std::string::npos) << same.failures[0];
 }
 
@@ -434,20 +497,20 @@ TEST(ReportCompare, TheReferenceWorkIsRecordedOnRequest) {
   const auto t = hr::time_region(*dev, region, opt);
   ASSERT_EQ(t.ref_cpu_samples_s.size(), 5u);
   for (double s : t.ref_cpu_samples_s) EXPECT_GT(s, 0);
-  EXPECT_EQ(t.ref_work, hr::kReferenceWork);
+  EXPECT_EQ(t.ref_work, hr::reference_work_name());
 }
 
 TEST(ReportCompare, SamplesSurviveResultsJson) {
   auto r = with_samples({0.1, 0.11, 0.12});
   r.sweep_points[0].time->cpu_samples_s = {0.05, 0.06, 0.07};
   r.sweep_points[0].time->ref_cpu_samples_s = {0.008, 0.009, 0.007};
-  r.sweep_points[0].time->ref_work = hr::kReferenceWork;
+  r.sweep_points[0].time->ref_work = hr::reference_work_name();
   const auto back = hr::results_from_json(hr::results_to_json(r));
   ASSERT_TRUE(back.sweep_points[0].time.has_value());
   EXPECT_EQ(back.sweep_points[0].time->samples_s, (std::vector<double>{0.1, 0.11, 0.12}));
   EXPECT_EQ(back.sweep_points[0].time->cpu_samples_s, (std::vector<double>{0.05, 0.06, 0.07}));
   EXPECT_EQ(back.sweep_points[0].time->ref_cpu_samples_s, (std::vector<double>{0.008, 0.009, 0.007}));
-  EXPECT_EQ(back.sweep_points[0].time->ref_work, hr::kReferenceWork);
+  EXPECT_EQ(back.sweep_points[0].time->ref_work, hr::reference_work_name());
   // A name without reference samples, or a name that is not one, is refused.
   auto j = hr::results_to_json(r);
   j["sweep_points"][0]["time"].erase("ref_cpu_samples_s");

@@ -30,8 +30,8 @@ struct CompareOptions {
   // does not follow (other tenants in the shared cache and memory): eight processes
   // of one build, one after the other on an idle VM, spread up to 11.0% at one BM-MB
   // point (14.6% in CPU time alone); a validate run 4 s after its baseline read one
-  // point 11.4% slower and 11.0% on re-measurement in the same process. Twice the
-  // largest spread seen, so that an unchanged build is not called slower; an
+  // point 11.4% slower and 11.0% on re-measurement in the same process. About twice
+  // the largest spread seen, so that an unchanged build is not called slower; an
   // injected 2x slowdown reads about +100%. `--time-floor` sets both.
   double cpu_time_floor = 0.20;
   // Memory is deterministic: peaks agree within this fraction or differ.

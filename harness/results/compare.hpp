@@ -27,12 +27,14 @@ struct CompareOptions {
   double time_floor = 0.05;
   // The same for CPU-time samples (the CPU backend), each step relative to the
   // reference work. A shared 2-vCPU VM drifts over seconds in ways the reference
-  // does not follow (other tenants in the shared cache and memory): eight processes
-  // of one build, one after the other on an idle VM, spread up to 11.0% at one BM-MB
-  // point (14.6% in CPU time alone); a validate run 4 s after its baseline read one
-  // point 11.4% slower and 11.0% on re-measurement in the same process. About twice
-  // the largest spread seen, so that an unchanged build is not called slower; an
-  // injected 2x slowdown reads about +100%. `--time-floor` sets both.
+  // does not follow (other tenants in the shared cache and memory): sixteen
+  // processes of one build, one after the other on an idle VM (eight of them with
+  // glibc's malloc thresholds raised, which changed nothing), spread up to 11.0%
+  // at one BM-MB point (14.6% in CPU time alone); a validate run 4 s after its
+  // baseline read one point 11.4% slower and 11.0% on re-measurement in the same
+  // process. About twice the largest spread seen, so that an unchanged build is not
+  // called slower; an injected 2x slowdown reads about +100%. `--time-floor` sets
+  // both.
   double cpu_time_floor = 0.20;
   // Memory is deterministic: peaks agree within this fraction or differ.
   double memory_tolerance = 0.01;

@@ -39,14 +39,15 @@ double thread_cpu_seconds() {
 }
 }  // namespace
 
-// The operands (96 + 48 + 32 KiB) stay in a core's own L2 cache (256 KiB and up
-// since 2013) across the products, so the reference follows the core's speed
-// (clocks, a busy sibling hyperthread) and not the last-level cache that other
-// tenants share. The former reference streamed a 1.5 MiB operand from a shared
-// 32 MiB L3 (2-vCPU EPYC VM, 1 MiB L2): it took 4.3 ms or, in stretches the step
-// did not share, 4.7-5.1 ms, and moved BM-MB's ratios by up to 10.7% over six
-// processes of one build where the CPU time alone moved 5.1% (this one: 4.17-4.24 ms
-// at every point of eight processes).
+// The operands (96 + 48 + 32 KiB, about 320 KiB with OpenBLAS's packed copies)
+// stay in a core's own L2 cache (512 KiB or more on server cores since 2017) across
+// the products, so the reference follows the core's speed (clocks, a busy sibling
+// hyperthread) and not the last-level cache that other tenants share. A reference
+// that streams from the shared L3 moves with their traffic in stretches the step
+// does not share: 8 products 2048x192 by 192x64 (a 1.5 MiB operand; 2-vCPU EPYC VM,
+// 1 MiB L2, 32 MiB L3) took 4.3 ms or 4.7-5.1 ms and moved BM-MB's ratios by up to
+// 10.7% over six processes of one build where the CPU time alone moved 5.1%; these
+// products took 4.17-4.24 ms at every point of eight processes.
 namespace {
 constexpr int kRefM = 128, kRefK = 192, kRefN = 64, kRefProducts = 128;
 }  // namespace

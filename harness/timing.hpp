@@ -62,7 +62,7 @@ struct TimingOptions {
 };
 
 // Runs the fixed reference work once (128 single-precision products 128x192 by
-// 192x64 through CBLAS on fixed buffers, 176 KiB in all, ~4 ms on one 2020s core,
+// 192x64 through CBLAS on fixed buffers of 176 KiB, ~4 ms on one 2020s core,
 // on the BLAS threads as set: one inside time_region) and returns the calling
 // thread's CPU time it took.
 double reference_work_cpu_seconds();

@@ -137,7 +137,7 @@ bool time_not_judged(const SweepPoint& p) { return p.sweep == "BM-DP" && p.backe
 
 // Under a busy host a judged change within busy_time_floor is not a verdict.
 void damp_for_busy_host(TimeJudgement& j, const CompareOptions& opt, bool busy, const std::string& host_note) {
-  if (!busy || (j.verdict != "regression" && j.verdict != "better")) return;
+  if (!busy || j.samples_missing || (j.verdict != "regression" && j.verdict != "better")) return;
   if (std::fabs(j.change) > opt.busy_time_floor) return;
   j.verdict = "noisy";
   j.note = fmt::format("{}, within the {:.0f}% minimum effect of a busy host ({}): too noisy to judge",
@@ -335,6 +335,7 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
     // Without its samples the judged file's own summary (its spread, its "noisy")
     // would set the bound it is held to: refused as a timing that cannot be judged.
     j.verdict = "regression";
+    j.samples_missing = true;
     j.note = "the baseline recorded every timed repetition; this run recorded none to test against them (a file "
              "written before they were recorded, or without them): time it again";
     return j;
@@ -506,9 +507,10 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
                                        "bound, but check power is shown, not judged",
                                        base.seed, cur.seed));
   const bool selection_differs = base.only != cur.only || base.skip != cur.skip;
-  for (const Results* r : {&base, &cur}) {
+  for (const bool is_cur : {false, true}) {
+    const Results* r = is_cur ? &cur : &base;
     if (r->host && r->host->busy()) {
-      if (r == &cur && !opt.run_is_this_build) {
+      if (is_cur && !opt.run_is_this_build) {
         // A judged file's word that its host was busy would widen its own bound:
         // taken only from a run this command measured.
         cmp.warnings.push_back(fmt::format("this run's file says its host was busy ({}); not taken as a reason to "
@@ -518,7 +520,7 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
         continue;
       }
       cmp.host_busy = true;
-      cmp.host_note += fmt::format("{}{}: {}", cmp.host_note.empty() ? "" : "; ", r == &base ? "baseline" : "this run",
+      cmp.host_note += fmt::format("{}{}: {}", cmp.host_note.empty() ? "" : "; ", is_cur ? "this run" : "baseline",
                                    describe_host(*r->host));
     }
   }

@@ -30,8 +30,9 @@ struct CompareOptions {
   // follow (other tenants in the shared cache and memory, invisible in /proc/stat):
   // on a 2-vCPU EPYC VM, ten processes of one build, one after the other, spread up
   // to 29.9% at one BM-MB point and two consecutive ones differed by up to 28.7%; a
-  // validate 13 s after its baseline read unchanged points 5-19% faster, and CI's
-  // read one 11.4% slower (11.0% on re-measurement in the same process). Above the
+  // validate 13 s after its baseline read unchanged points 5-19% faster, another 4 s
+  // after its own read one 11.4% slower (11.0% on re-measurement in the same
+  // process). Above the
   // largest drift seen, and below what an injected 2x slowdown reads against the
   // worst of it (2 / 1.3 = +54%). On a dedicated machine `--time-floor` (which sets
   // both) can ask for less.
@@ -151,6 +152,7 @@ struct TimeJudgement {
   bool cpu_time = false;               // judged on the CPU-time samples
   bool relative_to_reference = false;  // ... each over the reference work's after it
   bool reference_differs = false;      // both ran a reference work, not the same one
+  bool samples_missing = false;        // the baseline has samples, this run none: not judgeable
   // The medians judged, in seconds; relative to the reference: the median ratio
   // times the baseline's median reference time (this run at the baseline's speed).
   double baseline_s = 0, current_s = 0;

@@ -174,6 +174,19 @@ TEST(ReportCompare, ARunWithoutSamplesAgainstABaselineWithThemIsNotJudgedOnItsSu
   EXPECT_NE(row(c, "step time")->note.find("recorded none to test against them"), std::string::npos)
       << row(c, "step time")->note;
   EXPECT_FALSE(c.fit());
+  // A busy baseline host (a trusted record) loosens judged changes, not this: there
+  // is nothing to judge.
+  auto busy_base = base;
+  hr::HostLoad busy;
+  busy.cpus = 2;
+  busy.other_busy_cpus = 1.5;
+  busy.steal_fraction = 0;
+  ASSERT_TRUE(busy.busy());
+  busy_base.host = busy;
+  const auto b = hr::compare_results(busy_base, cur);
+  EXPECT_TRUE(b.host_busy);
+  EXPECT_EQ(row(b, "step time")->verdict, "regression") << row(b, "step time")->note;
+  EXPECT_FALSE(b.fit());
 }
 
 // The summary read from a file is that of its samples: a median that is not theirs

@@ -289,12 +289,18 @@ TEST(ValidateGate, ABusyHostMakesSmallTimeChangesNoisyButCatchesATwofoldSlowdown
   EXPECT_TRUE(std::any_of(file.warnings.begin(), file.warnings.end(), [](const std::string& w) {
     return w.find("says its host was busy") != std::string::npos;
   }));
-  // The baseline's record is trusted: a busy baseline host loosens the bound too.
+  // The baseline's record is trusted: a busy baseline host loosens the bound too,
+  // also where the baseline is judged against itself (one object for both).
   hr::Results busy_base = base;
   busy_base.host = busy;
   hr::Results quiet_cur = cur;
   quiet_cur.host.reset();
   EXPECT_TRUE(hr::compare_results(busy_base, quiet_cur).fit());
+  const hr::Comparison itself = hr::compare_results(busy_base, busy_base);
+  EXPECT_TRUE(itself.host_busy);
+  EXPECT_EQ(std::count_if(itself.warnings.begin(), itself.warnings.end(),
+                          [](const std::string& w) { return w.find("says its host was busy") != std::string::npos; }),
+            1);
   cur.sweep_points[0] = timed_point("BM-MB", 4, 0.2, 1000);  // 2x
   const hr::Comparison d = hr::compare_results(base, cur, measured_here);
   EXPECT_FALSE(d.fit());

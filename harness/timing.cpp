@@ -58,23 +58,22 @@ std::string reference_work_name() {
 }
 
 double reference_work_cpu_seconds() {
-  constexpr int kM = kRefM, kK = kRefK, kN = kRefN, kProducts = kRefProducts;
   // Fixed, non-trivial operands (values in [-1, 1]); built once.
   static const std::vector<float> a = [] {
-    std::vector<float> v(static_cast<size_t>(kM) * kK);
+    std::vector<float> v(static_cast<size_t>(kRefM) * kRefK);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 0.1));
     return v;
   }();
   static const std::vector<float> b = [] {
-    std::vector<float> v(static_cast<size_t>(kK) * kN);
+    std::vector<float> v(static_cast<size_t>(kRefK) * kRefN);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::cos(0.53 * static_cast<double>(i) + 0.2));
     return v;
   }();
-  thread_local std::vector<float> c(static_cast<size_t>(kM) * kN);
+  thread_local std::vector<float> c(static_cast<size_t>(kRefM) * kRefN);
   const double cpu0 = thread_cpu_seconds();
-  for (int i = 0; i < kProducts; ++i)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kM, kN, kK, 1.0f, a.data(), kK, b.data(), kN, 0.0f,
-                c.data(), kN);
+  for (int i = 0; i < kRefProducts; ++i)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kRefM, kRefN, kRefK, 1.0f, a.data(), kRefK, b.data(),
+                kRefN, 0.0f, c.data(), kRefN);
   return thread_cpu_seconds() - cpu0;
 }
 

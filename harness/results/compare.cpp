@@ -137,24 +137,35 @@ bool time_not_judged(const SweepPoint& p) { return p.sweep == "BM-DP" && p.backe
 
 // Under a busy host a judged change within busy_time_floor is not a verdict.
 void damp_for_busy_host(TimeJudgement& j, const CompareOptions& opt, bool busy, const std::string& host_note) {
-  if (!busy || j.samples_missing || (j.verdict != "regression" && j.verdict != "better")) return;
+  if (!busy || (j.verdict != "regression" && j.verdict != "better")) return;
   if (std::fabs(j.change) > opt.busy_time_floor) return;
   j.verdict = "noisy";
   j.note = fmt::format("{}, within the {:.0f}% minimum effect of a busy host ({}): too noisy to judge",
                        describe_change(j.change), opt.busy_time_floor * 100, host_note);
 }
 
-void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions& opt, const Remeasure& remeasure,
+// Judges the point's step time into rows; returns whether it was judged on CPU time
+// alone although a run had recorded a reference work (the runs' works differ).
+bool compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions& opt, const Remeasure& remeasure,
                   bool busy, const std::string& host_note, std::vector<CompareRow>& rows) {
-  if (!b.time) return;  // the baseline did not time it: nothing to hold this run to
-  if (!c.time) {
+  if (!b.time) return false;  // the baseline did not time it: nothing to hold this run to
+  // Not timed, or timed without the samples the baseline's are tested against (the
+  // judged file's own summary, its spread and "noisy", would set its bound).
+  const char* unjudgeable = !c.time ? "timed in the baseline, not timed in this run"
+                            : !b.time->samples_s.empty() && c.time->samples_s.empty()
+                                ? "the baseline recorded every timed repetition; this run recorded none to test "
+                                  "against them (a file written before they were recorded, or without them): time it "
+                                  "again"
+                                : nullptr;
+  if (unjudgeable) {
     CompareRow r = base_row(c);
     r.quantity = "step time";
     r.baseline = b.time->median_s;
+    if (c.time) r.current = c.time->median_s, r.change = r.current / r.baseline - 1.0;
     r.verdict = "regression";
-    r.note = "timed in the baseline, not timed in this run";
+    r.note = unjudgeable;
     rows.push_back(r);
-    return;
+    return false;
   }
   CompareRow r = base_row(c);
   TimeJudgement j = judge_step_time(*b.time, *c.time, opt);
@@ -168,7 +179,7 @@ void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
     r.verdict = j.verdict == "same" ? "same" : "noisy";
     r.note = fmt::format("{}; not judged: MPI ranks on the host CPU time the host, not the device", describe_change(j.change));
     rows.push_back(r);
-    return;
+    return false;
   }
   damp_for_busy_host(j, opt, busy, host_note);
   r.quantity = j.cpu_time ? "step cpu time" : "step time";
@@ -209,6 +220,7 @@ void compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
     }
   }
   rows.push_back(r);
+  return j.cpu_time && j.reference_differs;
 }
 
 // Check power per (id, backend, dtype, model): whether the group is in the run at
@@ -331,15 +343,6 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
   j.baseline_s = b.median_s;
   j.current_s = c.median_s;
   j.change = c.median_s / b.median_s - 1.0;
-  if (!b.samples_s.empty() && c.samples_s.empty()) {
-    // Without its samples the judged file's own summary (its spread, its "noisy")
-    // would set the bound it is held to: refused as a timing that cannot be judged.
-    j.verdict = "regression";
-    j.samples_missing = true;
-    j.note = "the baseline recorded every timed repetition; this run recorded none to test against them (a file "
-             "written before they were recorded, or without them): time it again";
-    return j;
-  }
   j.cpu_time = !b.cpu_samples_s.empty() && !c.cpu_samples_s.empty();
   std::vector<double> bs = j.cpu_time ? b.cpu_samples_s : b.samples_s;
   std::vector<double> cs = j.cpu_time ? c.cpu_samples_s : c.samples_s;
@@ -360,7 +363,7 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
     // Only where both ran the same reference work: a ratio to another work is
     // another unit (a file written before the reference was named ran another).
     std::vector<double> rb, rc;
-    j.reference_differs = !b.ref_cpu_samples_s.empty() && !c.ref_cpu_samples_s.empty() && b.ref_work != c.ref_work;
+    j.reference_differs = reference_of(b) != reference_of(c);
     if (!j.reference_differs && ratios(b, rb) && ratios(c, rc)) {
       j.relative_to_reference = true;
       bs = std::move(rb);
@@ -696,12 +699,9 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       cmp.rows.push_back(r);
       continue;
     }
-    compare_time(b, *c, opt, remeasure, cmp.host_busy, cmp.host_note, cmp.rows);
+    if (compare_time(b, *c, opt, remeasure, cmp.host_busy, cmp.host_note, cmp.rows) && without_reference++ == 0)
+      reference_pair = {reference_of(*b.time), reference_of(*c->time)};
     compare_memory(b, *c, opt, cmp.rows);
-    if (b.time && c->time && !time_not_judged(*c) && !b.time->cpu_samples_s.empty() &&
-        !c->time->cpu_samples_s.empty() && reference_of(*b.time) != reference_of(*c->time)) {
-      if (without_reference++ == 0) reference_pair = {reference_of(*b.time), reference_of(*c->time)};
-    }
   }
   if (without_reference > 0)
     cmp.warnings.push_back(fmt::format(

@@ -142,17 +142,16 @@ RankTest mann_whitney_u(const std::vector<double>& a, const std::vector<double>&
 // - with samples in both: change = median ratio - 1; "regression" / "better" when
 //   |change| > time_floor and the rank test gives p < time_alpha; "noisy" when
 //   |change| > time_floor but p >= time_alpha (undecidable); "same" otherwise;
-// - samples in the baseline only: "regression" (the run's own summary would set
-//   its bound);
 // - without (older files): the noise threshold max(time_floor, sqrt(n_b^2 + n_c^2))
 //   of timing_noise, "noisy" when either spread is above kNoisyRelSpread; a run
 //   without samples counts with the baseline's noise, never its own claim.
+// (compare_results calls a run without samples against a baseline with them a
+// regression before judging it: its own summary would set its bound.)
 struct TimeJudgement {
   std::string verdict;  // "same" | "better" | "regression" | "noisy"
   bool cpu_time = false;               // judged on the CPU-time samples
   bool relative_to_reference = false;  // ... each over the reference work's after it
-  bool reference_differs = false;      // both ran a reference work, not the same one
-  bool samples_missing = false;        // the baseline has samples, this run none: not judgeable
+  bool reference_differs = false;      // the runs' reference works differ (or one ran none)
   // The medians judged, in seconds; relative to the reference: the median ratio
   // times the baseline's median reference time (this run at the baseline's speed).
   double baseline_s = 0, current_s = 0;

@@ -18,6 +18,7 @@
 
 #include "harness/device.hpp"
 #include "harness/dtype.hpp"
+#include "harness/results/results.hpp"
 
 namespace hr {
 
@@ -56,6 +57,16 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// A host record that a comparison calls busy: 1.5 of 2 CPUs busy with other work,
+// none stolen.
+inline HostLoad busy_host_load() {
+  HostLoad busy;
+  busy.cpus = 2;
+  busy.other_busy_cpus = 1.5;
+  busy.steal_fraction = 0;
+  return busy;
+}
 }  // namespace test
 inline void PrintTo(BackendKind k, std::ostream* os) { *os << backend_name(k); }
 inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }

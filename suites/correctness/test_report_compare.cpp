@@ -23,6 +23,7 @@
 #include "harness/results/results.hpp"
 #include "harness/properties/sweep_support.hpp"
 #include "harness/timing.hpp"
+#include "suites/common/test_support.hpp"
 
 namespace {
 
@@ -177,12 +178,8 @@ TEST(ReportCompare, ARunWithoutSamplesAgainstABaselineWithThemIsNotJudgedOnItsSu
   // A busy baseline host (a trusted record) loosens judged changes, not this: there
   // is nothing to judge.
   auto busy_base = base;
-  hr::HostLoad busy;
-  busy.cpus = 2;
-  busy.other_busy_cpus = 1.5;
-  busy.steal_fraction = 0;
-  ASSERT_TRUE(busy.busy());
-  busy_base.host = busy;
+  busy_base.host = hr::test::busy_host_load();
+  ASSERT_TRUE(busy_base.host->busy());
   const auto b = hr::compare_results(busy_base, cur);
   EXPECT_TRUE(b.host_busy);
   EXPECT_EQ(row(b, "step time")->verdict, "regression") << row(b, "step time")->note;

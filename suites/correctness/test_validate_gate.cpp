@@ -268,10 +268,7 @@ TEST(ValidateGate, ABusyHostMakesSmallTimeChangesNoisyButCatchesATwofoldSlowdown
   hr::Results cur = base;
   cur.sweep_points[0] = timed_point("BM-MB", 4, 0.16, 1000);  // +60%, as seen under two busy loops
   EXPECT_FALSE(hr::compare_results(base, cur).fit());         // a quiet host: a regression
-  hr::HostLoad busy;
-  busy.cpus = 2;
-  busy.other_busy_cpus = 1.5;
-  busy.steal_fraction = 0;
+  hr::HostLoad busy = hr::test::busy_host_load();
   ASSERT_TRUE(busy.busy());
   cur.host = busy;
   // The run validate measured itself: its host's load is its own record.

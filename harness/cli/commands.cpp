@@ -210,19 +210,19 @@ void require_attention_kernel(Device& dev) {
 }
 
 // A resumed run given a new selection: everything it finished must stay selected
-// (its measurements would otherwise be dropped from the file), and something must
-// be left to run. Refused (InvalidArgument) otherwise, naming the entries.
+// (its measurements would otherwise be dropped from the file; what was skipped there
+// may be left out), and something must be left to run. Refused (InvalidArgument) otherwise, naming the entries.
 void check_reselection(const Results& old, const RunOptions& opt, const Selection& sel, const std::string& dir) {
   std::set<std::string> selected;
   for (const PropertySpec* p : sel.properties) selected.insert("property:" + p->id);
   for (const SweepSpec* s : sel.sweeps) selected.insert("sweep:" + s->id);
   std::vector<std::string> dropped;
   size_t kept = 0;
-  for (const SpecTiming& t : old.timings) {
-    if (selected.count(t.kind + ":" + t.id) > 0)
+  for (const auto& [key, f] : finished_specs(old)) {
+    if (selected.count(key) > 0)
       ++kept;
     else
-      dropped.push_back(t.kind == "sweep" ? t.id + " (sweep)" : t.id);
+      dropped.push_back(f.timing.kind == "sweep" ? f.timing.id + " (sweep)" : f.timing.id);
   }
   HR_ARG_CHECK(dropped.empty(),
                "--resume {}: the new selection{}{} leaves out what the run finished: {}; select it too, or start a "
@@ -272,10 +272,17 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     HR_ARG_CHECK(differs.empty(), "--resume {}: its results were written by another build ({}); start a new run",
                  c.resume_dir, differs);
     const bool reselected = c.only_given || c.skip_given;
-    HR_ARG_CHECK(resumed->incomplete || reselected,
-                 "--resume {}: its results.json is complete; there is nothing to resume (--only or --skip with "
-                 "--resume adds entries its selection left out)",
+    // Entries skipped there (e.g. the data-parallel ones without mpirun) run again.
+    std::vector<std::string> skipped;
+    const auto finished = finished_specs(*resumed);
+    for (const SpecTiming& t : resumed->timings)
+      if (finished.count(t.kind + ":" + t.id) == 0) skipped.push_back(t.id);
+    HR_ARG_CHECK(resumed->incomplete || reselected || !skipped.empty(),
+                 "--resume {}: its results.json is complete and skipped nothing; there is nothing to resume (--only "
+                 "or --skip with --resume adds entries its selection left out)",
                  c.resume_dir);
+    if (!skipped.empty())
+      fmt::print(err, "headroom: what was skipped there is tried again: {}\n", fmt::join(skipped, ", "));
     opt.preset = parse_preset(resumed->preset);
     opt.only = c.only_given ? c.only : resumed->only;
     opt.skip = c.skip_given ? c.skip : resumed->skip;

@@ -220,6 +220,33 @@ Selection select_specs(const RunOptions& opt) {
   return s;
 }
 
+std::map<std::string, FinishedSpec> finished_specs(const Results& old) {
+  std::map<std::string, FinishedSpec> finished;
+  size_t mi = 0, pi = 0;
+  for (const SpecTiming& t : old.timings) {
+    FinishedSpec f{t, {}, {}};
+    const size_t n = static_cast<size_t>(std::max(t.items, 0));
+    if (t.kind == "property") {
+      HR_ARG_CHECK(mi + n <= old.measurements.size(), "--resume: the timings of {} count more measurements than the "
+                   "file holds", t.id);
+      f.measurements.assign(old.measurements.begin() + mi, old.measurements.begin() + mi + n);
+      mi += n;
+    } else {
+      HR_ARG_CHECK(pi + n <= old.sweep_points.size(), "--resume: the timings of {} count more sweep points than the "
+                   "file holds", t.id);
+      f.points.assign(old.sweep_points.begin() + pi, old.sweep_points.begin() + pi + n);
+      pi += n;
+    }
+    const bool all_points_skipped =
+        !f.points.empty() &&
+        std::all_of(f.points.begin(), f.points.end(), [](const SweepPoint& p) { return p.status == "skipped"; });
+    if (t.skipped.empty() && !all_points_skipped) finished[t.kind + ":" + t.id] = std::move(f);
+  }
+  HR_ARG_CHECK(mi == old.measurements.size() && pi == old.sweep_points.size(),
+               "--resume: the file's timings do not account for all its measurements and sweep points");
+  return finished;
+}
+
 Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   const Selection sel = select_specs(opt);
   Results r;
@@ -262,35 +289,10 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   std::optional<Heartbeat> heartbeat;
   if (progress && opt.heartbeat_s > 0) heartbeat.emplace(say, beat_mu, last_said, opt.heartbeat_s);
 
-  // What a resumed run finished: each spec's items, cut from its measurements and
-  // sweep points by the counts of its timings (which are written in run order).
-  struct Finished {
-    SpecTiming timing;
-    std::vector<Measurement> measurements;
-    std::vector<SweepPoint> points;
-  };
-  std::map<std::string, Finished> finished;
+  const std::map<std::string, FinishedSpec> finished =
+      opt.resume != nullptr ? finished_specs(*opt.resume) : std::map<std::string, FinishedSpec>();
   if (opt.resume != nullptr) {
     const Results& old = *opt.resume;
-    size_t mi = 0, pi = 0;
-    for (const SpecTiming& t : old.timings) {
-      Finished f{t, {}, {}};
-      const size_t n = static_cast<size_t>(std::max(t.items, 0));
-      if (t.kind == "property") {
-        HR_ARG_CHECK(mi + n <= old.measurements.size(), "--resume: the timings of {} count more measurements than the "
-                     "file holds", t.id);
-        f.measurements.assign(old.measurements.begin() + mi, old.measurements.begin() + mi + n);
-        mi += n;
-      } else {
-        HR_ARG_CHECK(pi + n <= old.sweep_points.size(), "--resume: the timings of {} count more sweep points than the "
-                     "file holds", t.id);
-        f.points.assign(old.sweep_points.begin() + pi, old.sweep_points.begin() + pi + n);
-        pi += n;
-      }
-      finished[t.kind + ":" + t.id] = std::move(f);
-    }
-    HR_ARG_CHECK(mi == old.measurements.size() && pi == old.sweep_points.size(),
-                 "--resume: the file's timings do not account for all its measurements and sweep points");
     r.run_time_utc = old.run_time_utc;
   }
   bool lost = false;
@@ -376,7 +378,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
                       auto settle) {
     if (auto f = finished.find(std::string(kind) + ":" + spec.id); f != finished.end()) {
       r.timings.push_back(f->second.timing);
-      for (auto& item : resumed_items(f->second)) into.push_back(std::move(item));
+      for (const auto& item : resumed_items(f->second)) into.push_back(item);
       ++index;
       ++finished_specs;
       expected_done += cost(spec);
@@ -423,7 +425,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
 
   for (const PropertySpec* spec : sel.properties)
     run_spec(
-        *spec, "property", r.measurements, [](Finished& f) -> std::vector<Measurement>& { return f.measurements; },
+        *spec, "property", r.measurements, [](const FinishedSpec& f) -> const std::vector<Measurement>& { return f.measurements; },
         [&](const PropertySpec& ps, const std::string& why) {
           return make_error_measurement(ps.id, ps.title, backend_name(dev.kind()), why);
         },
@@ -439,7 +441,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
 
   for (const SweepSpec* spec : sel.sweeps)
     run_spec(
-        *spec, "sweep", r.sweep_points, [](Finished& f) -> std::vector<SweepPoint>& { return f.points; },
+        *spec, "sweep", r.sweep_points, [](const FinishedSpec& f) -> const std::vector<SweepPoint>& { return f.points; },
         [&](const SweepSpec& ws, const std::string& why) {
           SweepPoint p;
           p.sweep = ws.id;

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -51,6 +52,20 @@ struct Selection {
   size_t size() const { return properties.size() + sweeps.size(); }
 };
 Selection select_specs(const RunOptions& opt);
+
+// What a resumed run keeps of `old`: each property or sweep that finished there,
+// keyed "property:ID" or "sweep:ID", with its timing and its items (cut from the
+// file's measurements and sweep points by the counts of its timings, which are in
+// run order). One that was skipped there (it said why, or a sweep all of whose
+// points were skipped) did not finish: the resumed run tries it again, so that a
+// run resumed where mpirun is now present fills in its data-parallel entries.
+// Throws InvalidArgument where the timings do not account for the file's items.
+struct FinishedSpec {
+  SpecTiming timing;
+  std::vector<Measurement> measurements;
+  std::vector<SweepPoint> points;
+};
+std::map<std::string, FinishedSpec> finished_specs(const Results& old);
 
 // Runs the selection on dev. progress may be null.
 Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress);

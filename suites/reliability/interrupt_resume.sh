@@ -6,7 +6,8 @@
 # missing and ends with the same set of measurements as an uninterrupted run;
 # after SIGKILL what had finished is on disk (written as each part finished); a
 # device that becomes unusable mid-run (a sticky CUDA error, injected here) is
-# left behind: the run goes on in a fresh process and ends with the same set.
+# left behind: the run goes on in a fresh process and ends with the same set; an
+# entry skipped there (DP-1 without mpirun) is tried again by a resume.
 #   interrupt_resume.sh <headroom binary> <scratch dir>
 set -u
 headroom=$1
@@ -200,4 +201,25 @@ grep -q 'property TRADE' "$work/before.err" || fail "the widened run never reach
   fail "a run killed after a new entry lost what it had finished earlier"
 grep -q '"id": "GA-1"' "$work/before/results.json" || fail "GA-1, which finished, is not in the file"
 grep -A2 '"not_run"' "$work/before/results.json" | grep -q '"TRADE"' || fail "TRADE, killed, is not listed as not run"
+# What was skipped is not finished: a run without mpirun skips DP-1 and is complete,
+# and resuming it where an mpirun is found tries DP-1 again (a stand-in that fails
+# at once: DP-1 becomes an error, not the old skip). A complete run that skipped
+# nothing has nothing to resume.
+HEADROOM_MPIRUN="$work/no_mpirun" "$headroom" run --backend cpu --only '^(OPS-3|DP-1)$' --ranks 2 \
+  --out "$work/skipped" >"$work/skipped.log" 2>&1 || fail "the run without mpirun failed: $(tail -3 "$work/skipped.log")"
+grep -q '"skipped": "mpirun not found' "$work/skipped/results.json" ||
+  fail "the run without mpirun did not record DP-1 as skipped"
+printf '#!/bin/sh\nexit 3\n' >"$work/failing_mpirun"
+chmod +x "$work/failing_mpirun"
+HEADROOM_MPIRUN="$work/failing_mpirun" "$headroom" run --resume "$work/skipped" >"$work/skipped_resume.log" 2>&1
+grep -q 'what was skipped there is tried again: DP-1' "$work/skipped_resume.log" &&
+  grep -q 'property DP-1' "$work/skipped_resume.log" ||
+  fail "resuming a run that skipped DP-1 did not try it again: $(tail -3 "$work/skipped_resume.log")"
+grep -q 'property OPS-3' "$work/skipped_resume.log" && fail "resuming a run that skipped DP-1 ran OPS-3 again"
+grep -q '"skipped": "mpirun not found' "$work/skipped/results.json" && fail "the resumed file kept DP-1's old skip"
+grep -q '"id": "OPS-3"' "$work/skipped/results.json" || fail "the resumed file lost OPS-3"
+"$headroom" run --resume "$work/whole" >"$work/whole_resume.log" 2>&1
+[ $? = 2 ] && grep -q 'complete and skipped nothing' "$work/whole_resume.log" ||
+  fail "a complete run that skipped nothing was resumed: $(cat "$work/whole_resume.log")"
+
 echo "interrupted, refused, resumed, continued after a lost device, widened: the same $n measurements"

@@ -3,6 +3,7 @@
 // D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
 // themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
 // bucket in their own files.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -22,6 +23,7 @@
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/op_fault.hpp"
 
 namespace hr::ops::cuda {
 namespace {
@@ -113,6 +115,63 @@ void head_move(const Tensor& src, Tensor& dst, int64_t H, int64_t T, int64_t D) 
   HR_CUDA_CHECK_LAUNCH();
 }
 
+// cuDNN's padding mask reads a query and a key length per batch row: every query
+// row live (T), and the key lengths clamped to [1, T]. The own kernels see keys
+// s < min(len, T) and write zeros where none is visible; cuDNN leaves such a row
+// undefined and takes no length above T, so a row without keys runs with one key
+// and clear_keyless_kernel then writes what the own kernels write.
+__global__ void cudnn_lengths_kernel(const int32_t* __restrict__ len, int B, int T, int32_t* __restrict__ seq_q,
+                                     int32_t* __restrict__ seq_kv) {
+  const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (b >= B) return;
+  seq_q[b] = T;
+  seq_kv[b] = min(max(len[b], 1), T);
+}
+
+// For each batch row b (blockIdx.y) whose key length is <= 0: its slice of each
+// 16-bit tensor (per_batch elements) set to `fill` (the bits of 0 unless a fault
+// asks for other), and its lse (lse_per_batch elements, if given) to -inf. Other
+// rows return at once.
+__global__ void clear_keyless_kernel(const int32_t* __restrict__ len, int64_t per_batch, uint16_t* a, uint16_t* b,
+                                     uint16_t* c, uint16_t fill, float* lse, int64_t lse_per_batch) {
+  const int64_t row = blockIdx.y;
+  if (len[row] > 0) return;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_batch; i += stride) {
+    const int64_t at = row * per_batch + i;
+    if (a != nullptr) a[at] = fill;
+    if (b != nullptr) b[at] = fill;
+    if (c != nullptr) c[at] = fill;
+    if (lse != nullptr && i < lse_per_batch) lse[row * lse_per_batch + i] = -INFINITY;
+  }
+}
+
+// What the own kernels write in each batch row with no visible key, after cuDNN ran
+// (outs: its 16-bit outputs; lse: the forward's statistics, or null). An
+// OpFault::keyless_fill of `op` writes that value instead of 0 (the controls of the
+// check that these rows are zeros).
+void clear_keyless_batches(const char* op, const Tensor& key_valid_len, std::initializer_list<Tensor*> outs,
+                           Tensor* lse) {
+  const Tensor& first = **outs.begin();
+  const int64_t B = first.dim(0), per_batch = first.numel() / B;
+  HR_CHECK(B <= 65535, "attention: {} batch rows, more than one grid dimension takes", B);
+  uint16_t* p[3] = {nullptr, nullptr, nullptr};
+  size_t i = 0;
+  for (Tensor* t : outs) p[i++] = t->data_as<uint16_t>();
+  const OpFault* f = op_fault(op);
+  uint16_t fill = 0;
+  if (f != nullptr && f->keyless_fill != 0) {
+    const float v = static_cast<float>(f->keyless_fill);
+    fill = first.dtype() == DType::f16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
+  }
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((per_batch + 255) / 256, 1024));
+  clear_keyless_kernel<<<dim3(blocks, static_cast<unsigned>(B)), 256, 0,
+                         static_cast<cudaStream_t>(first.device().cuda_stream())>>>(
+      key_valid_len.data_as<int32_t>(), per_batch, p[0], p[1], p[2], fill,
+      lse != nullptr ? lse->data_as<float>() : nullptr, lse != nullptr ? lse->numel() / B : 0);
+  HR_CUDA_CHECK_LAUNCH();
+}
+
 template <int kD>
 size_t tc_smem_bytes() {
   return attn_tc::max_smem_bytes<kD>();
@@ -193,7 +252,10 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
   const Form form = form_of(q, mask, {&k, &v, &out});
-  if (form == Form::cudnn && cudnn_attention_forward(q, k, v, mask, scale, out, lse)) return;
+  if (form == Form::cudnn && cudnn_attention_forward(q, k, v, mask, scale, out, lse)) {
+    if (mask.key_valid_len.defined()) clear_keyless_batches("attention_forward", mask.key_valid_len, {&out}, &lse);
+    return;
+  }
   const MaskArgs m = mask_args(mask);
   const bool tc = form == Form::tensor_core;
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
@@ -213,7 +275,11 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       Tensor& dq, Tensor& dk, Tensor& dv) {
   if (q.numel() == 0) return;
   const Form form = form_of(q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
-  if (form == Form::cudnn && cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv)) return;
+  if (form == Form::cudnn && cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv)) {
+    if (mask.key_valid_len.defined())
+      clear_keyless_batches("attention_backward", mask.key_valid_len, {&dq, &dk, &dv}, nullptr);
+    return;
+  }
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
@@ -232,6 +298,14 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
       backward_launch<S, kD>(l, q, k, v, dout, lse, row_dot, m, scale, dq, dk, dv);
     });
   });
+}
+
+void cudnn_padding_lengths(const Tensor& key_valid_len, int64_t T, Tensor& seq_q, Tensor& seq_kv) {
+  const int B = static_cast<int>(key_valid_len.numel());
+  cudnn_lengths_kernel<<<static_cast<unsigned>((B + 255) / 256), 256, 0,
+                         static_cast<cudaStream_t>(key_valid_len.device().cuda_stream())>>>(
+      key_valid_len.data_as<int32_t>(), B, static_cast<int>(T), seq_q.data_as<int32_t>(), seq_kv.data_as<int32_t>());
+  HR_CUDA_CHECK_LAUNCH();
 }
 
 void split_heads(const Tensor& x, int64_t heads, Tensor& y) {

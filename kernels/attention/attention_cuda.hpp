@@ -45,8 +45,9 @@ struct TcKernelResources {
 std::vector<TcKernelResources> tensor_core_kernel_resources(int device, DType dt, int64_t D);
 // cuDNN's fused attention (the cuDNN frontend's SDPA graphs, attention_cudnn.cpp),
 // timed beside the own kernels: fp16 or bf16, head dim a multiple of 8 up to 128,
-// the causal and the padding masks (not packing's segment masks; key lengths 1..T:
-// cuDNN leaves a row with no key undefined where the own kernels write zeros),
+// the causal and the padding masks (not packing's segment masks; cuDNN is given
+// the key lengths clamped to [1, T], and the batch rows without a key are then
+// written as the own kernels write them: zeros, and an lse of -inf),
 // 16-byte aligned operands, compute capability 8.0 or newer, and a libcudnn.so.9
 // that loads and builds a small graph on the device (once per device); when not,
 // `why` (if given) says why. The graphs are built on first use per shape and kept.
@@ -97,6 +98,9 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
                               Tensor& dk, Tensor& dv);
+// The lengths cuDNN's padding mask reads, on the key lengths' stream: seq_q (int32
+// [B]) all T, seq_kv the key lengths clamped to [1, T].
+void cudnn_padding_lengths(const Tensor& key_valid_len, int64_t T, Tensor& seq_q, Tensor& seq_kv);
 // Largest head dimension the CUDA memory-efficient kernels take.
 inline constexpr int64_t kMaxHeadDim = 128;
 

@@ -301,8 +301,8 @@ const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
   }
 }
 
-// Runs the built graph of a key on the tensors' stream; the workspace and the query
-// lengths come from the device's allocator (Consumer::workspace), so the memory
+// Runs the built graph of a key on the tensors' stream; the workspace and the
+// lengths of the padding mask (cudnn_padding_lengths) come from the device's allocator (Consumer::workspace), so the memory
 // accounting sees them. False, having run nothing, where cuDNN builds no graph for it.
 bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
   // The tensors' device current while the graph is built (the frontend reads the
@@ -312,12 +312,13 @@ bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   const Built* built = graph_or_null(k, h);
   if (built == nullptr) return false;
   const Built& b = *built;
-  Tensor seq_q;
+  Tensor seq_q, seq_kv;
   if (k.padding) {
-    seq_q = Tensor::from_host_i32(q.device(), std::vector<int32_t>(static_cast<size_t>(k.B), static_cast<int32_t>(k.T)),
-                                  {k.B}, Consumer::workspace);
+    seq_q = Tensor::empty(q.device(), {k.B}, DType::i32, Consumer::workspace);
+    seq_kv = Tensor::empty(q.device(), {k.B}, DType::i32, Consumer::workspace);
+    cudnn_padding_lengths(mask.key_valid_len, k.T, seq_q, seq_kv);
     pack[kSeqQ] = seq_q.data();
-    pack[kSeqKv] = const_cast<void*>(mask.key_valid_len.data());
+    pack[kSeqKv] = seq_kv.data();
   }
   Tensor ws;
   if (b.workspace > 0) ws = Tensor::empty(q.device(), {b.workspace}, DType::u8, Consumer::workspace);

@@ -4,7 +4,7 @@
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
 // matmul (also the silent corruption of `headroom fleet`), layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
 // attention_forward (its output, and the memory-efficient form's saved log-sum-exp)
-// and batchnorm_backward (its contribution to dgamma).
+// and attention_backward (cuDNN's rows without keys), and batchnorm_backward (its contribution to dgamma).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,10 @@ struct OpFault {
   // the one asked for (naive <-> memory-efficient), as a dispatch that ignores the
   // setting does (PK-4's exponent controls).
   bool swap_attention_forms = false;
+  // attention_forward and attention_backward through cuDNN: the batch rows with no
+  // visible key (key length <= 0) written with this value, not the own kernels'
+  // zeros (the controls of the check that they are zeros).
+  double keyless_fill = 0;
   // A silent data corruption (`headroom fleet`, HEADROOM_INJECT_SDC): on the op's
   // flip_on_call-th call while set (1-based; 0: never), bit flip_bit of the middle
   // element of its stored output flipped, once.

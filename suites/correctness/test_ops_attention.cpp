@@ -151,19 +151,20 @@ TEST_P(AttentionOps, ForwardMatchesFloat64ReferenceUnderEveryMask) {
 TEST_P(AttentionOps, RowsWithNoVisibleKeyGiveZeros) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
-  // key_valid_len 0 masks every key of batch row 1: zeros, not NaN, in both forms.
+  // key_valid_len 0 masks every key of batch row 1: zeros, not NaN, in both forms;
+  // batch row 0's length past T sees every key.
   const int64_t B = 2, H = 2, T = 33, D = 16;
   Qkv x = random_qkv(dev, {B, H, T, D}, dt, 77);
   ops::AttnMask mask;
   mask.causal = false;
-  mask.key_valid_len = Tensor::from_host_i32(dev, {static_cast<int32_t>(T), 0}, {B}, Consumer::activations);
+  mask.key_valid_len = Tensor::from_host_i32(dev, {static_cast<int32_t>(T + 9), 0}, {B}, Consumer::activations);
   for (AttentionImpl impl : kImpls) {
     Tensor out = Tensor::empty(dev, {B, H, T, D}, dt, Consumer::activations);
     ops::AttentionSaved saved;
     ops::attention_forward(impl, x.q, x.k, x.v, mask, 0.25f, out, saved, Consumer::activations);
     const auto o = out.to_host_f32();
-    const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, false, {static_cast<int32_t>(T), 0},
-                                             {}, 0.25);
+    const auto want = ref::attention_forward(x.qh, x.kh, x.vh, {B, H, T, D}, false,
+                                             {static_cast<int32_t>(T + 9), 0}, {}, 0.25);
     EXPECT_TRUE(test::nmse_within(o, want, tol::kAttentionNmse(dt), ops::attention_impl_name(impl)));
     for (size_t i = o.size() / 2; i < o.size(); ++i) ASSERT_EQ(o[i], 0.f) << ops::attention_impl_name(impl);
   }
@@ -781,7 +782,7 @@ uint64_t cudnn_runs() {
 // asks for cuDNN must add one: a fallback to the scalar kernels would compare them
 // with themselves).
 struct CudnnPass {
-  std::vector<float> out;
+  std::vector<float> out, lse;
   std::vector<double> dq, dk, dv;
   uint64_t cudnn_runs = 0;
 };
@@ -802,8 +803,8 @@ CudnnPass cudnn_pass(Device& dev, const Qkv& x, const Mask& m, const Tensor& g, 
     const ops::ScopedGpuAttentionKernel selected(backward_kernel);
     ops::attention_backward(AttentionImpl::memory_efficient, x.q, x.k, x.v, out, g, m.dev, scale, saved, dq, dk, dv);
   }
-  return {out.to_host_f32(), test::widen(dq.to_host_f32()), test::widen(dk.to_host_f32()),
-          test::widen(dv.to_host_f32()), cudnn_runs() - before};
+  return {out.to_host_f32(), saved.lse.to_host_f32(), test::widen(dq.to_host_f32()),
+          test::widen(dk.to_host_f32()), test::widen(dv.to_host_f32()), cudnn_runs() - before};
 }
 
 // The shapes of the tests below, [2, 2, T, D] at scale 1/sqrt(D): T off the tiles'
@@ -1032,6 +1033,68 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
     } else {
       EXPECT_GT(diff, 0u) << "statistics off by " << d << " gave the same gradients";
     }
+  }
+}
+
+// Key lengths outside [1, T], as the own kernels take them: batch row 0 has no key
+// (length 0) and gives zeros, an lse of -inf and zero gradients; batch row 1's
+// length is past T (T + 9) and it sees every key, against float64. The gradients
+// agree with the scalar kernels'. [2, 2, 520, 64] causal + padding (the graphs of
+// padded_case); cuDNN runs both directions. Controls: the rows without a key
+// written as 1e-3 (subtle) and 1 (gross) by the forward, then by the backward
+// (OpFault::keyless_fill), must fail the zero checks; the output off by a relative
+// error whose NMSE is 30 times the bound (subtle) and by 0.5 (gross) must fail row
+// 1's comparison.
+TEST_P(AttentionCudnn, KeyLengthsOutsideOneToTAsTheOwnKernels) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+  using K = ops::GpuAttentionKernel;
+  PaddedCase c = padded_case(dev, dt, 12700);
+  const int64_t B = c.shape[0], T = c.shape[2];
+  c.m.kv_len = {0, static_cast<int32_t>(T + 9)};
+  c.m.dev.key_valid_len = Tensor::from_host_i32(dev, c.m.kv_len, {B}, Consumer::activations);
+  const auto want = ref::attention_forward(c.x.qh, c.x.kh, c.x.vh, {c.shape[0], c.shape[1], T, c.shape[3]}, true,
+                                           c.m.kv_len, {}, c.scale);
+  const std::vector<double> want_row1(want.begin() + static_cast<std::ptrdiff_t>(want.size() / 2), want.end());
+  auto row1 = [](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  };
+  // Entries of batch row 0 that are not `value`.
+  auto row0_not = [](const auto& v, double value) {
+    size_t n = 0;
+    for (size_t i = 0; i < v.size() / 2; ++i) n += static_cast<double>(v[i]) == value ? 0 : 1;
+    return n;
+  };
+  const double bound = tol::kAttentionNmse(dt), grad_bound = tol::kAttentionGradNmse(dt);
+  const CudnnPass scalar = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::scalar, K::scalar);
+  const CudnnPass clean = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn);
+  ASSERT_EQ(clean.cudnn_runs, 2u) << "cuDNN did not run both directions";
+  for (const CudnnPass* p : {&scalar, &clean}) {
+    const char* who = p == &scalar ? "scalar kernels" : "cuDNN";
+    EXPECT_EQ(row0_not(p->out, 0.0), 0u) << who << ": outputs of the row without keys";
+    EXPECT_EQ(row0_not(p->lse, -INFINITY), 0u) << who << ": lse of the row without keys";
+    for (const std::vector<double>* grad : {&p->dq, &p->dk, &p->dv})
+      EXPECT_EQ(row0_not(*grad, 0.0), 0u) << who << ": gradients of the row without keys";
+  }
+  EXPECT_TRUE(test::nmse_within(row1(clean.out), want_row1, bound, "cuDNN, key length T + 9"));
+  for (auto [got, ref] : {std::pair{&clean.dq, &scalar.dq}, {&clean.dk, &scalar.dk}, {&clean.dv, &scalar.dv}})
+    EXPECT_TRUE(test::nmse_within(std::vector<float>(got->begin(), got->end()), *ref, grad_bound, "cuDNN gradients"));
+  for (const char* op : {"attention_forward", "attention_backward"})
+    for (double fill : {1e-3, 1.0}) {
+      ops::OpFault f;
+      f.op = op;
+      f.keyless_fill = fill;
+      const CudnnPass off = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn, f);
+      const size_t seen = std::string(op) == "attention_forward" ? row0_not(off.out, 0.0) : row0_not(off.dq, 0.0);
+      EXPECT_GT(seen, 0u) << op << " writing " << fill << " into the row without keys passed";
+    }
+  for (double rel : {std::sqrt(30 * bound), 0.5}) {
+    ops::OpFault f;
+    f.op = "attention_forward";
+    f.output_rel_error = rel;
+    const CudnnPass off = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn, f);
+    EXPECT_FALSE(test::nmse_within(row1(off.out), want_row1, bound, "cuDNN, key length T + 9, output off"))
+        << "the output off by " << rel << " passed";
   }
 }
 

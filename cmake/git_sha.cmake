@@ -1,6 +1,6 @@
 # Writes OUT, a C++ source defining hr::build::git_sha(): the commit the sources are
-# at when the build runs (not when it was configured), with "-dirty" where tracked
-# files differ from it, "unknown" outside a git checkout. OUT is rewritten only
+# at when the build runs (not when it was configured), with "-dirty-<digest>" where
+# tracked files differ from it (the digest names the changes), "unknown" outside a git checkout. OUT is rewritten only
 # when that text changes, so an unchanged commit rebuilds nothing.
 #   cmake -DSOURCE_DIR=<checkout> -DOUT=<file.cpp> -P git_sha.cmake
 execute_process(COMMAND git rev-parse --short=12 HEAD
@@ -16,7 +16,19 @@ else()
   if(NOT rc EQUAL 0)
     set(sha "${sha}-unknown-state")
   elseif(changed)
-    set(sha "${sha}-dirty")
+    # Which changes: the first 8 hex digits of the SHA-256 of the tracked files' diff
+    # against the commit, in a form no user setting alters. Two builds with
+    # different changes then never pass for one build (a resumed file, a baseline).
+    execute_process(COMMAND git -c core.quotepath=on diff HEAD --binary --no-color --no-ext-diff --no-textconv
+                            --src-prefix=a/ --dst-prefix=b/
+      WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE diff RESULT_VARIABLE rc ERROR_QUIET)
+    if(rc EQUAL 0)
+      string(SHA256 digest "${diff}")
+      string(SUBSTRING "${digest}" 0 8 digest)
+      set(sha "${sha}-dirty-${digest}")
+    else()
+      set(sha "${sha}-dirty")
+    endif()
   endif()
 endif()
 set(text "// Generated at build time by cmake/git_sha.cmake: the commit this build is of.

@@ -831,26 +831,35 @@ int command_validate(const ValidateCommand& c, std::ostream& out, std::ostream& 
       copt.run_is_this_build = true;  // this build's tolerances, the tighter of them and the baseline's
       report::ReportOptions ro{&base, &cmp, c.baseline};
       // A sweep without a re-measure hook of its own is run again once (its points
-      // kept for every suspected point of it) and the matching point taken.
-      std::map<std::string, std::vector<SweepPoint>> rerun;
+      // kept for every suspected point of it, with the host's load over that run)
+      // and the matching point taken.
+      std::map<std::string, std::pair<std::vector<SweepPoint>, HostLoad>> rerun;
       const Written w = run_and_write(
           run, err, cur, ro,
           [&](const Results& r, Device& dev) {
             // A point judged slower is measured again by its sweep on this device
             // before it is called a regression.
-            const Remeasure remeasure = [&](const SweepPoint& p) -> std::optional<SweepPoint> {
+            const Remeasure remeasure = [&](const SweepPoint& p) -> std::optional<Remeasured> {
               for (const SweepSpec& spec : sweep_registry()) {
                 if (spec.id != p.sweep) continue;
                 fmt::print(err, "headroom: re-measuring {} {}: judged slower than the baseline\n", p.sweep,
                            config_label(p.config));
                 RunContext ctx{dev, parse_preset(run.preset), run.seed, {}};
                 dev.memory().reset_peak();
-                if (spec.remeasure) return spec.remeasure(ctx, p);
+                const HostSample host0 = sample_host();
+                if (spec.remeasure) {
+                  std::optional<SweepPoint> q = spec.remeasure(ctx, p);
+                  if (!q) return std::nullopt;
+                  return Remeasured{std::move(*q), host_load_since(host0)};
+                }
                 auto it = rerun.find(spec.id);
-                if (it == rerun.end()) it = rerun.emplace(spec.id, spec.run(ctx)).first;
-                for (const SweepPoint& q : it->second)
+                if (it == rerun.end()) {
+                  std::vector<SweepPoint> points = spec.run(ctx);
+                  it = rerun.emplace(spec.id, std::make_pair(std::move(points), host_load_since(host0))).first;
+                }
+                for (const SweepPoint& q : it->second.first)
                   if (q.backend == p.backend && q.dtype == p.dtype && q.model == p.model && q.config == p.config)
-                    return q;
+                    return Remeasured{q, it->second.second};
                 return std::nullopt;
               }
               return std::nullopt;

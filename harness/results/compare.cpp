@@ -135,6 +135,14 @@ std::string describe_change(double change) {
 // from the next by 30%.
 bool time_not_judged(const SweepPoint& p) { return p.sweep == "BM-DP" && p.backend == "cpu"; }
 
+std::string describe_host(const HostLoad& h) {
+  std::string s = fmt::format("{} CPUs", h.cpus);
+  if (h.other_busy_cpus >= 0) s += fmt::format(", {:.2g} busy with other work", h.other_busy_cpus);
+  if (h.steal_fraction > 0) s += fmt::format(", {:.0f}% stolen", h.steal_fraction * 100);
+  if (h.load_avg_end >= 0) s += fmt::format(", load average {:.2g}", h.load_avg_end);
+  return s;
+}
+
 // Under a busy host a judged change within busy_time_floor is not a verdict.
 void damp_for_busy_host(TimeJudgement& j, const CompareOptions& opt, bool busy, const std::string& host_note) {
   if (!busy || (j.verdict != "regression" && j.verdict != "better")) return;
@@ -193,21 +201,32 @@ bool compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
   if (r.verdict == "regression" && remeasure) {
     // A suspected regression: measure the point again before calling it one. A
     // machine shared with other work drifts; a real regression stays.
-    std::optional<SweepPoint> again;
+    std::optional<Remeasured> measured;
     std::string why = "the sweep cannot re-measure this point";
     try {
-      again = remeasure(c);
+      measured = remeasure(c);
     } catch (const std::exception& e) {
       why = e.what();
     }
+    const SweepPoint* again = measured ? &measured->point : nullptr;
     if (again && again->status == "ok" && again->time && again->time->median_s > 0) {
       TimeJudgement k = judge_step_time(*b.time, *again->time, opt);
-      damp_for_busy_host(k, opt, busy, host_note);
+      // Judged as the run was, and as loosely again where the host was busy while
+      // the point was measured again (another tenant may come between the two).
+      const bool busy_again = measured->host && measured->host->busy();
+      damp_for_busy_host(k, opt, busy || busy_again,
+                         busy_again ? fmt::format("{}{}re-measurement: {}", host_note, host_note.empty() ? "" : "; ",
+                                                  describe_host(*measured->host))
+                                    : host_note);
       r.remeasured = k.current_s;
       r.remeasured_change = k.change;
+      r.remeasured_busy = busy_again;
       if (k.verdict == "regression") {
         r.note = fmt::format("{}; confirmed on re-measurement: {} (p={:.2g})", j.note, describe_change(k.change),
                              k.p_value);
+      } else if (busy_again && k.verdict == "noisy") {
+        r.verdict = "noisy";
+        r.note = fmt::format("{} in the run; on re-measurement {}", describe_change(j.change), k.note);
       } else {
         r.verdict = "noisy";
         r.note = fmt::format("{} in the run, but {} on re-measurement ({}): the machine drifted, not judged",
@@ -426,14 +445,6 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
 }
 
 namespace {
-
-std::string describe_host(const HostLoad& h) {
-  std::string s = fmt::format("{} CPUs", h.cpus);
-  if (h.other_busy_cpus >= 0) s += fmt::format(", {:.2g} busy with other work", h.other_busy_cpus);
-  if (h.steal_fraction > 0) s += fmt::format(", {:.0f}% stolen", h.steal_fraction * 100);
-  if (h.load_avg_end >= 0) s += fmt::format(", load average {:.2g}", h.load_avg_end);
-  return s;
-}
 
 std::string selection_label(const Results& r) {
   std::string s;
@@ -732,7 +743,8 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   for (const auto& r : cmp.rows) {
     if (std::isfinite(r.remeasured)) {
       ++cmp.remeasured;
-      if (r.verdict != "regression") ++cmp.drifted;
+      // Not confirmed where the point did not stay slower (a busy host's "noisy" did).
+      if (r.verdict != "regression" && !r.remeasured_busy) ++cmp.drifted;
     }
     if (r.verdict == "regression") {
       ++cmp.regressions;

@@ -94,6 +94,7 @@ struct CompareRow {
   double p_value = std::numeric_limits<double>::quiet_NaN();
   double remeasured = std::numeric_limits<double>::quiet_NaN();
   double remeasured_change = std::numeric_limits<double>::quiet_NaN();
+  bool remeasured_busy = false;  // the host was busy with other work while it was re-measured
 };
 
 struct Comparison {
@@ -162,9 +163,15 @@ struct TimeJudgement {
 };
 TimeJudgement judge_step_time(const TimeStats& baseline, const TimeStats& current, const CompareOptions& opt = {});
 
+// A point measured again, and what the host was doing meanwhile (absent where it
+// was not read): a re-measurement on a busy host is judged under busy_time_floor.
+struct Remeasured {
+  SweepPoint point;
+  std::optional<HostLoad> host;
+};
 // Measures a point of the current run again (validate: the registered sweep's
 // remeasure hook on the device under test); nullopt when it cannot.
-using Remeasure = std::function<std::optional<SweepPoint>(const SweepPoint&)>;
+using Remeasure = std::function<std::optional<Remeasured>(const SweepPoint&)>;
 
 // With remeasure, a step time judged a regression is measured again and judged
 // again against the baseline: a regression only when the re-measurement is one

@@ -134,12 +134,14 @@ hr::Results with_samples(const std::vector<double>& samples_s) {
 }
 
 // A remeasure hook that draws a fresh sample set, as validate's re-measurement would.
-hr::Remeasure remeasure_with(std::function<std::vector<double>()> draw, int* calls) {
-  return [draw, calls](const hr::SweepPoint& p) -> std::optional<hr::SweepPoint> {
+// `host`: what the host did meanwhile (not read, by default).
+hr::Remeasure remeasure_with(std::function<std::vector<double>()> draw, int* calls,
+                             std::optional<hr::HostLoad> host = std::nullopt) {
+  return [draw, calls, host](const hr::SweepPoint& p) -> std::optional<hr::Remeasured> {
     ++*calls;
     hr::SweepPoint again = p;
     again.time = hr::summarize_times(draw());
-    return again;
+    return hr::Remeasured{again, host};
   };
 }
 
@@ -348,6 +350,37 @@ TEST(ReportCompare, ASlowdownTheReMeasurementDoesNotConfirmIsNoisy) {
   const auto none = hr::compare_results(base, cur, {}, [](const hr::SweepPoint&) { return std::nullopt; });
   EXPECT_EQ(row(none, "step time")->verdict, "regression");
   EXPECT_NE(row(none, "step time")->note.find("not re-measured"), std::string::npos);
+}
+
+// A re-measurement taken while other work held the host is judged as loosely as a
+// run on a busy host: 40% slower in the run and again on re-measurement is a
+// regression where the host was quiet meanwhile, and too noisy to judge where it
+// was busy (within the busy host's 75%). Twice as slow (gross) and 85% slower
+// (subtle: 10 points past the busy host's minimum effect) stay regressions on a
+// busy host.
+TEST(ReportCompare, AReMeasurementOnABusyHostIsJudgedAsOnABusyRun) {
+  hr::HostLoad quiet_host = hr::test::busy_host_load();
+  quiet_host.other_busy_cpus = 0.1;
+  ASSERT_FALSE(quiet_host.busy());
+  ASSERT_TRUE(hr::test::busy_host_load().busy());
+  const auto base = with_samples(draw_times(1, 10, 0.1, 0.03));
+  const auto cur = with_samples(draw_times(2, 10, 0.14, 0.03));
+  auto judged = [&](double remeasured_s, const hr::HostLoad& host) {
+    int calls = 0;
+    const auto c = hr::compare_results(
+        base, cur, {}, remeasure_with([=] { return draw_times(3, 10, remeasured_s, 0.03); }, &calls, host));
+    EXPECT_EQ(calls, 1);
+    return *row(c, "step time");
+  };
+  const hr::CompareRow quiet = judged(0.14, quiet_host);
+  EXPECT_EQ(quiet.verdict, "regression") << quiet.note;
+  const hr::CompareRow busy = judged(0.14, hr::test::busy_host_load());
+  EXPECT_EQ(busy.verdict, "noisy") << busy.note;
+  EXPECT_NE(busy.note.find("re-measurement: 2 CPUs, 1.5 busy with other work"), std::string::npos) << busy.note;
+  for (double slower : {1.85, 2.0}) {
+    const hr::CompareRow still = judged(0.1 * slower, hr::test::busy_host_load());
+    EXPECT_EQ(still.verdict, "regression") << slower << "x on a busy host: " << still.note;
+  }
 }
 
 TEST(ReportCompare, ASmallSignificantChangeIsTheSameAndFasterIsBetter) {

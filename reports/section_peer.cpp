@@ -52,7 +52,7 @@ std::string peer_section(const ReportOptions& opt) {
         esc(str_of(f, "form")), esc(str_of(f, "dtype")), esc(str_of(f, "attention")), esc(str_of(f, "optimizer")),
         f.value("compiled", false) ? "yes" : "no", step ? fmt::format("{:.2f}", *step * 1e3) : "-",
         tps ? fmt::format("{:.0f}", *tps) : "-",
-        tps && headroom_tps && *tps > 0 ? fmt::format("{:.2f}", *headroom_tps / *tps) : "-",
+        tps && headroom_tps && *tps > 0 ? fmt::format("{:.2f}", headroom_tps.value_or(0.0) / *tps) : "-",
         fell.empty() ? "-" : esc(fell));
   }
   s += "</tbody></table></section>";

@@ -23,13 +23,14 @@ std::string peer_section(const ReportOptions& opt) {
   const json& forms = p.contains("forms") && p["forms"].is_array() ? p["forms"] : json::array();
   if (forms.empty()) return s + not_measured("the peer record has no forms") + "</section>";
   const json* point = p.contains("headroom_point") && p["headroom_point"].is_object() ? &p["headroom_point"] : nullptr;
-  const auto headroom_tps = point != nullptr ? num_of(*point, {"tokens_per_s"}) : std::nullopt;
+  const std::optional<double> measured_tps = point != nullptr ? num_of(*point, {"tokens_per_s"}) : std::nullopt;
+  const double headroom_tps = measured_tps.value_or(0.0);  // 0: not measured
 
   if (point != nullptr) {
     const json& c = (*point)["config"];
     s += fmt::format("<p>headroom {} micro-batch {} x {}: <b>{:.0f} tokens/s</b>; PyTorch {} on {}.</p>",
                      esc(str_of(*point, "dtype")), esc(str_of(c, "micro_batch")), esc(str_of(c, "seq_len")),
-                     headroom_tps.value_or(0.0), esc(str_of(p, "torch")), esc(str_of(p, "device")));
+                     headroom_tps, esc(str_of(p, "torch")), esc(str_of(p, "device")));
   }
   if (p.contains("headline") && point != nullptr) {
     const auto ratio = num_of(p["headline"], {"headroom_over_peer"});
@@ -52,7 +53,7 @@ std::string peer_section(const ReportOptions& opt) {
         esc(str_of(f, "form")), esc(str_of(f, "dtype")), esc(str_of(f, "attention")), esc(str_of(f, "optimizer")),
         f.value("compiled", false) ? "yes" : "no", step ? fmt::format("{:.2f}", *step * 1e3) : "-",
         tps ? fmt::format("{:.0f}", *tps) : "-",
-        tps && headroom_tps && *tps > 0 ? fmt::format("{:.2f}", headroom_tps.value_or(0.0) / *tps) : "-",
+        tps && headroom_tps > 0 && *tps > 0 ? fmt::format("{:.2f}", headroom_tps / *tps) : "-",
         fell.empty() ? "-" : esc(fell));
   }
   s += "</tbody></table></section>";

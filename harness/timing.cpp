@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "harness/check.hpp"
+#include "harness/kernel_calls.hpp"
 
 namespace hr {
 
@@ -117,6 +118,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   auto timer = dev.make_timer();
   std::vector<double> samples, cpu_samples, ref_cpu_samples;
   double total = 0;
+  const KernelCalls calls0 = kernel_calls();
   while (static_cast<int>(samples.size()) < opt.max_reps &&
          (static_cast<int>(samples.size()) < opt.min_reps || total < opt.min_total_s)) {
     const double cpu0 = on_host ? thread_cpu_seconds() : 0.0;
@@ -146,7 +148,15 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     samples.push_back(s);
     total += s;
   }
+  const double runs = static_cast<double>(samples.size()) * runs_per_rep;
+  std::map<std::string, double> calls;
+  for (const auto& [name, n] : kernel_calls()) {
+    const auto before = calls0.find(name);
+    const uint64_t ran = n - (before == calls0.end() ? 0 : before->second);
+    if (ran > 0) calls[name] = static_cast<double>(ran) / runs;
+  }
   TimeStats t = summarize_times(std::move(samples));
+  t.kernel_calls = std::move(calls);
   t.cpu_samples_s = std::move(cpu_samples);
   t.ref_cpu_samples_s = std::move(ref_cpu_samples);
   if (!t.ref_cpu_samples_s.empty()) t.ref_work = reference_work_name();
@@ -161,6 +171,7 @@ void to_json(nlohmann::json& j, const TimeStats& t) {
   if (!t.cpu_samples_s.empty()) j["cpu_samples_s"] = t.cpu_samples_s;
   if (!t.ref_cpu_samples_s.empty()) j["ref_cpu_samples_s"] = t.ref_cpu_samples_s;
   if (!t.ref_work.empty()) j["ref_work"] = t.ref_work;
+  if (!t.kernel_calls.empty()) j["kernel_calls"] = t.kernel_calls;
 }
 
 double injected_slowdown(const std::string& spec, const std::string& sweep, const nlohmann::json& config) {

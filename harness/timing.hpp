@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct TimeStats {
   // "ref_work"); empty in files written before it was named, whose reference was
   // another (8 products 2048x192 by 192x64).
   std::string ref_work;
+  // The kernels the region ran, counted by kernel_calls.hpp: calls per run of the
+  // region, by name ("attention_forward:cudnn"; results.json "kernel_calls"). Only
+  // the kernels counted there, and only those that ran; empty in files written
+  // before they were recorded.
+  std::map<std::string, double> kernel_calls;
 };
 void to_json(nlohmann::json& j, const TimeStats& t);
 

@@ -171,6 +171,25 @@ std::string kv_table(const json& obj, const std::vector<std::string>& order) {
   return s;
 }
 
+namespace {
+// Which attention kernels the timed points ran: "cudnn in 30 points (BM-MB, BM-SEQ);
+// scalar in 6 points (BM-PK)", from each point's kernel calls; "" where none was
+// counted (no attention timed, or a file written before they were recorded).
+std::string attention_kernels_timed(const Results& r) {
+  std::map<std::string, std::pair<int, std::set<std::string>>> by_variant;
+  for (const SweepPoint& p : r.sweep_points)
+    for (const std::string& v : attention_variants(p)) {
+      ++by_variant[v].first;
+      by_variant[v].second.insert(p.sweep);
+    }
+  std::string s;
+  for (const auto& [variant, seen] : by_variant)
+    s += fmt::format("{}{} in {} point{} ({})", s.empty() ? "" : "; ", variant, seen.first, seen.first == 1 ? "" : "s",
+                     fmt::join(seen.second, ", "));
+  return s;
+}
+}  // namespace
+
 std::string device_section(const Results& r) {
   std::string s = section_open("device", "Device and build",
                                "What this run measured on, and the binary that measured it. A comparison flags any "
@@ -191,7 +210,9 @@ std::string device_section(const Results& r) {
            {"schema", r.schema}};
   if (!r.only.empty()) run["--only"] = r.only;
   if (!r.attention_kernel.empty()) run["attention kernels"] = r.attention_kernel;
-  s += kv_table(run, {"started (UTC)", "duration", "preset", "backend", "attention kernels", "seed", "--only", "schema"});
+  if (const std::string timed = attention_kernels_timed(r); !timed.empty()) run["attention kernels timed"] = timed;
+  s += kv_table(run, {"started (UTC)", "duration", "preset", "backend", "attention kernels", "attention kernels timed",
+                      "seed", "--only", "schema"});
   s += "</div></div></section>";
   return s;
 }

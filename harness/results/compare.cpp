@@ -546,6 +546,9 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   // CPU points judged without the reference work although a run recorded one.
   int without_reference = 0;
   std::pair<std::string, std::string> reference_pair;
+  // Points that timed other attention kernels than the baseline's.
+  int other_kernels = 0;
+  std::string other_kernels_first;
 
   // ---- Conformance: every measurement of the baseline, matched by its check key
   // (the n-th of a key with the n-th), held to the baseline's bound.
@@ -710,10 +713,25 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       cmp.rows.push_back(r);
       continue;
     }
+    const size_t rows0 = cmp.rows.size();
     if (compare_time(b, *c, opt, remeasure, cmp.host_busy, cmp.host_note, cmp.rows) && without_reference++ == 0)
       reference_pair = {reference_of(*b.time), reference_of(*c->time)};
+    // Where both runs say which attention kernels a point timed, and they differ
+    // (a library that built no graph for a shape on one machine), its times are of
+    // different kernels: said in its row and in a warning.
+    const std::set<std::string> kb = attention_variants(b), kc = attention_variants(*c);
+    if (!kb.empty() && !kc.empty() && kb != kc) {
+      const std::string what = fmt::format("attention kernels: baseline {}, this run {}", fmt::join(kb, "+"),
+                                           fmt::join(kc, "+"));
+      if (cmp.rows.size() > rows0) cmp.rows[rows0].note += "; the runs timed other " + what;
+      if (other_kernels++ == 0) other_kernels_first = fmt::format("{}: {}", describe_point(*c), what);
+    }
     compare_memory(b, *c, opt, cmp.rows);
   }
+  if (other_kernels > 0)
+    cmp.warnings.push_back(fmt::format("{} point{} timed other attention kernels than the baseline's (first: {}): "
+                                       "their step times compare different kernels",
+                                       other_kernels, other_kernels == 1 ? "" : "s", other_kernels_first));
   if (without_reference > 0)
     cmp.warnings.push_back(fmt::format(
         "{} CPU step time{} judged on CPU time alone, not relative to the reference work: the runs did not run the "

@@ -24,6 +24,7 @@
 
 #include "harness/build_info.hpp"
 #include "harness/check.hpp"
+#include "harness/kernel_calls.hpp"
 #include "harness/output.hpp"
 #include "harness/tolerances.hpp"
 #include "kernels/attention/attention.hpp"
@@ -277,6 +278,18 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
                  where);
     t.ref_work = ref_work->get<std::string>();
   }
+  auto calls = j.find("kernel_calls");
+  if (calls != j.end()) {
+    HR_ARG_CHECK(calls->is_object(), "{}: kernel_calls must map kernel names to calls per run, got {}", where,
+                 calls->dump());
+    for (const auto& [name, n] : calls->items()) {
+      const double v = n.is_number() ? n.get<double>() : -1.0;
+      HR_ARG_CHECK(!name.empty() && std::isfinite(v) && v > 0,
+                   "{}: kernel_calls[\"{}\"] must be a positive number of calls per run, got {}", where, name,
+                   n.dump());
+      t.kernel_calls[name] = v;
+    }
+  }
   // Values no timer gives: a time that hides a slowdown (0, negative, NaN) would
   // otherwise be left out of every comparison.
   auto positive = [&](double v, const char* what) {
@@ -306,6 +319,7 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
     s.cpu_samples_s = std::move(t.cpu_samples_s);
     s.ref_cpu_samples_s = std::move(t.ref_cpu_samples_s);
     s.ref_work = std::move(t.ref_work);
+    s.kernel_calls = std::move(t.kernel_calls);
     return s;
   }
   return t;
@@ -407,6 +421,15 @@ SweepPoint sweep_point_from_json(const nlohmann::json& j) {
   if (j.contains("memory")) p.memory = memory_from_json(j["memory"], where + " memory");
   p.metrics = obj_or_empty(j, "metrics");
   return p;
+}
+
+std::set<std::string> attention_variants(const SweepPoint& p) {
+  std::set<std::string> v;
+  if (!p.time) return v;
+  for (const auto& [name, n] : p.time->kernel_calls)
+    if (name.rfind("attention_forward:", 0) == 0 || name.rfind("attention_backward:", 0) == 0)
+      v.insert(kernel_variant(name));
+  return v;
 }
 
 nlohmann::json results_to_json(const Results& r) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,11 @@ struct HostSample {
 HostSample sample_host();
 HostLoad host_load_since(const HostSample& start);
 nlohmann::json host_load_to_json(const HostLoad& h);
+
+// The attention kernels a timed point ran (the variants of its time's
+// "attention_forward:*" and "attention_backward:*" kernel calls: "cudnn",
+// "scalar", "tensor_core", "naive", "cpu"), sorted; empty where none was counted.
+std::set<std::string> attention_variants(const SweepPoint& p);
 
 struct Results {
   std::string schema = kResultsSchema;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "harness/check.hpp"
+#include "harness/kernel_calls.hpp"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
@@ -320,12 +321,14 @@ static void attention_forward_computed(AttentionImpl impl, const Tensor& q, cons
   check_like_q(op, out, q);
   saved = AttentionSaved{};
   if (impl == AttentionImpl::naive) {
+    count_kernel_call("attention_forward:naive");
     naive_forward(d, q, k, v, mask, scale, out, saved, saved_consumer, drop);
     return;
   }
   HR_ARG_CHECK(!drop.enabled(), "{}: dropout on the probabilities needs the naive form", op);
   saved.lse = Tensor::empty(q.device(), {d.B, d.H, d.T}, DType::f32, saved_consumer);
   HR_IF_CUDA(q, cuda::attention_mem_efficient_forward(q, k, v, mask, scale, out, saved.lse));
+  count_kernel_call("attention_forward:cpu");
   dispatch_float(q.dtype(), op, [&](auto tag) {
     mem_efficient_forward_cpu<decltype(tag)>(d, q, k, v, mask, scale, out, saved.lse);
   });
@@ -369,6 +372,7 @@ void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, co
         saved.probs.defined() && saved.probs.shape() == probs_shape && saved.probs.dtype() == q.dtype();
     HR_CHECK(probs_ok,
              "{}: naive attention needs the saved probabilities [B, H, T, T] in {}", op, dtype_name(q.dtype()));
+    count_kernel_call("attention_backward:naive");
     naive_backward(d, q, k, v, dout, saved, scale, dq, dk, dv, drop);
     return;
   }
@@ -380,6 +384,7 @@ void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, co
            "{}: memory-efficient attention needs the saved fp32 log-sum-exp [B, H, T]", op);
   check_same_device(saved.lse, q, op);
   HR_IF_CUDA(q, cuda::attention_mem_efficient_backward(q, k, v, out, dout, mask, scale, saved.lse, dq, dk, dv));
+  count_kernel_call("attention_backward:cpu");
   dispatch_float(q.dtype(), op, [&](auto tag) {
     mem_efficient_backward_cpu<decltype(tag)>(d, q, k, v, out, dout, mask, scale, saved.lse, dq, dk, dv);
   });

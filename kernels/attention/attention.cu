@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/cuda_check.cuh"
+#include "harness/kernel_calls.hpp"
 #include <fmt/format.h>
 
 #include "kernels/attention/attention.hpp"
@@ -253,11 +254,13 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
   const Launch l = launch_of(q);
   const Form form = form_of(q, mask, {&k, &v, &out});
   if (form == Form::cudnn && cudnn_attention_forward(q, k, v, mask, scale, out, lse)) {
+    count_kernel_call("attention_forward:cudnn");
     if (mask.key_valid_len.defined()) clear_keyless_batches("attention_forward", mask.key_valid_len, {&out}, &lse);
     return;
   }
   const MaskArgs m = mask_args(mask);
   const bool tc = form == Form::tensor_core;
+  count_kernel_call(tc ? "attention_forward:tensor_core" : "attention_forward:scalar");
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using S = decltype(tag);
     with_head_dim(l.D, [&](auto kd) {
@@ -276,6 +279,7 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
   if (q.numel() == 0) return;
   const Form form = form_of(q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
   if (form == Form::cudnn && cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv)) {
+    count_kernel_call("attention_backward:cudnn");
     if (mask.key_valid_len.defined())
       clear_keyless_batches("attention_backward", mask.key_valid_len, {&dq, &dk, &dv}, nullptr);
     return;
@@ -284,6 +288,7 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
   const MaskArgs m = mask_args(mask);
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
   const bool tc = form == Form::tensor_core;
+  count_kernel_call(tc ? "attention_backward:tensor_core" : "attention_backward:scalar");
   Tensor row_dot = Tensor::empty(q.device(), {rows}, DType::f32, Consumer::workspace);
   dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using S = decltype(tag);

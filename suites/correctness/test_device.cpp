@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/check.hpp"
+#include "harness/kernel_calls.hpp"
 #include "harness/properties/sweep_support.hpp"
 #include "harness/timing.hpp"
 #include "suites/common/test_support.hpp"
@@ -67,6 +68,33 @@ TEST(Timing, TimeRegionRunsWarmupAndRepetitions) {
   const auto t = hr::time_region(*dev, [&] { ++calls; }, opt);
   EXPECT_EQ(calls, 10);
   EXPECT_EQ(t.reps, 7);
+}
+
+// A region's kernels are recorded per run of it: those it ran in its timed
+// repetitions, neither its warm-up's nor what ran before it. An injected slowdown
+// that runs the region twice a repetition counts per run, not per repetition.
+TEST(Timing, TimeRegionRecordsTheKernelsItRan) {
+  auto dev = hr::make_cpu_device();
+  hr::count_kernel_call("timing_test:before");
+  hr::TimingOptions opt;
+  opt.warmup = 3;
+  opt.min_reps = opt.max_reps = 4;
+  int runs = 0;
+  auto region = [&] {
+    if (++runs <= opt.warmup) hr::count_kernel_call("timing_test:warmup");
+    hr::count_kernel_call("timing_test:a");
+    hr::count_kernel_call("timing_test:a");
+    hr::count_kernel_call("timing_test:b");
+  };
+  const hr::props::OneBlasThread one_blas_thread(*dev);
+  const auto t = hr::time_region(*dev, region, opt);
+  EXPECT_EQ(t.kernel_calls, (std::map<std::string, double>{{"timing_test:a", 2.0}, {"timing_test:b", 1.0}}));
+  opt.warmup = 0;
+  opt.injected_slowdown = 2.0;
+  const auto twice = hr::time_region(*dev, region, opt);
+  EXPECT_EQ(twice.kernel_calls, (std::map<std::string, double>{{"timing_test:a", 2.0}, {"timing_test:b", 1.0}}));
+  EXPECT_TRUE(hr::time_region(*dev, [] {}, opt).kernel_calls.empty());
+  EXPECT_EQ(hr::kernel_variant("attention_forward:tensor_core"), "tensor_core");
 }
 
 }  // namespace

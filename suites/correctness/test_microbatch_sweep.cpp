@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
 
 #include "harness/models/presets.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
 #include "harness/registry.hpp"
+#include "harness/results/results.hpp"
 #include "harness/step/train_step.hpp"
 #include "suites/common/step_support.hpp"
 #include "suites/common/test_support.hpp"
@@ -34,6 +38,17 @@ TEST_P(MicroBatchSweep, PointsCarryConfigTimeAndBytesPerConsumer) {
     EXPECT_GT(p.memory.peak(hr::Consumer::optimizer_state), 0u);
     EXPECT_GT(p.memory.peak(hr::Consumer::activations), 0u);
     if (mb == sweep.micro_batches.front()) EXPECT_EQ(p.metrics["relative_per_sample_throughput"].get<double>(), 1.0);
+    // A step runs attention forward and backward once per layer and micro-batch, on
+    // one form: naive where the model asks for it, else the CPU loop or one of the
+    // GPU's kernels (the setting's, for 16-bit inputs).
+    const bool mem_eff = sweep.base.transformer.memory_efficient_attention;
+    const std::set<std::string> variants = hr::attention_variants(p);
+    ASSERT_EQ(variants.size(), 1u);
+    const std::string form = *variants.begin();
+    if (!mem_eff || !dev.is_cuda()) EXPECT_EQ(form, !mem_eff ? "naive" : "cpu");
+    const double per_step = static_cast<double>(sweep.base.transformer.layers * p.config["accum_steps"].get<int64_t>());
+    EXPECT_EQ(p.time->kernel_calls, (std::map<std::string, double>{{"attention_backward:" + form, per_step},
+                                                                   {"attention_forward:" + form, per_step}}));
   }
   // Weights, gradients and optimizer state do not depend on the micro-batch;
   // activations shrink with it (the point of accumulation).

@@ -110,6 +110,36 @@ TEST(ReportCompare, OtherAttentionKernelsAreNotFit) {
   }));
 }
 
+// A point both runs timed on other attention kernels (a library that builds no
+// graph for a shape on one machine falls back call by call) is said so in its row
+// and in one warning; the same kernels, or a file that does not say, raise nothing.
+TEST(ReportCompare, APointTimedOnOtherAttentionKernelsIsSaidSo) {
+  auto with_kernels = [](std::map<std::string, double> calls) {
+    hr::Results r = with_point(0.1, 0.01, 1000);
+    r.sweep_points[0].time->kernel_calls = std::move(calls);
+    return r;
+  };
+  const auto base = with_kernels({{"attention_forward:cudnn", 2}, {"attention_backward:cudnn", 2}});
+  const auto other = hr::compare_results(
+      base, with_kernels({{"attention_forward:scalar", 2}, {"attention_backward:scalar", 2}}));
+  ASSERT_NE(row(other, "step time"), nullptr);
+  EXPECT_NE(row(other, "step time")->note.find("attention kernels: baseline cudnn, this run scalar"),
+            std::string::npos)
+      << row(other, "step time")->note;
+  auto warned = [](const hr::Comparison& c) {
+    return std::count_if(c.warnings.begin(), c.warnings.end(), [](const std::string& w) {
+      return w.find("timed other attention kernels than the baseline's") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(warned(other), 1);
+  // One direction on another kernel is enough to differ.
+  EXPECT_EQ(warned(hr::compare_results(
+                base, with_kernels({{"attention_forward:cudnn", 2}, {"attention_backward:scalar", 2}}))),
+            1);
+  EXPECT_EQ(warned(hr::compare_results(base, base)), 0);
+  EXPECT_EQ(warned(hr::compare_results(base, with_point(0.1, 0.01, 1000))), 0);
+}
+
 // ---- The step-time decision rule on synthetic sample sets ----------------------------
 
 // n step times drawn around median_s with relative log-normal noise sigma, of which

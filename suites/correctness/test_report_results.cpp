@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,33 @@ TEST(ReportResults, AttentionKernelsRoundTripAndAreChecked) {
     ADD_FAILURE() << "an unknown attention kernel was read";
   } catch (const hr::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("attention_kernel"), std::string::npos) << e.what();
+  }
+}
+
+// The kernels a timed point ran travel with its time; a file from before has none,
+// and a count that no run gives (zero, negative, not a number) or a field that is
+// not a map is refused, naming it.
+TEST(ReportResults, KernelCallsRoundTripAndAreChecked) {
+  hr::Results r = sample_results();
+  ASSERT_TRUE(r.sweep_points[0].time.has_value());
+  EXPECT_FALSE(hr::results_to_json(r)["sweep_points"][0]["time"].contains("kernel_calls"));
+  EXPECT_TRUE(hr::results_from_json(hr::results_to_json(r)).sweep_points[0].time->kernel_calls.empty());
+  EXPECT_TRUE(hr::attention_variants(r.sweep_points[0]).empty());
+  r.sweep_points[0].time->kernel_calls = {{"attention_forward:cudnn", 4}, {"attention_backward:scalar", 4},
+                                          {"matmul:cublas", 12.5}};
+  const hr::Results back = hr::results_from_json(hr::results_to_json(r));
+  EXPECT_EQ(back.sweep_points[0].time->kernel_calls, r.sweep_points[0].time->kernel_calls);
+  EXPECT_EQ(hr::attention_variants(back.sweep_points[0]), (std::set<std::string>{"cudnn", "scalar"}));
+  for (const char* bad : {R"({"attention_forward:cudnn": 0})", R"({"attention_forward:cudnn": -1})",
+                          R"({"attention_forward:cudnn": "4"})", R"({"": 1})", "[1]"}) {
+    auto j = hr::results_to_json(r);
+    j["sweep_points"][0]["time"]["kernel_calls"] = nlohmann::json::parse(bad);
+    try {
+      hr::results_from_json(j, "x.json");
+      ADD_FAILURE() << bad;
+    } catch (const hr::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("kernel_calls"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // Process-wide kernel call counts (see kernel_calls.hpp).
 #include "harness/kernel_calls.hpp"
 
+#include <functional>
 #include <mutex>
+#include <string_view>
 
 namespace hr {
 
@@ -11,20 +13,24 @@ std::mutex& mu() {
   static std::mutex& m = *new std::mutex;
   return m;
 }
-KernelCalls& counts() {
-  static KernelCalls& c = *new KernelCalls;
+// Looked up by the name as given (no string built per call once a name is known).
+std::map<std::string, uint64_t, std::less<>>& counts() {
+  static auto& c = *new std::map<std::string, uint64_t, std::less<>>;
   return c;
 }
 }  // namespace
 
 void count_kernel_call(const char* name) {
+  const std::string_view key(name);
   const std::lock_guard<std::mutex> lock(mu());
-  ++counts()[name];
+  auto it = counts().find(key);
+  if (it == counts().end()) it = counts().emplace(std::string(key), 0).first;
+  ++it->second;
 }
 
 KernelCalls kernel_calls() {
   const std::lock_guard<std::mutex> lock(mu());
-  return counts();
+  return KernelCalls(counts().begin(), counts().end());
 }
 
 std::string kernel_variant(const std::string& name) {

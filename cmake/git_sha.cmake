@@ -17,9 +17,13 @@ else()
     set(sha "${sha}-unknown-state")
   elseif(changed)
     # Which changes: the first 8 hex digits of the SHA-256 of the tracked files' diff
-    # against the commit, in a form no user setting alters. Two builds with
-    # different changes then never pass for one build (a resumed file, a baseline).
-    execute_process(COMMAND git -c core.quotepath=on diff HEAD --binary --no-color --no-ext-diff --no-textconv
+    # against the commit. Two builds with different changes never pass for one build
+    # (a resumed file, a baseline). The diff's form is pinned where an option can pin
+    # it; a setting left (an attributes file's hunk headers) can only give one change
+    # two digests on two machines, never two changes one.
+    execute_process(COMMAND git -c core.quotepath=on -c diff.suppressBlankEmpty=false diff HEAD --binary
+                            --no-color --no-ext-diff --no-textconv --no-renames --diff-algorithm=myers
+                            --no-indent-heuristic --inter-hunk-context=0 -U3 -O/dev/null
                             --src-prefix=a/ --dst-prefix=b/
       WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE diff RESULT_VARIABLE rc ERROR_QUIET)
     if(rc EQUAL 0)

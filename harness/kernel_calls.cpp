@@ -33,6 +33,16 @@ KernelCalls kernel_calls() {
   return KernelCalls(counts().begin(), counts().end());
 }
 
+std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, const KernelCalls& after, double runs) {
+  std::map<std::string, double> per_run;
+  for (const auto& [name, n] : after) {
+    const auto was = before.find(name);
+    const uint64_t ran = n - (was == before.end() ? 0 : was->second);
+    if (ran > 0 && runs > 0) per_run[name] = static_cast<double>(ran) / runs;
+  }
+  return per_run;
+}
+
 std::string kernel_variant(const std::string& name) {
   const auto colon = name.rfind(':');
   return colon == std::string::npos ? name : name.substr(colon + 1);

@@ -19,6 +19,10 @@ void count_kernel_call(const char* name);
 // The counts so far.
 KernelCalls kernel_calls();
 
+// What ran between two snapshots, per run of the work between them: the kernels
+// that ran at least once, each with its calls divided by `runs`.
+std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, const KernelCalls& after, double runs);
+
 // The variant of a counted name: "cudnn" for "attention_forward:cudnn".
 std::string kernel_variant(const std::string& name);
 

@@ -149,12 +149,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     total += s;
   }
   const double runs = static_cast<double>(samples.size()) * runs_per_rep;
-  std::map<std::string, double> calls;
-  for (const auto& [name, n] : kernel_calls()) {
-    const auto before = calls0.find(name);
-    const uint64_t ran = n - (before == calls0.end() ? 0 : before->second);
-    if (ran > 0) calls[name] = static_cast<double>(ran) / runs;
-  }
+  std::map<std::string, double> calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
   TimeStats t = summarize_times(std::move(samples));
   t.kernel_calls = std::move(calls);
   t.cpu_samples_s = std::move(cpu_samples);

@@ -218,11 +218,14 @@ void check_reselection(const Results& old, const RunOptions& opt, const Selectio
   for (const SweepSpec* s : sel.sweeps) selected.insert("sweep:" + s->id);
   std::vector<std::string> dropped;
   size_t kept = 0;
-  for (const auto& [key, f] : finished_specs(old)) {
+  const auto finished = finished_specs(old);
+  for (const SpecTiming& t : old.timings) {  // in run order
+    const std::string key = t.kind + ":" + t.id;
+    if (finished.count(key) == 0) continue;
     if (selected.count(key) > 0)
       ++kept;
     else
-      dropped.push_back(f.timing.kind == "sweep" ? f.timing.id + " (sweep)" : f.timing.id);
+      dropped.push_back(t.kind == "sweep" ? t.id + " (sweep)" : t.id);
   }
   HR_ARG_CHECK(dropped.empty(),
                "--resume {}: the new selection{}{} leaves out what the run finished: {}; select it too, or start a "
@@ -264,6 +267,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   opt.dp_ranks = c.dp_ranks;
   opt.stop = &g_stop_signal;
   std::optional<Results> resumed;
+  std::ptrdiff_t skipped_there = 0;  // entries a resumed run skipped, which run again
   std::string backend = c.backend;
   if (!c.resume_dir.empty()) {
     resumed = load_results((fs::path(c.resume_dir) / "results.json").string());
@@ -273,16 +277,14 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                  c.resume_dir, differs);
     const bool reselected = c.only_given || c.skip_given;
     // Entries skipped there (e.g. the data-parallel ones without mpirun) run again.
-    std::vector<std::string> skipped;
     const auto finished = finished_specs(*resumed);
-    for (const SpecTiming& t : resumed->timings)
-      if (finished.count(t.kind + ":" + t.id) == 0) skipped.push_back(t.id);
-    HR_ARG_CHECK(resumed->incomplete || reselected || !skipped.empty(),
+    skipped_there = std::count_if(resumed->timings.begin(), resumed->timings.end(), [&](const SpecTiming& t) {
+      return finished.count(t.kind + ":" + t.id) == 0;
+    });
+    HR_ARG_CHECK(resumed->incomplete || reselected || skipped_there > 0,
                  "--resume {}: its results.json is complete and skipped nothing; there is nothing to resume (--only "
                  "or --skip with --resume adds entries its selection left out)",
                  c.resume_dir);
-    if (!skipped.empty())
-      fmt::print(err, "headroom: what was skipped there is tried again: {}\n", fmt::join(skipped, ", "));
     opt.preset = parse_preset(resumed->preset);
     opt.only = c.only_given ? c.only : resumed->only;
     opt.skip = c.skip_given ? c.skip : resumed->skip;
@@ -313,6 +315,20 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   require_attention_kernel(*dev);
   make_dir(c.out_dir);
   const OutputLock lock(c.out_dir);
+  if (skipped_there > 0) {
+    // Said once nothing can refuse the run any more, naming those selected.
+    std::vector<std::string> again;
+    const auto finished = finished_specs(*resumed);
+    for (const SpecTiming& t : resumed->timings) {
+      const bool selected =
+          t.kind == "sweep"
+              ? std::any_of(selection.sweeps.begin(), selection.sweeps.end(), [&](auto* w) { return w->id == t.id; })
+              : std::any_of(selection.properties.begin(), selection.properties.end(),
+                            [&](auto* p) { return p->id == t.id; });
+      if (selected && finished.count(t.kind + ":" + t.id) == 0) again.push_back(t.id);
+    }
+    if (!again.empty()) fmt::print(err, "headroom: what was skipped there is tried again: {}\n", fmt::join(again, ", "));
+  }
   // Temporaries of a writer killed mid-write (we hold the folder: none is live),
   // and a previous run's report, which this run's replaces at its end.
   {

@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "harness/check.hpp"
+#include "harness/kernel_calls.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/dist/dp_step.hpp"
 #include "harness/properties/accum_support.hpp"
@@ -597,7 +598,9 @@ std::vector<SweepPoint> bm_dp(Device& dev, Communicator& comm, Preset preset) {
   // ranks and leave one waiting in a collective); each sample is the slowest rank's.
   auto time_collective = [&](const std::function<void()>& fn) {
     std::vector<double> mine;
+    KernelCalls calls0;  // before the timed repetitions (time_region records them so too)
     for (int i = 0; i < warmup + reps; ++i) {
+      if (i == warmup) calls0 = kernel_calls();
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       fn();
@@ -609,7 +612,9 @@ std::vector<SweepPoint> bm_dp(Device& dev, Communicator& comm, Preset preset) {
     std::vector<double> slowest(mine.size(), 0.0);
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < mine.size(); ++i) slowest[i] = std::max(slowest[i], all[static_cast<size_t>(r) * mine.size() + i]);
-    return summarize_times(slowest);
+    TimeStats t = summarize_times(slowest);
+    t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), static_cast<double>(mine.size()));
+    return t;
   };
 
   const int64_t max_bytes = preset == Preset::quick ? (int64_t{16} << 20) : (int64_t{256} << 20);

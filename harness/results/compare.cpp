@@ -220,12 +220,12 @@ bool compare_time(const SweepPoint& b, const SweepPoint& c, const CompareOptions
                                     : host_note);
       r.remeasured = k.current_s;
       r.remeasured_change = k.change;
-      r.remeasured_busy = busy_again;
       if (k.verdict == "regression") {
         r.note = fmt::format("{}; confirmed on re-measurement: {} (p={:.2g})", j.note, describe_change(k.change),
                              k.p_value);
       } else if (busy_again && k.verdict == "noisy") {
         r.verdict = "noisy";
+        r.remeasured_on_busy_host = true;
         r.note = fmt::format("{} in the run; on re-measurement {}", describe_change(j.change), k.note);
       } else {
         r.verdict = "noisy";
@@ -445,6 +445,21 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
 }
 
 namespace {
+
+// "forward cudnn, backward scalar": the attention kernels a point timed, by
+// direction ("" where none was counted).
+std::string attention_kernels_by_direction(const SweepPoint& p) {
+  if (!p.time) return "";
+  std::vector<std::string> parts;
+  for (const char* direction : {"forward", "backward"}) {
+    const std::string prefix = fmt::format("attention_{}:", direction);
+    std::vector<std::string> kernels;
+    for (const auto& [name, n] : p.time->kernel_calls)
+      if (name.rfind(prefix, 0) == 0) kernels.push_back(name.substr(prefix.size()));
+    if (!kernels.empty()) parts.push_back(fmt::format("{} {}", direction, fmt::join(kernels, "+")));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 std::string selection_label(const Results& r) {
   std::string s;
@@ -719,10 +734,9 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     // Where both runs say which attention kernels a point timed, and they differ
     // (a library that built no graph for a shape on one machine), its times are of
     // different kernels: said in its row and in a warning.
-    const std::set<std::string> kb = attention_variants(b), kc = attention_variants(*c);
+    const std::string kb = attention_kernels_by_direction(b), kc = attention_kernels_by_direction(*c);
     if (!kb.empty() && !kc.empty() && kb != kc) {
-      const std::string what = fmt::format("attention kernels: baseline {}, this run {}", fmt::join(kb, "+"),
-                                           fmt::join(kc, "+"));
+      const std::string what = fmt::format("attention kernels: baseline {}; this run {}", kb, kc);
       if (cmp.rows.size() > rows0) cmp.rows[rows0].note += "; the runs timed other " + what;
       if (other_kernels++ == 0) other_kernels_first = fmt::format("{}: {}", describe_point(*c), what);
     }
@@ -761,8 +775,8 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
   for (const auto& r : cmp.rows) {
     if (std::isfinite(r.remeasured)) {
       ++cmp.remeasured;
-      // Not confirmed where the point did not stay slower (a busy host's "noisy" did).
-      if (r.verdict != "regression" && !r.remeasured_busy) ++cmp.drifted;
+      // Drift: not confirmed, other than too noisy to judge on a busy host.
+      if (r.verdict != "regression" && !r.remeasured_on_busy_host) ++cmp.drifted;
     }
     if (r.verdict == "regression") {
       ++cmp.regressions;

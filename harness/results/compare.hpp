@@ -94,7 +94,9 @@ struct CompareRow {
   double p_value = std::numeric_limits<double>::quiet_NaN();
   double remeasured = std::numeric_limits<double>::quiet_NaN();
   double remeasured_change = std::numeric_limits<double>::quiet_NaN();
-  bool remeasured_busy = false;  // the host was busy with other work while it was re-measured
+  // Not confirmed because the re-measurement, taken while other work held the host,
+  // was within the busy host's minimum effect (too noisy to judge; not drift).
+  bool remeasured_on_busy_host = false;
 };
 
 struct Comparison {

@@ -3,7 +3,6 @@
 // D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
 // themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
 // bucket in their own files.
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -129,16 +128,15 @@ __global__ void cudnn_lengths_kernel(const int32_t* __restrict__ len, int B, int
   seq_kv[b] = min(max(len[b], 1), T);
 }
 
-// For each batch row b (blockIdx.y) whose key length is <= 0: its slice of each
-// 16-bit tensor (per_batch elements) set to `fill` (the bits of 0 unless a fault
-// asks for other), and its lse (lse_per_batch elements, if given) to -inf. Other
-// rows return at once.
+// One block per batch row (blockIdx.x): where its key length is <= 0, its slice of
+// each 16-bit tensor (per_batch elements) set to `fill` (the bits of 0 unless a
+// fault asks for other), and its lse (lse_per_batch elements, if given) to -inf.
+// The blocks of other rows return at once: one small launch beside cuDNN's.
 __global__ void clear_keyless_kernel(const int32_t* __restrict__ len, int64_t per_batch, uint16_t* a, uint16_t* b,
                                      uint16_t* c, uint16_t fill, float* lse, int64_t lse_per_batch) {
-  const int64_t row = blockIdx.y;
+  const int64_t row = blockIdx.x;
   if (len[row] > 0) return;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < per_batch; i += stride) {
+  for (int64_t i = threadIdx.x; i < per_batch; i += blockDim.x) {
     const int64_t at = row * per_batch + i;
     if (a != nullptr) a[at] = fill;
     if (b != nullptr) b[at] = fill;
@@ -155,7 +153,7 @@ void clear_keyless_batches(const char* op, const Tensor& key_valid_len, std::ini
                            Tensor* lse) {
   const Tensor& first = **outs.begin();
   const int64_t B = first.dim(0), per_batch = first.numel() / B;
-  HR_CHECK(B <= 65535, "attention: {} batch rows, more than one grid dimension takes", B);
+  HR_CHECK(B < INT32_MAX, "attention: {} batch rows", B);
   uint16_t* p[3] = {nullptr, nullptr, nullptr};
   size_t i = 0;
   for (Tensor* t : outs) p[i++] = t->data_as<uint16_t>();
@@ -165,8 +163,7 @@ void clear_keyless_batches(const char* op, const Tensor& key_valid_len, std::ini
     const float v = static_cast<float>(f->keyless_fill);
     fill = first.dtype() == DType::f16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
   }
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((per_batch + 255) / 256, 1024));
-  clear_keyless_kernel<<<dim3(blocks, static_cast<unsigned>(B)), 256, 0,
+  clear_keyless_kernel<<<static_cast<unsigned>(B), 256, 0,
                          static_cast<cudaStream_t>(first.device().cuda_stream())>>>(
       key_valid_len.data_as<int32_t>(), per_batch, p[0], p[1], p[2], fill,
       lse != nullptr ? lse->data_as<float>() : nullptr, lse != nullptr ? lse->numel() / B : 0);

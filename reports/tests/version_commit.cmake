@@ -14,8 +14,10 @@ if(NOT rc EQUAL 0)
   set(sha "${sha}-unknown-state")
 elseif(changed)
   # The changes' digest, taken here with sha256sum rather than CMake's hash.
-  execute_process(COMMAND sh -c "git -c core.quotepath=on diff HEAD --binary --no-color --no-ext-diff --no-textconv \
---src-prefix=a/ --dst-prefix=b/ | sha256sum | cut -c1-8" WORKING_DIRECTORY "${SOURCE_DIR}"
+  execute_process(COMMAND bash -c "set -o pipefail; git -c core.quotepath=on -c diff.suppressBlankEmpty=false \
+diff HEAD --binary --no-color --no-ext-diff --no-textconv --no-renames --diff-algorithm=myers --no-indent-heuristic \
+--inter-hunk-context=0 -U3 -O/dev/null --src-prefix=a/ --dst-prefix=b/ | sha256sum | cut -c1-8"
+    WORKING_DIRECTORY "${SOURCE_DIR}"
     OUTPUT_VARIABLE digest RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0 OR NOT digest MATCHES "^[0-9a-f]+$")
     message(FATAL_ERROR "the digest of the checkout's changes could not be taken (exit ${rc}): ${digest}")

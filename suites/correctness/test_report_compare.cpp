@@ -123,7 +123,9 @@ TEST(ReportCompare, APointTimedOnOtherAttentionKernelsIsSaidSo) {
   const auto other = hr::compare_results(
       base, with_kernels({{"attention_forward:scalar", 2}, {"attention_backward:scalar", 2}}));
   ASSERT_NE(row(other, "step time"), nullptr);
-  EXPECT_NE(row(other, "step time")->note.find("attention kernels: baseline cudnn, this run scalar"),
+  EXPECT_NE(row(other, "step time")
+                ->note.find("attention kernels: baseline forward cudnn, backward cudnn; this run forward scalar, "
+                            "backward scalar"),
             std::string::npos)
       << row(other, "step time")->note;
   auto warned = [](const hr::Comparison& c) {
@@ -132,9 +134,14 @@ TEST(ReportCompare, APointTimedOnOtherAttentionKernelsIsSaidSo) {
     });
   };
   EXPECT_EQ(warned(other), 1);
-  // One direction on another kernel is enough to differ.
+  // One direction on another kernel is enough to differ, and so are the same two
+  // kernels in the other directions.
   EXPECT_EQ(warned(hr::compare_results(
                 base, with_kernels({{"attention_forward:cudnn", 2}, {"attention_backward:scalar", 2}}))),
+            1);
+  EXPECT_EQ(warned(hr::compare_results(
+                with_kernels({{"attention_forward:scalar", 2}, {"attention_backward:cudnn", 2}}),
+                with_kernels({{"attention_forward:cudnn", 2}, {"attention_backward:scalar", 2}}))),
             1);
   EXPECT_EQ(warned(hr::compare_results(base, base)), 0);
   EXPECT_EQ(warned(hr::compare_results(base, with_point(0.1, 0.01, 1000))), 0);
@@ -395,11 +402,13 @@ TEST(ReportCompare, AReMeasurementOnABusyHostIsJudgedAsOnABusyRun) {
   ASSERT_TRUE(hr::test::busy_host_load().busy());
   const auto base = with_samples(draw_times(1, 10, 0.1, 0.03));
   const auto cur = with_samples(draw_times(2, 10, 0.14, 0.03));
+  int drifted = 0;
   auto judged = [&](double remeasured_s, const hr::HostLoad& host) {
     int calls = 0;
     const auto c = hr::compare_results(
         base, cur, {}, remeasure_with([=] { return draw_times(3, 10, remeasured_s, 0.03); }, &calls, host));
     EXPECT_EQ(calls, 1);
+    drifted = c.drifted;
     return *row(c, "step time");
   };
   const hr::CompareRow quiet = judged(0.14, quiet_host);
@@ -407,6 +416,10 @@ TEST(ReportCompare, AReMeasurementOnABusyHostIsJudgedAsOnABusyRun) {
   const hr::CompareRow busy = judged(0.14, hr::test::busy_host_load());
   EXPECT_EQ(busy.verdict, "noisy") << busy.note;
   EXPECT_NE(busy.note.find("re-measurement: 2 CPUs, 1.5 busy with other work"), std::string::npos) << busy.note;
+  EXPECT_EQ(drifted, 0) << "still slower on a busy host is not drift";
+  // Back at the baseline's speed on re-measurement, busy host or not: drift.
+  EXPECT_EQ(judged(0.1, hr::test::busy_host_load()).verdict, "noisy");
+  EXPECT_EQ(drifted, 1);
   for (double slower : {1.85, 2.0}) {
     const hr::CompareRow still = judged(0.1 * slower, hr::test::busy_host_load());
     EXPECT_EQ(still.verdict, "regression") << slower << "x on a busy host: " << still.note;

@@ -308,16 +308,16 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
   // After each spec that ran: what finished, with everything after it as not run,
   // except what a resumed run finished earlier (a new selection may put a new entry
   // before it): that goes into the file too, so a run killed now loses none of it.
-  size_t finished_specs = 0;
+  size_t specs_done = 0;
   auto checkpoint = [&] {
-    ++finished_specs;
-    if (!opt.checkpoint || finished_specs == total) return;
+    ++specs_done;
+    if (!opt.checkpoint || specs_done == total) return;
     Results partial = r;
     partial.incomplete = true;
     partial.not_run = r.not_run;
     size_t i = 0;
     for (auto* p : sel.properties) {
-      if (i++ < finished_specs) continue;
+      if (i++ < specs_done) continue;
       if (auto f = finished.find("property:" + p->id); f != finished.end()) {
         partial.timings.push_back(f->second.timing);
         partial.measurements.insert(partial.measurements.end(), f->second.measurements.begin(),
@@ -327,7 +327,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       }
     }
     for (auto* w : sel.sweeps) {
-      if (i++ < finished_specs) continue;
+      if (i++ < specs_done) continue;
       if (auto f = finished.find("sweep:" + w->id); f != finished.end()) {
         partial.timings.push_back(f->second.timing);
         partial.sweep_points.insert(partial.sweep_points.end(), f->second.points.begin(), f->second.points.end());
@@ -380,7 +380,7 @@ Results run_suite(Device& dev, const RunOptions& opt, std::ostream* progress) {
       r.timings.push_back(f->second.timing);
       for (const auto& item : resumed_items(f->second)) into.push_back(item);
       ++index;
-      ++finished_specs;
+      ++specs_done;
       expected_done += cost(spec);
       return;
     }

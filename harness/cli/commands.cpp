@@ -281,6 +281,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     skipped_there = std::count_if(resumed->timings.begin(), resumed->timings.end(), [&](const SpecTiming& t) {
       return finished.count(t.kind + ":" + t.id) == 0;
     });
+    // ci/gpu-check reads "there is nothing to resume" and "adds nothing to what the
+    // run finished" (check_reselection) as "complete, with this selection".
     HR_ARG_CHECK(resumed->incomplete || reselected || skipped_there > 0,
                  "--resume {}: its results.json is complete and skipped nothing; there is nothing to resume (--only "
                  "or --skip with --resume adds entries its selection left out)",

@@ -1,7 +1,8 @@
 # Writes OUT, a C++ source defining hr::build::git_sha(): the commit the sources are
 # at when the build runs (not when it was configured), with "-dirty-<digest>" where
-# tracked files differ from it (the digest names the changes), "unknown" outside a git checkout. OUT is rewritten only
-# when that text changes, so an unchanged commit rebuilds nothing.
+# tracked files differ from it (the digest names the changes), "unknown" outside a
+# git checkout. OUT is rewritten only when that text changes, so an unchanged
+# commit rebuilds nothing.
 #   cmake -DSOURCE_DIR=<checkout> -DOUT=<file.cpp> -P git_sha.cmake
 execute_process(COMMAND git rev-parse --short=12 HEAD
   WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE sha RESULT_VARIABLE rc

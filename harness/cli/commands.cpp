@@ -210,8 +210,9 @@ void require_attention_kernel(Device& dev) {
 }
 
 // A resumed run given a new selection: everything it finished must stay selected
-// (its measurements would otherwise be dropped from the file; what was skipped there
-// may be left out), and something must be left to run. Refused (InvalidArgument) otherwise, naming the entries.
+// (its measurements would otherwise be dropped from the file; what was skipped
+// there may be left out), and something must be left to run. Refused
+// (InvalidArgument) otherwise, naming the entries.
 void check_reselection(const Results& old, const RunOptions& opt, const Selection& sel, const std::string& dir) {
   std::set<std::string> selected;
   for (const PropertySpec* p : sel.properties) selected.insert("property:" + p->id);

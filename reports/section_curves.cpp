@@ -146,29 +146,34 @@ std::string curve_seq(const Results& r) {
                                "attention keeps O(T) (exponent ~1; Rabe &amp; Staats 2021). Below: pad tokens per "
                                "batching strategy (PK-3) and what packing buys in useful tokens/s (BM-PK).");
   const auto pts = points_of(r, {"PK-4", "BM-SEQ"});
-  if (pts.empty()) return s + not_measured("no PK-4 or BM-SEQ sweep points") + "</section>";
-  auto series = make_series(pts, {"seq_len", "seq", "T"}, {}, activation_peak);
-  add_exponents(series);
-  ChartOptions o;
-  o.title = "Peak activation bytes";
-  o.x_label = "sequence length (tokens)";
-  o.y_label = "activation peak";
-  o.log_x = o.log_y = true;
-  o.y_format = AxisFormat::bytes;
-  std::string charts = line_chart(series, o);
-  auto t_series = make_series(points_of(r, {"BM-SEQ"}), {"seq_len", "seq", "T"}, {},
-                              [](const SweepPoint& p) -> std::optional<double> {
-                                if (p.time && p.time->median_s > 0) return p.time->median_s;
-                                return std::nullopt;
-                              });
-  if (!t_series.empty()) {
-    ChartOptions t = o;
-    t.title = "Step time";
-    t.y_label = "step time";
-    t.y_format = AxisFormat::seconds;
-    charts += line_chart(t_series, t);
+  // The curves need PK-4 or BM-SEQ; the tables below stand without them (a run of
+  // BM-PK alone).
+  if (pts.empty()) {
+    s += not_measured("no PK-4 or BM-SEQ sweep points");
+  } else {
+    auto series = make_series(pts, {"seq_len", "seq", "T"}, {}, activation_peak);
+    add_exponents(series);
+    ChartOptions o;
+    o.title = "Peak activation bytes";
+    o.x_label = "sequence length (tokens)";
+    o.y_label = "activation peak";
+    o.log_x = o.log_y = true;
+    o.y_format = AxisFormat::bytes;
+    std::string charts = line_chart(series, o);
+    auto t_series = make_series(points_of(r, {"BM-SEQ"}), {"seq_len", "seq", "T"}, {},
+                                [](const SweepPoint& p) -> std::optional<double> {
+                                  if (p.time && p.time->median_s > 0) return p.time->median_s;
+                                  return std::nullopt;
+                                });
+    if (!t_series.empty()) {
+      ChartOptions t = o;
+      t.title = "Step time";
+      t.y_label = "step time";
+      t.y_format = AxisFormat::seconds;
+      charts += line_chart(t_series, t);
+    }
+    s += R"(<div class="charts">)" + charts + "</div>";
   }
-  s += R"(<div class="charts">)" + charts + "</div>";
 
   // PK-3: the fraction of pad tokens per strategy and length distribution (the
   // check's details), one table per backend run.
@@ -199,19 +204,25 @@ std::string curve_seq(const Results& r) {
   // BM-PK: useful (non-pad) tokens/s per strategy on the long tail.
   const auto bm = points_of(r, {"BM-PK"});
   if (!bm.empty()) {
+    // The attention kernels each strategy timed: a packed batch's segment mask is not
+    // one every form takes (cuDNN's falls back to the scalar kernels), and a speed
+    // compared across kernels says so here.
     s += R"(<h3>Useful tokens per second (BM-PK)</h3><table><thead><tr><th>Strategy</th><th class="num">Pad tokens</th>)"
          R"(<th class="num">Useful tokens/s</th><th class="num">Against pad-to-max</th><th class="num">Activation peak</th>)"
-         R"(</tr></thead><tbody>)";
+         R"(<th>Attention kernels</th></tr></thead><tbody>)";
     for (const auto* p : bm) {
       const auto pad = num_of(p->metrics, {"pad_fraction"});
       const auto tps = num_of(p->metrics, {"useful_tokens_per_s"});
       const auto rel = num_of(p->metrics, {"useful_throughput_vs_pad_to_max"});
       const auto act = num_of(p->metrics, {"activation_peak_bytes"});
+      const std::set<std::string> kernels = attention_variants(*p);
       s += fmt::format(
-          R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td></tr>)",
+          R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>)"
+          R"(<td>{}</td></tr>)",
           esc(str_of(p->config, "strategy") + " (" + p->backend + " " + p->dtype + ")"),
           esc(pad ? fmt::format("{:.1f}%", *pad * 100) : "-"), esc(tps ? fmt::format("{:.0f}", *tps) : "-"),
-          esc(rel ? fmt::format("{:.2f}x", *rel) : "-"), esc(act ? fmt_bytes_short(*act) : "-"));
+          esc(rel ? fmt::format("{:.2f}x", *rel) : "-"), esc(act ? fmt_bytes_short(*act) : "-"),
+          esc(kernels.empty() ? std::string("-") : fmt::format("{}", fmt::join(kernels, "+"))));
     }
     s += "</tbody></table>";
   }

@@ -202,6 +202,46 @@ TEST(Report, RunRecordNamesWhatAnInterruptionLeftAndWhatWasRecovered) {
   EXPECT_NE(run.find("asked 3.2 GB, 1.0 GB available"), std::string::npos);
 }
 
+// The attention kernels the timed points ran: in the run table, per kernel with its
+// points and sweeps, and per strategy in BM-PK's table (a packed batch's segment
+// mask falls back from cuDNN to the scalar kernels); nothing where no point says.
+TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
+  hr::Results r;
+  r.run_time_utc = "2025-01-01T00:00:00Z";
+  r.preset = "quick";
+  r.backend = "cuda";
+  r.attention_kernel = "cudnn";
+  r.device = {{"backend", "cuda"}, {"name", "gpu"}};
+  for (const char* strategy : {"pad_to_max", "packed"}) {
+    hr::SweepPoint p;
+    p.sweep = "BM-PK";
+    p.backend = "cuda";
+    p.dtype = "bf16";
+    p.model = "transformer";
+    p.config = {{"strategy", strategy}};
+    p.time = hr::summarize_times({0.01, 0.011, 0.012, 0.01, 0.013, 0.011});
+    const std::string kernel = std::string(strategy) == "packed" ? "scalar" : "cudnn";
+    p.time->kernel_calls = {{"attention_forward:" + kernel, 4}, {"attention_backward:" + kernel, 4}};
+    p.metrics = {{"useful_tokens_per_s", 1000.0}};
+    r.sweep_points.push_back(p);
+  }
+  hr::compute_totals(r);
+  const std::string html = hr::report::render_report(r);
+  EXPECT_NE(section(html, "device").find("attention kernels timed</td><td>cudnn in 1 point (BM-PK); scalar in 1 "
+                                         "point (BM-PK)"),
+            std::string::npos)
+      << section(html, "device");
+  const std::string seq = section(html, "curve-seq");
+  const auto packed = seq.find("packed (cuda bf16)");
+  ASSERT_NE(packed, std::string::npos) << seq;
+  EXPECT_NE(seq.find("<td>scalar</td></tr>", packed), std::string::npos) << seq;
+  EXPECT_NE(seq.find("<td>cudnn</td></tr>"), std::string::npos) << seq;
+  for (auto& p : r.sweep_points) p.time->kernel_calls.clear();
+  const std::string unsaid = hr::report::render_report(r);
+  EXPECT_EQ(section(unsaid, "device").find("attention kernels timed"), std::string::npos);
+  EXPECT_NE(section(unsaid, "curve-seq").find("<td>-</td></tr>"), std::string::npos);
+}
+
 TEST(Report, ShowsFailuresErrorsAndNonFiniteValues) {
   hr::Results r = hr::load_results((testdata() / "results.json").string());
   r.measurements[0].passed = false;

@@ -91,29 +91,33 @@ std::string curve_ck3(const Results& r) {
                                "with sqrt(L) segments they grow like sqrt(L) (exponent &le; 0.65, Chen et al. 2016). "
                                "Exponents are least-squares fits on log-log axes.");
   const auto pts = points_of(r, {"CK-3"});
-  if (pts.empty()) return s + not_measured("no CK-3 sweep points") + "</section>";
-  auto series = make_series(pts, {"depth", "layers", "n_layers"}, {}, activation_peak);
-  add_exponents(series);
-  ChartOptions o;
-  o.title = "Peak activation bytes";
-  o.x_label = "depth (blocks)";
-  o.y_label = "activation peak";
-  o.log_x = o.log_y = true;
-  o.y_format = AxisFormat::bytes;
-  // Everything the pass allocated, workspace included (CK-3's pass peak): a saving
-  // that only charged kept tensors to another consumer would not show here.
-  auto pass = make_series(pts, {"depth", "layers", "n_layers"}, {}, [](const SweepPoint& p) {
-    return num_of(p.metrics, {"pass_peak_bytes"});
-  });
-  add_exponents(pass);
-  std::string charts = line_chart(series, o);
-  if (!pass.empty()) {
-    ChartOptions t = o;
-    t.title = "Peak bytes of the pass (workspace included)";
-    t.y_label = "pass peak";
-    charts += line_chart(pass, t);
+  // The curves need CK-3; BM-CK's table below stands without it.
+  if (pts.empty()) {
+    s += not_measured("no CK-3 sweep points");
+  } else {
+    auto series = make_series(pts, {"depth", "layers", "n_layers"}, {}, activation_peak);
+    add_exponents(series);
+    ChartOptions o;
+    o.title = "Peak activation bytes";
+    o.x_label = "depth (blocks)";
+    o.y_label = "activation peak";
+    o.log_x = o.log_y = true;
+    o.y_format = AxisFormat::bytes;
+    // Everything the pass allocated, workspace included (CK-3's pass peak): a saving
+    // that only charged kept tensors to another consumer would not show here.
+    auto pass = make_series(pts, {"depth", "layers", "n_layers"}, {}, [](const SweepPoint& p) {
+      return num_of(p.metrics, {"pass_peak_bytes"});
+    });
+    add_exponents(pass);
+    std::string charts = line_chart(series, o);
+    if (!pass.empty()) {
+      ChartOptions t = o;
+      t.title = "Peak bytes of the pass (workspace included)";
+      t.y_label = "pass peak";
+      charts += line_chart(pass, t);
+    }
+    s += R"(<div class="charts">)" + charts + "</div>";
   }
-  s += R"(<div class="charts">)" + charts + "</div>";
 
   // BM-CK: what each granularity costs in step time, beside what it saves.
   const auto bm = points_of(r, {"BM-CK"});

@@ -75,17 +75,9 @@ std::string trade_fit_cell(const Results& r, const SweepPoint& p) {
   return cell;
 }
 
-std::string trade_section(const Results& r) {
-  std::string s = section_open("trade", "The trade: memory saved against time paid (TRADE, BM-FIT)",
-                               "The field guide's order applied cumulatively to one configuration: mixed precision, "
-                               "sequence length and padding, accumulation, checkpointing, 8-bit optimizer, LoRA. "
-                               "Each row adds one technique to the rows above it; all measured on this device: peak "
-                               "bytes by consumer, step time, useful (non-pad) tokens/s, the loss after a few steps "
-                               "against the baseline's, and the largest micro-batch that fits the budget (BM-FIT).");
-  std::vector<const SweepPoint*> pts;
-  for (const auto& p : r.sweep_points)
-    if (p.sweep == "TRADE") pts.push_back(&p);
-  if (pts.empty()) return s + not_measured("no TRADE sweep points") + "</section>";
+// TRADE's rows (pts: its points, in the order emitted), as a table and its legend.
+static std::string trade_table(const Results& r, const std::vector<const SweepPoint*>& pts) {
+  std::string s;
   const SweepPoint* first = nullptr;
   for (const auto* p : pts)
     if (is_ok(*p)) { first = p; break; }
@@ -151,7 +143,12 @@ std::string trade_section(const Results& r) {
        "Loss: the difference of the loss after the steps from the reference's, over the reference's progress, as a "
        "fraction of TRADE's bound; a row over it is marked as breaking training. By consumer: W weights, G gradients, "
        "O optimizer state, A activations, WS workspace (the batch included).</p>";
-  // BM-FIT: how the budget was set and what the search did.
+  return s;
+}
+
+// BM-FIT: how each budget was set and what the search found; "" without its points.
+static std::string fit_table(const Results& r) {
+  std::string s;
   std::vector<const SweepPoint*> fits;
   for (const auto& p : r.sweep_points)
     if (p.sweep == "BM-FIT") fits.push_back(&p);
@@ -182,7 +179,25 @@ std::string trade_section(const Results& r) {
          "Memory model: MEM-1's prediction of the same answer. Safety margin: what the found micro-batch leaves of "
          "the budget.</p>";
   }
-  return s + "</section>";
+  return s;
+}
+
+std::string trade_section(const Results& r) {
+  std::string s = section_open("trade", "The trade: memory saved against time paid (TRADE, BM-FIT)",
+                               "The field guide's order applied cumulatively to one configuration: mixed precision, "
+                               "sequence length and padding, accumulation, checkpointing, 8-bit optimizer, LoRA. "
+                               "Each row adds one technique to the rows above it; all measured on this device: peak "
+                               "bytes by consumer, step time, useful (non-pad) tokens/s, the loss after a few steps "
+                               "against the baseline's, and the largest micro-batch that fits the budget (BM-FIT).");
+  std::vector<const SweepPoint*> pts;
+  for (const auto& p : r.sweep_points)
+    if (p.sweep == "TRADE") pts.push_back(&p);
+  // The rows need TRADE; BM-FIT's table stands without them (a run of BM-FIT alone).
+  if (pts.empty())
+    s += not_measured("no TRADE sweep points");
+  else
+    s += trade_table(r, pts);
+  return s + fit_table(r) + "</section>";
 }
 
 }  // namespace hr::report::detail

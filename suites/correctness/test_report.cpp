@@ -242,21 +242,21 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
   EXPECT_NE(section(unsaid, "curve-seq").find("<td>-</td></tr>"), std::string::npos);
 }
 
-// A run of BM-CK or BM-PK alone (no CK-3 or PK-4 points to chart) still shows
-// their tables, beside the charts' "not measured".
+// A run of BM-CK, BM-PK or BM-FIT alone (no CK-3, PK-4 or TRADE points) still shows
+// their tables, beside the "not measured" of what is missing.
 TEST(Report, TablesStandWithoutTheirSectionsCurves) {
   hr::Results r;
   r.run_time_utc = "2025-01-01T00:00:00Z";
   r.preset = "quick";
   r.backend = "cpu";
   r.device = {{"backend", "cpu"}, {"name", "cpu"}};
-  for (const char* sweep : {"BM-CK", "BM-PK"}) {
+  for (const char* sweep : {"BM-CK", "BM-PK", "BM-FIT"}) {
     hr::SweepPoint p;
     p.sweep = sweep;
     p.backend = "cpu";
     p.dtype = "fp32";
     p.model = "transformer";
-    p.config = {{"checkpoint", "every_block"}, {"strategy", "packed"}};
+    p.config = {{"checkpoint", "every_block"}, {"strategy", "packed"}, {"technique", "fp32 AdamW"}};
     p.time = hr::summarize_times({0.01, 0.011, 0.012, 0.01, 0.013, 0.011});
     r.sweep_points.push_back(p);
   }
@@ -266,6 +266,9 @@ TEST(Report, TablesStandWithoutTheirSectionsCurves) {
   EXPECT_NE(section(html, "curve-ck-3").find("no CK-3 sweep points"), std::string::npos);
   EXPECT_NE(section(html, "curve-seq").find("packed (cpu fp32)"), std::string::npos) << section(html, "curve-seq");
   EXPECT_NE(section(html, "curve-seq").find("no PK-4 or BM-SEQ sweep points"), std::string::npos);
+  EXPECT_NE(section(html, "trade").find("Largest micro-batch that fits (BM-FIT)"), std::string::npos)
+      << section(html, "trade");
+  EXPECT_NE(section(html, "trade").find("no TRADE sweep points"), std::string::npos);
 }
 
 TEST(Report, ShowsFailuresErrorsAndNonFiniteValues) {

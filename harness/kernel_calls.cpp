@@ -43,9 +43,4 @@ std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, co
   return per_run;
 }
 
-std::string kernel_variant(const std::string& name) {
-  const auto colon = name.rfind(':');
-  return colon == std::string::npos ? name : name.substr(colon + 1);
-}
-
 }  // namespace hr

@@ -23,7 +23,4 @@ KernelCalls kernel_calls();
 // that ran at least once, each with its calls divided by `runs`.
 std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, const KernelCalls& after, double runs);
 
-// The variant of a counted name: "cudnn" for "attention_forward:cudnn".
-std::string kernel_variant(const std::string& name);
-
 }  // namespace hr

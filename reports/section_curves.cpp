@@ -91,6 +91,8 @@ std::string curve_ck3(const Results& r) {
                                "with sqrt(L) segments they grow like sqrt(L) (exponent &le; 0.65, Chen et al. 2016). "
                                "Exponents are least-squares fits on log-log axes.");
   const auto pts = points_of(r, {"CK-3"});
+  const auto bm = points_of(r, {"BM-CK"});
+  if (pts.empty() && bm.empty()) return s + not_measured("no CK-3 or BM-CK sweep points") + "</section>";
   // The curves need CK-3; BM-CK's table below stands without it.
   if (pts.empty()) {
     s += not_measured("no CK-3 sweep points");
@@ -120,7 +122,6 @@ std::string curve_ck3(const Results& r) {
   }
 
   // BM-CK: what each granularity costs in step time, beside what it saves.
-  const auto bm = points_of(r, {"BM-CK"});
   if (bm.empty()) {
     s += "<p>Step time per granularity: BM-CK was not run.</p>";
   } else {
@@ -219,14 +220,14 @@ std::string curve_seq(const Results& r) {
       const auto tps = num_of(p->metrics, {"useful_tokens_per_s"});
       const auto rel = num_of(p->metrics, {"useful_throughput_vs_pad_to_max"});
       const auto act = num_of(p->metrics, {"activation_peak_bytes"});
-      const std::set<std::string> kernels = attention_variants(*p);
+      const std::string kernels = attention_kernels_label(*p);
       s += fmt::format(
           R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>)"
           R"(<td>{}</td></tr>)",
           esc(str_of(p->config, "strategy") + " (" + p->backend + " " + p->dtype + ")"),
           esc(pad ? fmt::format("{:.1f}%", *pad * 100) : "-"), esc(tps ? fmt::format("{:.0f}", *tps) : "-"),
           esc(rel ? fmt::format("{:.2f}x", *rel) : "-"), esc(act ? fmt_bytes_short(*act) : "-"),
-          esc(kernels.empty() ? std::string("-") : fmt::format("{}", fmt::join(kernels, "+"))));
+          esc(kernels.empty() ? std::string("-") : kernels));
     }
     s += "</tbody></table>";
   }

@@ -24,7 +24,6 @@
 
 #include "harness/build_info.hpp"
 #include "harness/check.hpp"
-#include "harness/kernel_calls.hpp"
 #include "harness/output.hpp"
 #include "harness/tolerances.hpp"
 #include "kernels/attention/attention.hpp"
@@ -423,13 +422,31 @@ SweepPoint sweep_point_from_json(const nlohmann::json& j) {
   return p;
 }
 
-std::set<std::string> attention_variants(const SweepPoint& p) {
+namespace {
+// The variants of one direction's attention kernels ("attention_forward:").
+std::set<std::string> attention_variants_of(const SweepPoint& p, const std::string& prefix) {
   std::set<std::string> v;
   if (!p.time) return v;
   for (const auto& [name, n] : p.time->kernel_calls)
-    if (name.rfind("attention_forward:", 0) == 0 || name.rfind("attention_backward:", 0) == 0)
-      v.insert(kernel_variant(name));
+    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size()) v.insert(name.substr(prefix.size()));
   return v;
+}
+}  // namespace
+
+std::set<std::string> attention_variants(const SweepPoint& p) {
+  std::set<std::string> v = attention_variants_of(p, "attention_forward:");
+  for (const std::string& b : attention_variants_of(p, "attention_backward:")) v.insert(b);
+  return v;
+}
+
+std::string attention_kernels_label(const SweepPoint& p) {
+  const std::set<std::string> fwd = attention_variants_of(p, "attention_forward:"),
+                              bwd = attention_variants_of(p, "attention_backward:");
+  if (fwd == bwd) return fmt::format("{}", fmt::join(fwd, "+"));
+  std::vector<std::string> parts;
+  if (!fwd.empty()) parts.push_back(fmt::format("forward {}", fmt::join(fwd, "+")));
+  if (!bwd.empty()) parts.push_back(fmt::format("backward {}", fmt::join(bwd, "+")));
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 nlohmann::json results_to_json(const Results& r) {

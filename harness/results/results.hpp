@@ -86,6 +86,9 @@ nlohmann::json host_load_to_json(const HostLoad& h);
 // "attention_forward:*" and "attention_backward:*" kernel calls: "cudnn",
 // "scalar", "tensor_core", "naive", "cpu"), sorted; empty where none was counted.
 std::set<std::string> attention_variants(const SweepPoint& p);
+// The same for people: "cudnn" where both directions ran it, else by direction,
+// "forward cudnn, backward scalar"; "" where none was counted.
+std::string attention_kernels_label(const SweepPoint& p);
 
 struct Results {
   std::string schema = kResultsSchema;

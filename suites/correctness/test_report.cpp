@@ -178,6 +178,7 @@ TEST(Report, SectionsWithoutDataSayNotMeasured) {
        {"conformance", "memory", "curve-bm-mb", "curve-ck-3", "curve-seq", "curve-q8-3", "trade", "peer"})
     EXPECT_NE(section(html, id).find("Not measured in this run"), std::string::npos) << id;
   EXPECT_NE(section(html, "baseline").find("No baseline was given"), std::string::npos);
+  EXPECT_EQ(section(html, "curve-ck-3").find("BM-CK was not run"), std::string::npos);
 }
 
 TEST(Report, RunRecordNamesWhatAnInterruptionLeftAndWhatWasRecovered) {
@@ -236,14 +237,20 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
   ASSERT_NE(packed, std::string::npos) << seq;
   EXPECT_NE(seq.find("<td>scalar</td></tr>", packed), std::string::npos) << seq;
   EXPECT_NE(seq.find("<td>cudnn</td></tr>"), std::string::npos) << seq;
+  // A backward that fell back where the forward did not is said by direction.
+  r.sweep_points[0].time->kernel_calls["attention_backward:scalar"] = 4;
+  r.sweep_points[0].time->kernel_calls.erase("attention_backward:cudnn");
+  EXPECT_NE(section(hr::report::render_report(r), "curve-seq").find("<td>forward cudnn, backward scalar</td>"),
+            std::string::npos);
   for (auto& p : r.sweep_points) p.time->kernel_calls.clear();
   const std::string unsaid = hr::report::render_report(r);
   EXPECT_EQ(section(unsaid, "device").find("attention kernels timed"), std::string::npos);
   EXPECT_NE(section(unsaid, "curve-seq").find("<td>-</td></tr>"), std::string::npos);
 }
 
-// A run of BM-CK, BM-PK or BM-FIT alone (no CK-3, PK-4 or TRADE points) still shows
-// their tables, beside the "not measured" of what is missing.
+// A run with BM-CK, PK-3, BM-PK and BM-FIT but none of the sweeps their sections
+// chart (CK-3, PK-4 or BM-SEQ, TRADE) still shows their tables, beside the "not
+// measured" of what is missing, every section closed.
 TEST(Report, TablesStandWithoutTheirSectionsCurves) {
   hr::Results r;
   r.run_time_utc = "2025-01-01T00:00:00Z";
@@ -260,12 +267,20 @@ TEST(Report, TablesStandWithoutTheirSectionsCurves) {
     p.time = hr::summarize_times({0.01, 0.011, 0.012, 0.01, 0.013, 0.011});
     r.sweep_points.push_back(p);
   }
+  hr::Measurement pk3 = hr::make_check("PK-3", "pad tokens per strategy", 0.0, 1.0);
+  pk3.config = {{"seq_len", 128}, {"batch_rows", 8}};
+  pk3.details = {{"pad_fraction",
+                  {{"long_tail", {{"mean_length", 40}, {"pad_to_max", 0.6}, {"pad_to_longest", 0.3},
+                                  {"bucketed", 0.1}, {"packed", 0.01}}}}}};
+  r.measurements.push_back(pk3);
   hr::compute_totals(r);
   const std::string html = hr::report::render_report(r);
+  EXPECT_EQ(count(html, "<section "), count(html, "</section>"));
   EXPECT_NE(section(html, "curve-ck-3").find("every_block (cpu fp32)"), std::string::npos) << section(html, "curve-ck-3");
   EXPECT_NE(section(html, "curve-ck-3").find("no CK-3 sweep points"), std::string::npos);
   EXPECT_NE(section(html, "curve-seq").find("packed (cpu fp32)"), std::string::npos) << section(html, "curve-seq");
   EXPECT_NE(section(html, "curve-seq").find("no PK-4 or BM-SEQ sweep points"), std::string::npos);
+  EXPECT_NE(section(html, "curve-seq").find("Pad tokens per strategy (PK-3"), std::string::npos);
   EXPECT_NE(section(html, "trade").find("Largest micro-batch that fits (BM-FIT)"), std::string::npos)
       << section(html, "trade");
   EXPECT_NE(section(html, "trade").find("no TRADE sweep points"), std::string::npos);

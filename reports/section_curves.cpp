@@ -85,6 +85,18 @@ std::string curve_bm_mb(const Results& r) {
   return s;
 }
 
+// An activation peak's chart against `x_label`, on log-log axes (its exponents read
+// as slopes).
+static ChartOptions activation_peak_chart(const char* x_label) {
+  ChartOptions o;
+  o.title = "Peak activation bytes";
+  o.x_label = x_label;
+  o.y_label = "activation peak";
+  o.log_x = o.log_y = true;
+  o.y_format = AxisFormat::bytes;
+  return o;
+}
+
 std::string curve_ck3(const Results& r) {
   std::string s = section_open("curve-ck-3", "Activation peak against depth (CK-3)",
                                "Without checkpointing the activations kept grow linearly with depth (exponent ~1); "
@@ -99,12 +111,7 @@ std::string curve_ck3(const Results& r) {
   } else {
     auto series = make_series(pts, {"depth", "layers", "n_layers"}, {}, activation_peak);
     add_exponents(series);
-    ChartOptions o;
-    o.title = "Peak activation bytes";
-    o.x_label = "depth (blocks)";
-    o.y_label = "activation peak";
-    o.log_x = o.log_y = true;
-    o.y_format = AxisFormat::bytes;
+    ChartOptions o = activation_peak_chart("depth (blocks)");
     // Everything the pass allocated, workspace included (CK-3's pass peak): a saving
     // that only charged kept tensors to another consumer would not show here.
     auto pass = make_series(pts, {"depth", "layers", "n_layers"}, {}, [](const SweepPoint& p) {
@@ -158,12 +165,7 @@ std::string curve_seq(const Results& r) {
   } else {
     auto series = make_series(pts, {"seq_len", "seq", "T"}, {}, activation_peak);
     add_exponents(series);
-    ChartOptions o;
-    o.title = "Peak activation bytes";
-    o.x_label = "sequence length (tokens)";
-    o.y_label = "activation peak";
-    o.log_x = o.log_y = true;
-    o.y_format = AxisFormat::bytes;
+    ChartOptions o = activation_peak_chart("sequence length (tokens)");
     std::string charts = line_chart(series, o);
     auto t_series = make_series(points_of(r, {"BM-SEQ"}), {"seq_len", "seq", "T"}, {},
                                 [](const SweepPoint& p) -> std::optional<double> {

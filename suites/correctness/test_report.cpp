@@ -165,12 +165,18 @@ TEST_F(ReportFixture, IsSelfContained) {
   EXPECT_EQ(urls, svgns);
 }
 
-TEST(Report, SectionsWithoutDataSayNotMeasured) {
+// A quick run on `backend` with nothing in it yet.
+hr::Results bare_run(const std::string& backend) {
   hr::Results r;
   r.run_time_utc = "2025-01-01T00:00:00Z";
   r.preset = "quick";
-  r.backend = "cpu";
-  r.device = {{"backend", "cpu"}, {"name", "cpu"}};
+  r.backend = backend;
+  r.device = {{"backend", backend}, {"name", backend == "cuda" ? "gpu" : "cpu"}};
+  return r;
+}
+
+TEST(Report, SectionsWithoutDataSayNotMeasured) {
+  hr::Results r = bare_run("cpu");
   hr::compute_totals(r);
   const std::string html = hr::report::render_report(r);
   for (const char* id : hr::report::kSectionIds) EXPECT_FALSE(section(html, id).empty()) << id;
@@ -207,12 +213,8 @@ TEST(Report, RunRecordNamesWhatAnInterruptionLeftAndWhatWasRecovered) {
 // points and sweeps, and per strategy in BM-PK's table (a packed batch's segment
 // mask falls back from cuDNN to the scalar kernels); nothing where no point says.
 TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
-  hr::Results r;
-  r.run_time_utc = "2025-01-01T00:00:00Z";
-  r.preset = "quick";
-  r.backend = "cuda";
+  hr::Results r = bare_run("cuda");
   r.attention_kernel = "cudnn";
-  r.device = {{"backend", "cuda"}, {"name", "gpu"}};
   for (const char* strategy : {"pad_to_max", "packed"}) {
     hr::SweepPoint p;
     p.sweep = "BM-PK";
@@ -252,11 +254,7 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
 // chart (CK-3, PK-4 or BM-SEQ, TRADE) still shows their tables, beside the "not
 // measured" of what is missing, every section closed.
 TEST(Report, TablesStandWithoutTheirSectionsCurves) {
-  hr::Results r;
-  r.run_time_utc = "2025-01-01T00:00:00Z";
-  r.preset = "quick";
-  r.backend = "cpu";
-  r.device = {{"backend", "cpu"}, {"name", "cpu"}};
+  hr::Results r = bare_run("cpu");
   for (const char* sweep : {"BM-CK", "BM-PK", "BM-FIT"}) {
     hr::SweepPoint p;
     p.sweep = sweep;

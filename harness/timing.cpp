@@ -149,9 +149,8 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     total += s;
   }
   const double runs = static_cast<double>(samples.size()) * runs_per_rep;
-  std::map<std::string, double> calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
   TimeStats t = summarize_times(std::move(samples));
-  t.kernel_calls = std::move(calls);
+  t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
   t.cpu_samples_s = std::move(cpu_samples);
   t.ref_cpu_samples_s = std::move(ref_cpu_samples);
   if (!t.ref_cpu_samples_s.empty()) t.ref_work = reference_work_name();

@@ -209,17 +209,23 @@ void require_attention_kernel(Device& dev) {
                ops::gpu_attention_kernel_name(k), why);
 }
 
-// A resumed run given a new selection: everything it finished must stay selected
-// (its measurements would otherwise be dropped from the file; what was skipped
-// there may be left out), and something must be left to run. Refused
-// (InvalidArgument) otherwise, naming the entries.
-void check_reselection(const Results& old, const RunOptions& opt, const Selection& sel, const std::string& dir) {
-  std::set<std::string> selected;
-  for (const PropertySpec* p : sel.properties) selected.insert("property:" + p->id);
-  for (const SweepSpec* s : sel.sweeps) selected.insert("sweep:" + s->id);
+// The selection's entries, keyed as finished_specs() keys them ("property:ID").
+std::set<std::string> selected_keys(const Selection& sel) {
+  std::set<std::string> keys;
+  for (const PropertySpec* p : sel.properties) keys.insert("property:" + p->id);
+  for (const SweepSpec* s : sel.sweeps) keys.insert("sweep:" + s->id);
+  return keys;
+}
+
+// A resumed run given a new selection: everything it finished (`finished`, of
+// finished_specs(old)) must stay selected (its measurements would otherwise be
+// dropped from the file; what was skipped there may be left out), and something
+// must be left to run. Refused (InvalidArgument) otherwise, naming the entries.
+void check_reselection(const Results& old, const std::map<std::string, FinishedSpec>& finished,
+                       const RunOptions& opt, const Selection& sel, const std::string& dir) {
+  const std::set<std::string> selected = selected_keys(sel);
   std::vector<std::string> dropped;
   size_t kept = 0;
-  const auto finished = finished_specs(old);
   for (const SpecTiming& t : old.timings) {  // in run order
     const std::string key = t.kind + ":" + t.id;
     if (finished.count(key) == 0) continue;
@@ -268,7 +274,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   opt.dp_ranks = c.dp_ranks;
   opt.stop = &g_stop_signal;
   std::optional<Results> resumed;
-  std::ptrdiff_t skipped_there = 0;  // entries a resumed run skipped, which run again
+  std::map<std::string, FinishedSpec> finished;  // what the resumed run finished
+  size_t skipped_there = 0;  // entries it skipped, which run again
   std::string backend = c.backend;
   if (!c.resume_dir.empty()) {
     resumed = load_results((fs::path(c.resume_dir) / "results.json").string());
@@ -278,10 +285,8 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                  c.resume_dir, differs);
     const bool reselected = c.only_given || c.skip_given;
     // Entries skipped there (e.g. the data-parallel ones without mpirun) run again.
-    const auto finished = finished_specs(*resumed);
-    skipped_there = std::count_if(resumed->timings.begin(), resumed->timings.end(), [&](const SpecTiming& t) {
-      return finished.count(t.kind + ":" + t.id) == 0;
-    });
+    finished = finished_specs(*resumed);
+    skipped_there = resumed->timings.size() - finished.size();
     // ci/gpu-check reads "there is nothing to resume" and "adds nothing to what the
     // run finished" (check_reselection) as "complete, with this selection".
     HR_ARG_CHECK(resumed->incomplete || reselected || skipped_there > 0,
@@ -306,7 +311,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
                "run",
                opt.only.empty() ? "" : fmt::format(" --only '{}'", opt.only),
                opt.skip.empty() ? "" : fmt::format(" --skip '{}'", opt.skip));
-  if (resumed && (c.only_given || c.skip_given)) check_reselection(*resumed, opt, selection, c.resume_dir);
+  if (resumed && (c.only_given || c.skip_given)) check_reselection(*resumed, finished, opt, selection, c.resume_dir);
   if (!opt.dp_ranks.empty()) dist::set_dp_rank_counts(opt.dp_ranks);
   auto dev = open_device(backend);
   if (resumed) {
@@ -321,14 +326,10 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
   if (skipped_there > 0) {
     // Said once nothing can refuse the run any more, naming those selected.
     std::vector<std::string> again;
-    const auto finished = finished_specs(*resumed);
+    const std::set<std::string> selected = selected_keys(selection);
     for (const SpecTiming& t : resumed->timings) {
-      const bool selected =
-          t.kind == "sweep"
-              ? std::any_of(selection.sweeps.begin(), selection.sweeps.end(), [&](auto* w) { return w->id == t.id; })
-              : std::any_of(selection.properties.begin(), selection.properties.end(),
-                            [&](auto* p) { return p->id == t.id; });
-      if (selected && finished.count(t.kind + ":" + t.id) == 0) again.push_back(t.id);
+      const std::string key = t.kind + ":" + t.id;
+      if (selected.count(key) > 0 && finished.count(key) == 0) again.push_back(t.id);
     }
     if (!again.empty()) fmt::print(err, "headroom: what was skipped there is tried again: {}\n", fmt::join(again, ", "));
   }

@@ -446,21 +446,6 @@ TimeJudgement judge_step_time(const TimeStats& b, const TimeStats& c, const Comp
 
 namespace {
 
-// "forward cudnn, backward scalar": the attention kernels a point timed, by
-// direction ("" where none was counted).
-std::string attention_kernels_by_direction(const SweepPoint& p) {
-  if (!p.time) return "";
-  std::vector<std::string> parts;
-  for (const char* direction : {"forward", "backward"}) {
-    const std::string prefix = fmt::format("attention_{}:", direction);
-    std::vector<std::string> kernels;
-    for (const auto& [name, n] : p.time->kernel_calls)
-      if (name.rfind(prefix, 0) == 0) kernels.push_back(name.substr(prefix.size()));
-    if (!kernels.empty()) parts.push_back(fmt::format("{} {}", direction, fmt::join(kernels, "+")));
-  }
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
-
 std::string selection_label(const Results& r) {
   std::string s;
   if (!r.only.empty()) s += fmt::format("--only '{}'", r.only);
@@ -733,8 +718,9 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
       reference_pair = {reference_of(*b.time), reference_of(*c->time)};
     // Where both runs say which attention kernels a point timed, and they differ
     // (a library that built no graph for a shape on one machine), its times are of
-    // different kernels: said in its row and in a warning.
-    const std::string kb = attention_kernels_by_direction(b), kc = attention_kernels_by_direction(*c);
+    // different kernels: said in its row and in a warning. The label tells the
+    // directions apart wherever they differ.
+    const std::string kb = attention_kernels_label(b), kc = attention_kernels_label(*c);
     if (!kb.empty() && !kc.empty() && kb != kc) {
       const std::string what = fmt::format("attention kernels: baseline {}; this run {}", kb, kc);
       if (cmp.rows.size() > rows0) cmp.rows[rows0].note += "; the runs timed other " + what;

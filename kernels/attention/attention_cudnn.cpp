@@ -302,8 +302,9 @@ const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
 }
 
 // Runs the built graph of a key on the tensors' stream; the workspace and the
-// lengths of the padding mask (cudnn_padding_lengths) come from the device's allocator (Consumer::workspace), so the memory
-// accounting sees them. False, having run nothing, where cuDNN builds no graph for it.
+// lengths of the padding mask (cudnn_padding_lengths) come from the device's
+// allocator (Consumer::workspace), so the memory accounting sees them. False,
+// having run nothing, where cuDNN builds no graph for it.
 bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
   // The tensors' device current while the graph is built (the frontend reads the
   // current device's architecture) and run.

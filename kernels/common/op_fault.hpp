@@ -3,8 +3,9 @@
 // fault acts inside the op's public entry point, after the backend computed, so the
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
 // matmul (also the silent corruption of `headroom fleet`), layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
-// attention_forward (its output, and the memory-efficient form's saved log-sum-exp)
-// and attention_backward (cuDNN's rows without keys), and batchnorm_backward (its contribution to dgamma).
+// attention_forward (its output, the memory-efficient form's saved log-sum-exp, and
+// cuDNN's rows without keys), attention_backward (cuDNN's rows without keys) and
+// batchnorm_backward (its contribution to dgamma).
 #pragma once
 
 #include <cstdint>

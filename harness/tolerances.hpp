@@ -573,6 +573,11 @@ inline constexpr double kQ8TrackStateAtol = 3e-3, kQ8TrackStateRtol = 1e-3;
 // Its state check as a check: fewer than 20 of the moments' elements outside
 // atol + rtol |m| (a count: the bound 19.5 is "at most 19").
 inline constexpr double kQ8TrackStateMaxOutside = 19.5;
+// The rows of that subtle control's tensor (of 1024 columns): 256 blocks of 256, the
+// quick preset's shape. Its count is about 0.57 per block (137-162 at 256 blocks,
+// 7-8x the bound); at the full preset's 1024 rows (4096 blocks) it was 2354, 121x,
+// past what a subtle control may be.
+inline constexpr int64_t kQ8LowestCodeRows = 64;
 inline constexpr const char* kQ8TrackStateReason =
     "bitsandbytes test_optimizer8bit: fewer than 20 state elements outside atol 3e-3 + rtol 1e-3 "
     "(harness/tolerances.hpp kQ8TrackStateMaxOutside)";

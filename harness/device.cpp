@@ -17,6 +17,7 @@
 #include "harness/check.hpp"
 
 HR_DEFINE_FAULT_SLOT(hr::ReadbackFault)
+HR_DEFINE_FAULT_SLOT(hr::PoolFault)
 
 namespace hr {
 

@@ -184,3 +184,16 @@ struct ReadbackFault {
 }  // namespace hr
 
 HR_DECLARE_FAULT_SLOT(hr::ReadbackFault);
+
+namespace hr {
+
+// Wrong on purpose (the control of Device.cuda_AnOutOfMemoryGivesThePoolsPiecesBack):
+// on out-of-memory the CUDA pool keeps the freed pieces it holds rather than giving
+// them back to the driver and asking once more.
+struct PoolFault {
+  bool keep_pieces_on_oom = false;
+};
+
+}  // namespace hr
+
+HR_DECLARE_FAULT_SLOT(hr::PoolFault);

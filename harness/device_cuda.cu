@@ -188,10 +188,26 @@ class CudaDevice final : public Device {
 
   void* raw_allocate(size_t bytes) override {
     void* p = nullptr;
-    const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear the sticky-free error so the caller can recover
+    cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+    const PoolFault* keep = faults::active<PoolFault>();
+    if (e == cudaErrorMemoryAllocation && keep != nullptr && keep->keep_pieces_on_oom) {
+      cudaGetLastError();
       return nullptr;
+    }
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the error so the caller can recover
+      // The pool keeps what was freed (release threshold: all of it), in the sizes it
+      // was freed in: after a step that failed part-way, or a larger configuration,
+      // those pieces can hold the memory a new request needs in one piece. Once the
+      // frees have landed, the pool gives back all it does not use and the request is
+      // made once more, now against the driver's whole free memory.
+      HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      HR_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+      e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return nullptr;
+      }
     }
     HR_CUDA_CHECK(e);
     return p;

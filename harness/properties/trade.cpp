@@ -27,6 +27,14 @@ namespace {
 // The documents' lengths are drawn from a fixed seed so that the table's shape (how
 // many rows packing needs) is the same at every run seed; the tokens follow the seed.
 constexpr uint64_t kTradeLengthSeed = 2024;
+// The share of the device's memory the baseline row's predicted peak may take: the
+// rest is the CUDA context, cuBLAS's and the allocator's own, and the model's
+// misses (MEM-1's bound). The full preset's 64 documents predict 124.6 GB, over this
+// share of an H200's 150 GB; 32 predict about half, within it on an H100 (85.5 GB)
+// and an H200 alike, so the two cards train the same rows.
+constexpr double kTradeMemoryShare = 0.8;
+// Fewer documents than this leave the packed rows too few to cut into 4 micro-batches.
+constexpr int64_t kTradeMinDocs = 4;
 constexpr const char* kTradeLossTitle = "the loss after a few steps stays near the reference's";
 constexpr const char* kTradeShrinkTitle = "each row shrinks the consumer its technique targets (tracker peaks)";
 constexpr const char* kFitTitle = "the largest micro-batch found equals the memory model's";
@@ -34,8 +42,32 @@ const std::string kTradeCheck = check_name("TRADE", kTradeLossTitle);
 const std::string kFitCheck = check_name("BM-FIT", kFitTitle);
 }  // namespace
 
-TradeSetup trade_setup(Preset preset, BackendKind backend) {
-  (void)backend;
+namespace {
+
+TradeSetup trade_setup_with(Preset preset, int64_t docs);
+
+}  // namespace
+
+TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes) {
+  const int64_t preset_docs = preset == Preset::quick ? 32 : 64;
+  int64_t docs = preset_docs;
+  TradeSetup s = trade_setup_with(preset, docs);
+  auto baseline_peak = [&](const TradeSetup& t) {
+    return static_cast<double>(predict_memory(t.rows.front().cfg, backend).total_peak);
+  };
+  const double usable = kTradeMemoryShare * static_cast<double>(memory_bytes);
+  while (memory_bytes > 0 && docs > kTradeMinDocs && baseline_peak(s) > usable) {
+    docs /= 2;
+    s = trade_setup_with(preset, docs);
+  }
+  s.preset_docs = preset_docs;
+  s.baseline_predicted_peak = baseline_peak(s);
+  return s;
+}
+
+namespace {
+
+TradeSetup trade_setup_with(Preset preset, int64_t docs) {
   TradeSetup s;
   const TransformerPreset tp = transformer_preset(preset);
   StepConfig base;
@@ -48,7 +80,6 @@ TradeSetup trade_setup(Preset preset, BackendKind backend) {
   base.optimizer.kind = OptimizerKind::adamw;
   // AdamW's default.
   base.optimizer.adamw.lr = 1e-3f;
-  const int64_t docs = preset == Preset::quick ? 32 : 64;
   // The field guide's example distribution (p95 = 900 of a 4096 maximum) at this maximum.
   const LengthDistribution dist = LengthDistribution{}.scaled(base.seq_len);
   s.doc_lengths = sample_lengths(dist, docs, kTradeLengthSeed);
@@ -101,8 +132,6 @@ TradeSetup trade_setup(Preset preset, BackendKind backend) {
   s.rows.push_back(r);
   return s;
 }
-
-namespace {
 
 Batch trade_batch(Device& dev, const TradeSetup& s, const TradeRow& row, uint64_t seed) {
   const TransformerConfig& t = row.cfg.transformer;
@@ -305,6 +334,8 @@ SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& r
     p.metrics["peak_bytes_by_consumer"] = consumers_json(p.memory);
     p.metrics["batch_bytes"] = base;  // the data's bytes, alive through the step (workspace)
     p.metrics["trainable_parameters"] = static_cast<double>(step.params().trainable_numel());
+    p.metrics["documents"] = s.padded_rows;
+    p.metrics["preset_documents"] = s.preset_docs;
   });
   return p;
 }
@@ -378,10 +409,20 @@ SweepPoint fit_point(Device& dev, const TradeSetup& s, const TradeRow& row, size
   return p;
 }
 
+// Says when the device's memory took documents off the preset's count.
+void say_fitted_docs(RunContext& ctx, const TradeSetup& s) {
+  if (ctx.progress && s.padded_rows < s.preset_docs)
+    ctx.progress(fmt::format("{} documents, not the preset's {}: so that the baseline's predicted {} fits in 80% of {}",
+                             s.padded_rows, s.preset_docs,
+                             format_bytes(s.baseline_predicted_peak),
+                             format_bytes(static_cast<double>(ctx.device.record().memory_bytes))));
+}
+
 TradeRun measure_trade(RunContext& ctx) {
   Device& dev = ctx.device;
   TradeRun run;
-  run.setup = trade_setup(ctx.preset, dev.kind());
+  run.setup = trade_setup(ctx.preset, dev.kind(), dev.record().memory_bytes);
+  say_fitted_docs(ctx, run.setup);
   const TradeSetup& s = run.setup;
   for (size_t i = 0; i < s.rows.size(); ++i) {
     const TradeRow& row = s.rows[i];
@@ -417,7 +458,8 @@ TradeRun measure_trade(RunContext& ctx) {
 FitRun measure_fit(RunContext& ctx) {
   Device& dev = ctx.device;
   FitRun run;
-  const TradeSetup s = trade_setup(ctx.preset, dev.kind());
+  const TradeSetup s = trade_setup(ctx.preset, dev.kind(), dev.record().memory_bytes);
+  say_fitted_docs(ctx, s);
   run.budget_from_tracker = dev.kind() == BackendKind::cpu;
   run.budget_bytes =
       run.budget_from_tracker
@@ -583,7 +625,7 @@ std::vector<Measurement> trade_checks(RunContext& ctx) {
 
 std::vector<Measurement> fit_checks(RunContext& ctx) {
   const FitRun& run = fit_run(ctx);
-  const TradeSetup setup = trade_setup(ctx.preset, ctx.device.kind());
+  const TradeSetup setup = trade_setup(ctx.preset, ctx.device.kind(), ctx.device.record().memory_bytes);
   std::vector<Measurement> out;
   if (!run.budget_from_tracker) return out;  // a GPU's real out-of-memory: reported, not judged (see trade.hpp)
   for (size_t i = 0; i < run.fit.size(); ++i) {

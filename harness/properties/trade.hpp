@@ -36,11 +36,16 @@ struct TradeSetup {
   int64_t padded_rows = 0;          // one document per row, padded to seq_len
   int64_t packed_rows = 0;          // first-fit decreasing into rows of seq_len
   int loss_steps = 4;               // optimizer steps before the loss is read
+  int64_t preset_docs = 0;          // the preset's document count, before it was fitted
+  double baseline_predicted_peak = 0;  // the baseline row's peak by the memory model (bytes)
 };
 
 // quick: the quick transformer (fp32 baseline on the CPU); full: the full one (the
-// baseline in fp32 on a GPU too: mixed precision is the first technique).
-TradeSetup trade_setup(Preset preset, BackendKind backend);
+// baseline in fp32 on a GPU too: mixed precision is the first technique). The
+// preset's documents (quick 32, full 64) are halved while the baseline row's
+// predicted peak is over 80% of memory_bytes (the device's; 0: no limit), so that a
+// smaller card measures every row rather than none.
+TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes);
 
 // A fault that breaks training while saving the same memory (TRADE's controls).
 enum class TradeFault : uint8_t {

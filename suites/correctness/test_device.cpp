@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 #include "harness/check.hpp"
 #include "harness/kernel_calls.hpp"
 #include "harness/properties/sweep_support.hpp"
@@ -43,6 +45,48 @@ TEST(Device, cuda_RecordHasComputeCapabilityAndVersions) {
   EXPECT_GT(r.driver_version, 0);
   EXPECT_GT(r.runtime_version, 0);
   EXPECT_GT(r.cublas_version, 0);
+}
+
+// The CUDA pool keeps what is freed, in the pieces it was freed in. Here it takes
+// the card in pieces of 2 GiB and every other one is freed: no free piece is next to
+// another, and the driver has less than a piece left. One request of two pieces
+// must still succeed: on out-of-memory the pool gives back what it does not use and
+// asks once more (as TRADE's rows need after a baseline that did not fit). The
+// control, the pool keeping its pieces (PoolFault), fails the same request.
+TEST(Device, cuda_AnOutOfMemoryGivesThePoolsPiecesBack) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
+  constexpr size_t kPiece = size_t{2} << 30;
+  auto try_allocate = [&](size_t bytes) -> void* {
+    try {
+      return dev.allocate(bytes, hr::Consumer::workspace);
+    } catch (const hr::OutOfMemory&) {
+      return nullptr;
+    }
+  };
+  // Fills the card, frees the odd pieces, asks for two pieces in one, frees the rest.
+  auto fragmented_request = [&]() {
+    std::vector<void*> pieces;
+    const size_t cap = dev.record().memory_bytes / kPiece + 2;
+    while (pieces.size() < cap) {
+      void* p = try_allocate(kPiece);
+      if (p == nullptr) break;
+      pieces.push_back(p);
+    }
+    EXPECT_GE(pieces.size(), 4u) << "a card of fewer than 8 GiB free leaves nothing to fragment";
+    EXPECT_LT(pieces.size(), cap) << "the card never ran out of memory";
+    for (size_t i = 1; i < pieces.size(); i += 2) dev.deallocate(pieces[i], kPiece, hr::Consumer::workspace);
+    dev.synchronize();
+    void* two = try_allocate(2 * kPiece);
+    if (two != nullptr) dev.deallocate(two, 2 * kPiece, hr::Consumer::workspace);
+    for (size_t i = 0; i < pieces.size(); i += 2) dev.deallocate(pieces[i], kPiece, hr::Consumer::workspace);
+    dev.synchronize();
+    return two != nullptr;
+  };
+  {
+    const hr::faults::Scoped<hr::PoolFault> keep(hr::PoolFault{true});
+    EXPECT_FALSE(fragmented_request()) << "the control: a pool that keeps its pieces must fail the request";
+  }
+  EXPECT_TRUE(fragmented_request());
 }
 
 TEST(Timing, SummaryStatistics) {

@@ -182,8 +182,12 @@ bool device_unusable(const Device& dev, const std::string& id, std::string* why)
 // A run whose results say which GPU attention kernels it used (`from`: a baseline
 // validated against, a run resumed) goes on with them: its times are those kernels'.
 // HEADROOM_ATTENTION_KERNEL naming others is refused before anything runs.
-void adopt_attention_kernel(const std::string& kernel, const std::string& from) {
-  if (kernel.empty()) return;  // a CPU run, or a file from before it was recorded
+void adopt_attention_kernel(const Results& r, const std::string& from) {
+  // A CUDA file from before the kernels were recorded ran the scalar ones, then the
+  // default; a CPU run has none.
+  std::string kernel = r.attention_kernel;
+  if (kernel.empty() && r.backend == "cuda") kernel = "scalar";
+  if (kernel.empty()) return;
   const std::optional<ops::GpuAttentionKernel> k = ops::parse_gpu_attention_kernel(kernel);
   HR_ARG_CHECK(k.has_value(), "{}: attention kernels '{}' unknown", from, kernel);
   const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
@@ -198,11 +202,19 @@ void adopt_attention_kernel(const std::string& kernel, const std::string& from) 
 
 // The attention kernels a CUDA run records are the ones asked for; a form this
 // device cannot take is refused before anything runs, not replaced call by call by
-// the scalar kernels under its name.
+// the scalar kernels under its name. The default (tensor_core) becomes the scalar
+// kernels on a device that cannot take it (before sm_80), said once.
 void require_attention_kernel(Device& dev) {
   const ops::GpuAttentionKernel k = ops::gpu_attention_kernel();
   if (!dev.is_cuda()) return;
   std::string why;
+  if (ops::gpu_attention_kernel_is_default() && !ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why)) {
+    fmt::print(stderr, "headroom: attention on the scalar kernels: the {} ones cannot run here ({})\n",
+               ops::gpu_attention_kernel_name(k), why);
+    ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);
+    setenv("HEADROOM_ATTENTION_KERNEL", "scalar", 1);  // for the ranks mpirun starts
+    return;
+  }
   HR_ARG_CHECK(ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why),
                "HEADROOM_ATTENTION_KERNEL={}: these kernels cannot run on this device ({}); the run would record "
                "kernels it did not use",
@@ -301,7 +313,7 @@ Written run_and_write(const RunCommand& c, std::ostream& err, Results& r, const 
     opt.resume = &*resumed;
     backend = resumed->backend;
     // The rest runs on the attention kernels of what finished.
-    adopt_attention_kernel(resumed->attention_kernel, "--resume " + c.resume_dir);
+    adopt_attention_kernel(*resumed, "--resume " + c.resume_dir);
   }
   // A bad --only or --skip, or one that selects nothing, is bad input before
   // anything runs: a run of nothing would check nothing.
@@ -787,7 +799,7 @@ RunCommand adopt_baseline(const ValidateCommand& c, const Results& base) {
   if (!c.given.only) run.only = base.only;
   if (!c.given.skip) run.skip = base.skip;
   if (!c.given.ranks) run.dp_ranks = base.dp_ranks;
-  adopt_attention_kernel(base.attention_kernel, "the baseline " + c.baseline);
+  adopt_attention_kernel(base, "the baseline " + c.baseline);
   return run;
 }
 

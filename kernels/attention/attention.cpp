@@ -48,10 +48,19 @@ std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& 
 }
 
 namespace {
+// Whether the setting is still the default: neither the environment nor a caller chose.
+std::atomic<bool>& gpu_kernel_is_default() {
+  static std::atomic<bool> is_default{[] {
+    const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
+    return env == nullptr || *env == '\0';
+  }()};
+  return is_default;
+}
+
 std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
   static std::atomic<GpuAttentionKernel> setting{[] {
     const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
-    if (env == nullptr || *env == '\0') return GpuAttentionKernel::scalar;
+    if (env == nullptr || *env == '\0') return GpuAttentionKernel::tensor_core;
     const std::string v = env;
     const std::optional<GpuAttentionKernel> k = parse_gpu_attention_kernel(v);
     HR_ARG_CHECK(k.has_value(), "HEADROOM_ATTENTION_KERNEL must be scalar, tensor_core or cudnn, got '{}'", v);
@@ -79,7 +88,12 @@ bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DTyp
   return no("built without the CUDA backend");
 #endif
 }
-void set_gpu_attention_kernel(GpuAttentionKernel k) { gpu_kernel_setting().store(k); }
+void set_gpu_attention_kernel(GpuAttentionKernel k) {
+  gpu_kernel_setting().store(k);
+  gpu_kernel_is_default().store(false);
+}
+
+bool gpu_attention_kernel_is_default() { return gpu_kernel_is_default().load(); }
 
 namespace {
 

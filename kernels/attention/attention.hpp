@@ -46,15 +46,18 @@ struct AttnProbDropout {
 //   what it takes; elsewhere the scalar kernels run). A library kernel timed beside
 //   the own ones; they stay the reference it is checked against.
 // fp32 and the CPU always take the scalar form. The conformance tests run every
-// form; the default is scalar, the form that has been checked on a GPU. The
-// environment's HEADROOM_ATTENTION_KERNEL=scalar|tensor_core|cudnn sets the
-// starting value.
+// form; the default is tensor_core (checked on an H100: every conformance case
+// passed), where a run's device cannot take it the scalar kernels
+// (require_attention_kernel in the CLI). The environment's
+// HEADROOM_ATTENTION_KERNEL=scalar|tensor_core|cudnn sets the starting value.
 enum class GpuAttentionKernel { scalar, tensor_core, cudnn };
 const char* gpu_attention_kernel_name(GpuAttentionKernel k);  // "scalar" | "tensor_core" | "cudnn"
 // The kernel a name stands for, or nothing for a name that is none of them.
 std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& name);
 GpuAttentionKernel gpu_attention_kernel();
 void set_gpu_attention_kernel(GpuAttentionKernel k);
+// True while neither HEADROOM_ATTENTION_KERNEL nor set_gpu_attention_kernel chose.
+bool gpu_attention_kernel_is_default();
 // Whether `kernel` can run the memory-efficient form in dt at head dim D on dev (a
 // CUDA device; aligned [1, 1, 8, D] inputs under no mask stand for a run's), else
 // why not in `why` (if given). The scalar kernels always can.

@@ -30,7 +30,7 @@ constexpr uint64_t kTradeLengthSeed = 2024;
 // The share of the device's memory the baseline row's predicted peak may take: the
 // rest is the CUDA context, cuBLAS's and the allocator's own, and the model's
 // misses (MEM-1's bound). The full preset's 64 documents predict 124.6 GB, over this
-// share of an H200's 150 GB; 32 predict about half, within it on an H100 (85.5 GB)
+// share of an H200's 150.1 GB; 32 predict 64.1 GB, within it on an H100 (85.0 GB)
 // and an H200 alike, so the two cards train the same rows.
 constexpr double kTradeMemoryShare = 0.8;
 // Fewer documents than this leave the packed rows too few to cut into 4 micro-batches.
@@ -412,9 +412,9 @@ SweepPoint fit_point(Device& dev, const TradeSetup& s, const TradeRow& row, size
 // Says when the device's memory took documents off the preset's count.
 void say_fitted_docs(RunContext& ctx, const TradeSetup& s) {
   if (ctx.progress && s.padded_rows < s.preset_docs)
-    ctx.progress(fmt::format("{} documents, not the preset's {}: so that the baseline's predicted {} fits in 80% of {}",
+    ctx.progress(fmt::format("{} documents, not the preset's {}: so that the baseline's predicted {} fits in {:.0f}% of {}",
                              s.padded_rows, s.preset_docs,
-                             format_bytes(s.baseline_predicted_peak),
+                             format_bytes(s.baseline_predicted_peak), 100 * kTradeMemoryShare,
                              format_bytes(static_cast<double>(ctx.device.record().memory_bytes))));
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "harness/check.hpp"
 #include "harness/output.hpp"
@@ -376,6 +377,32 @@ TEST(Plan, MeasuredCardTakesItsFactorsFromTradeRows) {
   compute_totals(empty);
   write_output((dir / "empty.json").string(), results_to_json(empty).dump());
   EXPECT_THROW(plan::factors_from_results((dir / "empty.json").string()), InvalidArgument);
+}
+
+// TRADE's documents: the preset's count, halved until the baseline row's predicted
+// peak is within 80% of the device's memory. The full preset's 64 predict more than
+// that of an H200 (150.1 GB) and 32 fit it and an H100 (85.0 GB); 24 GB takes 8. The
+// quick preset's 32 fit anywhere, and no memory given means no limit.
+TEST(TradeSetup, DocumentsAreHalvedUntilTheBaselineFitsTheDevice) {
+  auto setup = [](Preset p, double bytes) {
+    return props::trade_setup(p, BackendKind::cuda, static_cast<size_t>(bytes));
+  };
+  const props::TradeSetup unlimited = setup(Preset::full, 0);
+  EXPECT_EQ(unlimited.padded_rows, 64);
+  EXPECT_EQ(unlimited.preset_docs, 64);
+  EXPECT_GT(unlimited.baseline_predicted_peak, 0.8 * 150.1e9) << "64 documents would not fit an H200";
+  const std::pair<double, int64_t> cards[] = {{150.1e9, 32}, {85.0e9, 32}, {24e9, 8}};
+  for (const auto& [bytes, docs] : cards) {
+    const props::TradeSetup s = setup(Preset::full, bytes);
+    EXPECT_EQ(s.padded_rows, docs) << bytes;
+    EXPECT_EQ(s.preset_docs, 64);
+    EXPECT_LE(s.baseline_predicted_peak, 0.8 * bytes) << bytes;
+    EXPECT_EQ(static_cast<int64_t>(s.doc_lengths.size()), docs);
+    EXPECT_EQ(s.rows.front().cfg.batch, docs) << "the baseline trains one document per row";
+    EXPECT_EQ(s.packed_rows % 4, 0) << "accumulation cuts the packed rows into 4 micro-batches";
+  }
+  EXPECT_EQ(setup(Preset::quick, 24e9).padded_rows, 32);
+  EXPECT_EQ(setup(Preset::quick, 0).padded_rows, 32);
 }
 
 // BM-FIT on the CPU: the search through the tracker's budget finds the memory model's

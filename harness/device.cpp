@@ -45,7 +45,13 @@ void to_json(nlohmann::json& j, const DeviceRecord& r) {
 
 void* Device::allocate(size_t bytes, Consumer c) {
   memory_.reserve(bytes, c);  // throws on budget / injected failure
-  void* p = raw_allocate(bytes == 0 ? 1 : bytes);
+  void* p = nullptr;
+  try {
+    p = raw_allocate(bytes == 0 ? 1 : bytes);
+  } catch (...) {
+    memory_.unreserve(bytes, c);
+    throw;
+  }
   if (p == nullptr) {
     memory_.unreserve(bytes, c);
     throw OutOfMemory(fmt::format("out of memory on {}: {} for {}", record_.name, format_bytes(bytes),

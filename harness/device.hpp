@@ -135,6 +135,11 @@ class Device {
   // MEM-3 cross-check against the tracker; nullopt on the CPU.
   virtual std::optional<size_t> pool_used_high_bytes() { return std::nullopt; }
   virtual void reset_pool_high_water() {}
+  // Gives back to the driver what the pool keeps but does not use (CUDA; once the
+  // work queued so far is done), and how many times an out-of-memory did so before
+  // asking again. The CPU keeps nothing: no-op, 0.
+  virtual void release_cached() {}
+  virtual size_t pool_releases_on_oom() const { return 0; }
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;  // nullptr when the device is out of memory

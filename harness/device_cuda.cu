@@ -201,8 +201,8 @@ class CudaDevice final : public Device {
       // those pieces can hold the memory a new request needs in one piece. Once the
       // frees have landed, the pool gives back all it does not use and the request is
       // made once more, now against the driver's whole free memory.
-      HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      HR_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+      release_cached();
+      ++releases_on_oom_;
       e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
       if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
@@ -213,6 +213,13 @@ class CudaDevice final : public Device {
     return p;
   }
   void raw_free(void* p) noexcept override { cudaFreeAsync(p, stream_); }
+
+ public:
+  void release_cached() override {
+    HR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    HR_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+  }
+  size_t pool_releases_on_oom() const override { return releases_on_oom_; }
 
  private:
   static constexpr size_t kMaxStagedUpload = size_t{1} << 20;
@@ -333,6 +340,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_{};
   cublasHandle_t blas_{};
   cudaMemPool_t pool_{};
+  size_t releases_on_oom_ = 0;
   void* flush_buffer_ = nullptr;
   size_t flush_bytes_ = 0;
   int flush_value_ = 0;

@@ -116,14 +116,17 @@ inline constexpr const char* kGradAccumReason =
 //   both at K = 32, where they stand furthest above the 16-bit runs' own noise
 //   (an fp16 buffer, 8.7e-4..1.9e-3, would hide in fp16's own flips).
 // GA-1's buffer check: the accumulated gradient against the float64 sum of its K
-// micro-batches' gradients, each computed alone by the same step (the 16-bit
-// compute's rounding cancels; what is left is the buffer's). A right fp32 buffer
-// rounds each of the K additions at 2^-24: measured at seeds 1-6 (quick, CPU) at most
-// 1.5e-7 (0.004 of the bound) in every dtype and model, except the fp16 transformer's
-// position table, 1.45e-5 (0.29) at every K and seed, from the order of its fp32
-// sums over the tokens. An fp16 buffer (every addition rounded at 2^-11) errs 3.3e-4
-// at K = 4 up to 1.7e-3 at K = 32: powers 6.6-34, caught at K = 4, 8 and 32 in every
-// compute dtype and model at every seed.
+// micro-batches' gradients, each computed alone by the same step with the window's
+// loss divisor (so the 16-bit compute's rounding and fp16's underflow are the same on
+// both sides; what is left is the buffer's). A right fp32 buffer rounds each of the K
+// additions at 2^-24: measured at seeds 1-3 (quick, CPU) at most 1.9e-7 (0.004 of the
+// bound) in every dtype and model, and 1.3e-7 at the full preset. (With each
+// micro-batch's own divisor, K times the window's magnitudes, the fp16 transformer
+// read 1.45e-5 at the quick preset and 4.4e-4, 9x the bound, at the full one, CPU and
+// H100 alike: gradients fp16 loses below its range inside the window and keeps
+// alone.) An fp16 buffer (every addition rounded at 2^-11) errs 3.3e-4 at K = 4 up to
+// 1.7e-3 at K = 32: powers 6.6-34, caught at K = 4, 8 and 32 in every compute dtype
+// and model at every seed.
 inline constexpr double kGradAccumBufferRelL2 = 5e-5;
 inline constexpr const char* kGradAccumBufferReason =
     "GA-1's buffer check: an fp32 buffer's K roundings at 2^-24, far below a 16-bit buffer's at 2^-11 "

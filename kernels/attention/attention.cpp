@@ -95,6 +95,11 @@ void set_gpu_attention_kernel(GpuAttentionKernel k) {
 
 bool gpu_attention_kernel_is_default() { return gpu_kernel_is_default().load(); }
 
+void restore_gpu_attention_kernel(GpuAttentionKernel k, bool is_default) {
+  gpu_kernel_setting().store(k);
+  gpu_kernel_is_default().store(is_default);
+}
+
 namespace {
 
 constexpr int64_t kKeyChunk = 64;  // keys per online-softmax step on the CPU

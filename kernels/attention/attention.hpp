@@ -64,17 +64,21 @@ bool gpu_attention_kernel_is_default();
 bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DType dt, int64_t D,
                                     std::string* why = nullptr);
 // Sets the kernels for its scope and puts the previous setting back, a throw included.
+// Puts back a setting read earlier, whether it was still the default included.
+void restore_gpu_attention_kernel(GpuAttentionKernel k, bool is_default);
 class ScopedGpuAttentionKernel {
  public:
-  explicit ScopedGpuAttentionKernel(GpuAttentionKernel k) : before_(gpu_attention_kernel()) {
+  explicit ScopedGpuAttentionKernel(GpuAttentionKernel k)
+      : before_(gpu_attention_kernel()), was_default_(gpu_attention_kernel_is_default()) {
     set_gpu_attention_kernel(k);
   }
-  ~ScopedGpuAttentionKernel() { set_gpu_attention_kernel(before_); }
+  ~ScopedGpuAttentionKernel() { restore_gpu_attention_kernel(before_, was_default_); }
   ScopedGpuAttentionKernel(const ScopedGpuAttentionKernel&) = delete;
   ScopedGpuAttentionKernel& operator=(const ScopedGpuAttentionKernel&) = delete;
 
  private:
   GpuAttentionKernel before_;
+  bool was_default_;
 };
 
 // `saved` tensors are allocated by the op with consumer `saved_consumer`.

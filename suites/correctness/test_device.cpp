@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <utility>
 #include <vector>
 
 #include "harness/check.hpp"
@@ -51,11 +52,14 @@ TEST(Device, cuda_RecordHasComputeCapabilityAndVersions) {
 // the card in pieces of 2 GiB and every other one is freed: no free piece is next to
 // another, and the driver has less than a piece left. One request of two pieces
 // must still succeed: on out-of-memory the pool gives back what it does not use and
-// asks once more (as TRADE's rows need after a baseline that did not fit). The
-// control, the pool keeping its pieces (PoolFault), fails the same request.
+// asks once more (as TRADE's rows need after a baseline that did not fit), and
+// counts that it did. The control, the pool keeping its pieces (PoolFault), fails
+// the same request. Each half starts from a pool that holds nothing, and the test
+// leaves it so for the tests after it in this process.
 TEST(Device, cuda_AnOutOfMemoryGivesThePoolsPiecesBack) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
   constexpr size_t kPiece = size_t{2} << 30;
+  const size_t held_before = dev.memory().snapshot().total_current_bytes;
   auto try_allocate = [&](size_t bytes) -> void* {
     try {
       return dev.allocate(bytes, hr::Consumer::workspace);
@@ -65,6 +69,7 @@ TEST(Device, cuda_AnOutOfMemoryGivesThePoolsPiecesBack) {
   };
   // Fills the card, frees the odd pieces, asks for two pieces in one, frees the rest.
   auto fragmented_request = [&]() {
+    dev.release_cached();
     std::vector<void*> pieces;
     const size_t cap = dev.record().memory_bytes / kPiece + 2;
     while (pieces.size() < cap) {
@@ -76,17 +81,24 @@ TEST(Device, cuda_AnOutOfMemoryGivesThePoolsPiecesBack) {
     EXPECT_LT(pieces.size(), cap) << "the card never ran out of memory";
     for (size_t i = 1; i < pieces.size(); i += 2) dev.deallocate(pieces[i], kPiece, hr::Consumer::workspace);
     dev.synchronize();
+    const size_t releases = dev.pool_releases_on_oom();
     void* two = try_allocate(2 * kPiece);
+    const bool released = dev.pool_releases_on_oom() > releases;
     if (two != nullptr) dev.deallocate(two, 2 * kPiece, hr::Consumer::workspace);
     for (size_t i = 0; i < pieces.size(); i += 2) dev.deallocate(pieces[i], kPiece, hr::Consumer::workspace);
-    dev.synchronize();
-    return two != nullptr;
+    dev.release_cached();
+    return std::pair{two != nullptr, released};
   };
   {
     const hr::faults::Scoped<hr::PoolFault> keep(hr::PoolFault{true});
-    EXPECT_FALSE(fragmented_request()) << "the control: a pool that keeps its pieces must fail the request";
+    const auto [ok, released] = fragmented_request();
+    EXPECT_FALSE(ok) << "the control: a pool that keeps its pieces must fail the request";
+    EXPECT_FALSE(released);
   }
-  EXPECT_TRUE(fragmented_request());
+  const auto [ok, released] = fragmented_request();
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(released) << "the request must have needed the pool's pieces given back";
+  EXPECT_EQ(dev.memory().snapshot().total_current_bytes, held_before) << "every piece is accounted back";
 }
 
 TEST(Timing, SummaryStatistics) {

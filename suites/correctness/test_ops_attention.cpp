@@ -1128,6 +1128,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, AttentionCudnn, testing::Values(DType::f16, DType
 // The setting's names, and the environment's value checked (a typo is an error).
 TEST(GpuAttentionKernel, NamesAndSettingRoundTrip) {
   const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+  const bool was_default = ops::gpu_attention_kernel_is_default();
   EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::scalar), "scalar");
   EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::tensor_core), "tensor_core");
   EXPECT_STREQ(ops::gpu_attention_kernel_name(ops::GpuAttentionKernel::cudnn), "cudnn");
@@ -1135,7 +1136,25 @@ TEST(GpuAttentionKernel, NamesAndSettingRoundTrip) {
   EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::tensor_core);
   ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);
   EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::scalar);
-  ops::set_gpu_attention_kernel(before);
+  EXPECT_FALSE(ops::gpu_attention_kernel_is_default());
+  ops::restore_gpu_attention_kernel(before, was_default);
+}
+
+// A scope that sets the kernels puts back what was there, whether it was still the
+// default included: the default alone falls back to the scalar kernels on a device
+// that cannot take the tensor-core ones, a choice made by name is refused there.
+TEST(GpuAttentionKernel, AScopeRestoresTheDefaultState) {
+  const ops::GpuAttentionKernel before = ops::gpu_attention_kernel();
+  const bool was_default = ops::gpu_attention_kernel_is_default();
+  ops::restore_gpu_attention_kernel(ops::GpuAttentionKernel::tensor_core, true);
+  {
+    const ops::ScopedGpuAttentionKernel scoped(ops::GpuAttentionKernel::scalar);
+    EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::scalar);
+    EXPECT_FALSE(ops::gpu_attention_kernel_is_default());
+  }
+  EXPECT_EQ(ops::gpu_attention_kernel(), ops::GpuAttentionKernel::tensor_core);
+  EXPECT_TRUE(ops::gpu_attention_kernel_is_default());
+  ops::restore_gpu_attention_kernel(before, was_default);
 }
 
 // ---- the exponent fit itself -------------------------------------------------------------

@@ -51,7 +51,9 @@ void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::Ch
   }
   const double step_s = total_s / static_cast<double>(state.iterations());
   using benchmark::Counter;
-  state.SetLabel(granularity);
+  // The kernels the point timed (time_region's kernel_calls), as the report names them.
+  const std::string attention = hr::attention_kernels_label(last);
+  state.SetLabel(attention.empty() ? granularity : granularity + ", attention " + attention);
   state.counters["every_k_blocks"] = static_cast<double>(every_k);
   state.counters["step_s"] = step_s;
   if (every_k == 0) plain_seen()[case_name] = step_s;

@@ -44,6 +44,7 @@ void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::Mi
     dev->memory().reset_peak();
     auto timer = dev->make_timer();
     double total_s = 0;
+    const hr::KernelCalls calls = hr::kernel_calls();
     for (auto _ : state) {
       timer->start();
       step.step(batch);
@@ -51,6 +52,7 @@ void run_case(benchmark::State& state, hr::BackendKind kind, const hr::props::Mi
       state.SetIterationTime(s);
       total_s += s;
     }
+    hr::bench::label_attention_kernels(state, calls);
     const hr::MemorySnapshot mem = dev->memory().snapshot();
     const double iters = static_cast<double>(state.iterations());
     const double step_s = total_s / iters;

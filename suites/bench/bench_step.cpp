@@ -27,7 +27,9 @@ void run_step(benchmark::State& state, Device& dev, StepConfig cfg) {
   step.step(batch);  // warm-up: first touches, BLAS thread start-up
   dev.synchronize();
   dev.memory().reset_peak();
+  const KernelCalls calls = kernel_calls();
   bench::time_iterations(state, dev, [&] { step.step(batch); });
+  bench::label_attention_kernels(state, calls);
   const MemorySnapshot after = dev.memory().snapshot();
   const double items = static_cast<double>(cfg.model == ModelKind::mlp ? cfg.batch : cfg.batch * cfg.seq_len);
   state.counters[cfg.model == ModelKind::mlp ? "samples_per_s" : "tokens_per_s"] =

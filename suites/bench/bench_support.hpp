@@ -13,8 +13,22 @@
 #include <string>
 
 #include "harness/device.hpp"
+#include "harness/kernel_calls.hpp"
+#include "harness/registry.hpp"
+#include "harness/results/results.hpp"
 
 namespace hr::bench {
+
+// The attention kernels a case ran since `before` (kernel_calls.hpp), as its label:
+// "attention tensor_core", "attention forward cudnn, backward scalar" (the report's
+// wording); none where no attention ran. A form that fell back shows as what ran.
+inline void label_attention_kernels(benchmark::State& state, const KernelCalls& before) {
+  SweepPoint p;
+  p.time = TimeStats{};
+  p.time->kernel_calls = kernel_calls_per_run(before, kernel_calls(), 1.0);
+  const std::string label = attention_kernels_label(p);
+  if (!label.empty()) state.SetLabel("attention " + label);
+}
 
 // Device work is timed by CUDA events (manual time); CPU work by wall time, since
 // OpenBLAS and the ops use threads the main thread's CPU time would not see.

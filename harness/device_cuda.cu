@@ -189,13 +189,10 @@ class CudaDevice final : public Device {
   void* raw_allocate(size_t bytes) override {
     void* p = nullptr;
     cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
-    const PoolFault* keep = faults::active<PoolFault>();
-    if (e == cudaErrorMemoryAllocation && keep != nullptr && keep->keep_pieces_on_oom) {
-      cudaGetLastError();
-      return nullptr;
-    }
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear the error so the caller can recover
+      if (const PoolFault* keep = faults::active<PoolFault>(); keep != nullptr && keep->keep_pieces_on_oom)
+        return nullptr;
       // The pool keeps what was freed (release threshold: all of it), in the sizes it
       // was freed in: after a step that failed part-way, or a larger configuration,
       // those pieces can hold the memory a new request needs in one piece. Once the

@@ -208,17 +208,15 @@ void require_attention_kernel(Device& dev) {
   const ops::GpuAttentionKernel k = ops::gpu_attention_kernel();
   if (!dev.is_cuda()) return;
   std::string why;
-  if (ops::gpu_attention_kernel_is_default() && !ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why)) {
-    fmt::print(stderr, "headroom: attention on the scalar kernels: the {} ones cannot run here ({})\n",
-               ops::gpu_attention_kernel_name(k), why);
-    ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);
-    setenv("HEADROOM_ATTENTION_KERNEL", "scalar", 1);  // for the ranks mpirun starts
-    return;
-  }
-  HR_ARG_CHECK(ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why),
+  if (ops::gpu_attention_kernel_available(dev, k, DType::bf16, 64, &why)) return;
+  HR_ARG_CHECK(ops::gpu_attention_kernel_is_default(),
                "HEADROOM_ATTENTION_KERNEL={}: these kernels cannot run on this device ({}); the run would record "
                "kernels it did not use",
                ops::gpu_attention_kernel_name(k), why);
+  fmt::print(stderr, "headroom: attention on the scalar kernels: the {} ones cannot run here ({})\n",
+             ops::gpu_attention_kernel_name(k), why);
+  ops::set_gpu_attention_kernel(ops::GpuAttentionKernel::scalar);
+  setenv("HEADROOM_ATTENTION_KERNEL", "scalar", 1);  // for the ranks mpirun starts
 }
 
 // The selection's entries, keyed as finished_specs() keys them ("property:ID").

@@ -231,8 +231,7 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
   // against fp32 AdamW's, elements outside atol + rtol |m| counted.
   const std::string state_title =
       "8-bit AdamW's moments within bitsandbytes' atol/rtol, fewer than 20 elements outside (states resynced)";
-  auto state_measurement = [&](Measurement m, int64_t cols, int64_t block, int64_t m_rows = 0) {
-    if (m_rows == 0) m_rows = rows;
+  auto state_measurement = [&](Measurement m, int64_t m_rows, int64_t cols, int64_t block) {
     describe(m, dev, "op:adamw8bit_step", {{"shape", {m_rows, cols}}, {"block_size", block}, {"steps", steps}},
              "state_elements_outside_atol_rtol", tol::kQ8TrackStateReason);
     m.details["state_atol"] = tol::kQ8TrackStateAtol;
@@ -245,8 +244,8 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
                     tol::kQ8TrackParamMeanAbs),
          cols, block, 1.f, r);
     state_measurement(
-        make_check("Q8-2", state_title, static_cast<double>(r.state_not_close), tol::kQ8TrackStateMaxOutside), cols,
-        block);
+        make_check("Q8-2", state_title, static_cast<double>(r.state_not_close), tol::kQ8TrackStateMaxOutside), rows,
+        cols, block);
   };
   uint64_t k = 0;
   for (const int64_t cols : {int64_t{32}, int64_t{1024}, int64_t{4097}})
@@ -291,7 +290,7 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
   state_measurement(
       make_negative_control("Q8-2", "negative control (gross): the first moment in the unsigned map, state check",
                             static_cast<double>(subtle.state_not_close), tol::kQ8TrackStateMaxOutside, state_check),
-      cols, q8::kDefaultBlock);
+      rows, cols, q8::kDefaultBlock);
   // Its subtle control: the signed map's lowest code stored as zero, so a block whose
   // largest first moment is negative loses it (about half the blocks, one element each).
   // The count grows with the blocks, so the control runs on 256 of them in either
@@ -306,7 +305,7 @@ std::vector<Measurement> q8_tracking(RunContext& ctx) {
   state_measurement(
       make_subtle_control("Q8-2", "negative control (subtle): the signed map's lowest code stored as zero, state check",
                           static_cast<double>(lz.state_not_close), tol::kQ8TrackStateMaxOutside, state_check),
-      cols, q8::kDefaultBlock, tol::kQ8LowestCodeRows);
+      tol::kQ8LowestCodeRows, cols, q8::kDefaultBlock);
   return out;
 }
 

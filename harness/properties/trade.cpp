@@ -41,32 +41,6 @@ constexpr const char* kTradeShrinkTitle = "each row shrinks the consumer its tec
 constexpr const char* kFitTitle = "the largest micro-batch found equals the memory model's";
 const std::string kTradeCheck = check_name("TRADE", kTradeLossTitle);
 const std::string kFitCheck = check_name("BM-FIT", kFitTitle);
-}  // namespace
-
-namespace {
-
-TradeSetup trade_setup_with(Preset preset, int64_t docs);
-
-}  // namespace
-
-TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes) {
-  const int64_t preset_docs = preset == Preset::quick ? 32 : 64;
-  int64_t docs = preset_docs;
-  TradeSetup s = trade_setup_with(preset, docs);
-  auto baseline_peak = [&](const TradeSetup& t) {
-    return static_cast<double>(predict_memory(t.rows.front().cfg, backend).total_peak);
-  };
-  const double usable = kTradeMemoryShare * static_cast<double>(memory_bytes);
-  while (memory_bytes > 0 && docs > kTradeMinDocs && baseline_peak(s) > usable) {
-    docs /= 2;
-    s = trade_setup_with(preset, docs);
-  }
-  s.preset_docs = preset_docs;
-  s.baseline_predicted_peak = baseline_peak(s);
-  return s;
-}
-
-namespace {
 
 TradeSetup trade_setup_with(Preset preset, int64_t docs) {
   TradeSetup s;
@@ -133,6 +107,25 @@ TradeSetup trade_setup_with(Preset preset, int64_t docs) {
   s.rows.push_back(r);
   return s;
 }
+
+}  // namespace
+
+TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes) {
+  const int64_t preset_docs = preset == Preset::quick ? 32 : 64;
+  const double usable = kTradeMemoryShare * static_cast<double>(memory_bytes);
+  auto setup = [&](int64_t docs) {
+    TradeSetup s = trade_setup_with(preset, docs);
+    s.preset_docs = preset_docs;
+    s.baseline_predicted_peak = static_cast<double>(predict_memory(s.rows.front().cfg, backend).total_peak);
+    return s;
+  };
+  TradeSetup s = setup(preset_docs);
+  while (memory_bytes > 0 && s.padded_rows > kTradeMinDocs && s.baseline_predicted_peak > usable)
+    s = setup(s.padded_rows / 2);
+  return s;
+}
+
+namespace {
 
 Batch trade_batch(Device& dev, const TradeSetup& s, const TradeRow& row, uint64_t seed) {
   const TransformerConfig& t = row.cfg.transformer;

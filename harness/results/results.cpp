@@ -424,24 +424,28 @@ SweepPoint sweep_point_from_json(const nlohmann::json& j) {
 
 namespace {
 // The variants of one direction's attention kernels ("attention_forward:").
-std::set<std::string> attention_variants_of(const SweepPoint& p, const std::string& prefix) {
+std::set<std::string> attention_variants_of(const std::map<std::string, double>& calls, const std::string& prefix) {
   std::set<std::string> v;
-  if (!p.time) return v;
-  for (const auto& [name, n] : p.time->kernel_calls)
+  for (const auto& [name, n] : calls)
     if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size()) v.insert(name.substr(prefix.size()));
   return v;
 }
 }  // namespace
 
 std::set<std::string> attention_variants(const SweepPoint& p) {
-  std::set<std::string> v = attention_variants_of(p, "attention_forward:");
-  for (const std::string& b : attention_variants_of(p, "attention_backward:")) v.insert(b);
+  if (!p.time) return {};
+  std::set<std::string> v = attention_variants_of(p.time->kernel_calls, "attention_forward:");
+  for (const std::string& b : attention_variants_of(p.time->kernel_calls, "attention_backward:")) v.insert(b);
   return v;
 }
 
 std::string attention_kernels_label(const SweepPoint& p) {
-  const std::set<std::string> fwd = attention_variants_of(p, "attention_forward:"),
-                              bwd = attention_variants_of(p, "attention_backward:");
+  return p.time ? attention_kernels_label(p.time->kernel_calls) : "";
+}
+
+std::string attention_kernels_label(const std::map<std::string, double>& kernel_calls) {
+  const std::set<std::string> fwd = attention_variants_of(kernel_calls, "attention_forward:"),
+                              bwd = attention_variants_of(kernel_calls, "attention_backward:");
   if (fwd == bwd) return fmt::format("{}", fmt::join(fwd, "+"));
   std::vector<std::string> parts;
   if (!fwd.empty()) parts.push_back(fmt::format("forward {}", fmt::join(fwd, "+")));

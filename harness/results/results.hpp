@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -89,6 +90,8 @@ std::set<std::string> attention_variants(const SweepPoint& p);
 // The same for people: "cudnn" where both directions ran it, else by direction,
 // "forward cudnn, backward scalar"; "" where none was counted.
 std::string attention_kernels_label(const SweepPoint& p);
+// The same from kernel calls by name (TimeStats::kernel_calls, kernel_calls_per_run).
+std::string attention_kernels_label(const std::map<std::string, double>& kernel_calls);
 
 struct Results {
   std::string schema = kResultsSchema;

@@ -48,29 +48,29 @@ std::optional<GpuAttentionKernel> parse_gpu_attention_kernel(const std::string& 
 }
 
 namespace {
-// Whether the setting is still the default: neither the environment nor a caller chose.
-std::atomic<bool>& gpu_kernel_is_default() {
-  static std::atomic<bool> is_default{[] {
+// The kernels in use, and whether that is still the default (neither the environment
+// nor a caller chose). The environment is read once, at the first use.
+struct KernelSetting {
+  std::atomic<GpuAttentionKernel> kernel{GpuAttentionKernel::tensor_core};
+  std::atomic<bool> is_default{true};
+  KernelSetting() {
     const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
-    return env == nullptr || *env == '\0';
-  }()};
-  return is_default;
-}
-
-std::atomic<GpuAttentionKernel>& gpu_kernel_setting() {
-  static std::atomic<GpuAttentionKernel> setting{[] {
-    const char* env = std::getenv("HEADROOM_ATTENTION_KERNEL");
-    if (env == nullptr || *env == '\0') return GpuAttentionKernel::tensor_core;
+    if (env == nullptr || *env == '\0') return;
     const std::string v = env;
     const std::optional<GpuAttentionKernel> k = parse_gpu_attention_kernel(v);
     HR_ARG_CHECK(k.has_value(), "HEADROOM_ATTENTION_KERNEL must be scalar, tensor_core or cudnn, got '{}'", v);
-    return *k;
-  }()};
+    kernel = *k;
+    is_default = false;
+  }
+};
+
+KernelSetting& gpu_kernel_setting() {
+  static KernelSetting setting;
   return setting;
 }
 }  // namespace
 
-GpuAttentionKernel gpu_attention_kernel() { return gpu_kernel_setting().load(); }
+GpuAttentionKernel gpu_attention_kernel() { return gpu_kernel_setting().kernel.load(); }
 
 bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DType dt, int64_t D, std::string* why) {
   if (kernel == GpuAttentionKernel::scalar) return true;
@@ -88,17 +88,14 @@ bool gpu_attention_kernel_available(Device& dev, GpuAttentionKernel kernel, DTyp
   return no("built without the CUDA backend");
 #endif
 }
-void set_gpu_attention_kernel(GpuAttentionKernel k) {
-  gpu_kernel_setting().store(k);
-  gpu_kernel_is_default().store(false);
-}
-
-bool gpu_attention_kernel_is_default() { return gpu_kernel_is_default().load(); }
-
 void restore_gpu_attention_kernel(GpuAttentionKernel k, bool is_default) {
-  gpu_kernel_setting().store(k);
-  gpu_kernel_is_default().store(is_default);
+  gpu_kernel_setting().kernel.store(k);
+  gpu_kernel_setting().is_default.store(is_default);
 }
+
+void set_gpu_attention_kernel(GpuAttentionKernel k) { restore_gpu_attention_kernel(k, false); }
+
+bool gpu_attention_kernel_is_default() { return gpu_kernel_setting().is_default.load(); }
 
 namespace {
 

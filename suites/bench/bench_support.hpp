@@ -14,7 +14,6 @@
 
 #include "harness/device.hpp"
 #include "harness/kernel_calls.hpp"
-#include "harness/registry.hpp"
 #include "harness/results/results.hpp"
 
 namespace hr::bench {
@@ -23,10 +22,7 @@ namespace hr::bench {
 // "attention tensor_core", "attention forward cudnn, backward scalar" (the report's
 // wording); none where no attention ran. A form that fell back shows as what ran.
 inline void label_attention_kernels(benchmark::State& state, const KernelCalls& before) {
-  SweepPoint p;
-  p.time = TimeStats{};
-  p.time->kernel_calls = kernel_calls_per_run(before, kernel_calls(), 1.0);
-  const std::string label = attention_kernels_label(p);
+  const std::string label = attention_kernels_label(kernel_calls_per_run(before, kernel_calls(), 1.0));
   if (!label.empty()) state.SetLabel("attention " + label);
 }
 

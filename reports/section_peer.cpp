@@ -15,7 +15,7 @@ using nlohmann::json;
 std::string peer_section(const ReportOptions& opt) {
   std::string s = section_open("peer", "Against PyTorch (the same step)",
                                "The model, dtype, micro-batch and sequence length of this run's largest BM-MB point "
-                               "without accumulation, timed in PyTorch by ci/peer/torch_step.py: as written (eager) "
+                               "without accumulation (its fastest attention form), timed in PyTorch by ci/peer/torch_step.py: as written (eager) "
                                "and in the fastest form that PyTorch has (fused attention, fused AdamW, bf16 "
                                "autocast, torch.compile). The headline is against the strongest form.");
   if (opt.peer == nullptr) return s + not_measured("no peer record (headroom report --peer results-peer.json)") + "</section>";
@@ -28,9 +28,12 @@ std::string peer_section(const ReportOptions& opt) {
 
   if (point != nullptr) {
     const json& c = (*point)["config"];
-    s += fmt::format("<p>headroom {} micro-batch {} x {}: <b>{:.0f} tokens/s</b>; PyTorch {} on {}.</p>",
+    std::string attention = str_of(c, "attention");
+    if (const std::string k = str_of(c, "attention_kernel"); !k.empty()) attention += " on " + k;
+    s += fmt::format("<p>headroom {} micro-batch {} x {}{}: <b>{:.0f} tokens/s</b>; PyTorch {} on {}.</p>",
                      esc(str_of(*point, "dtype")), esc(str_of(c, "micro_batch")), esc(str_of(c, "seq_len")),
-                     headroom_tps, esc(str_of(p, "torch")), esc(str_of(p, "device")));
+                     attention.empty() ? "" : ", " + esc(attention) + " attention", headroom_tps,
+                     esc(str_of(p, "torch")), esc(str_of(p, "device")));
   }
   if (p.contains("headline") && point != nullptr) {
     const auto ratio = num_of(p["headline"], {"headroom_over_peer"});

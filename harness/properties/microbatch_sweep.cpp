@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "harness/check.hpp"
 #include "harness/data/synthetic.hpp"
@@ -69,23 +71,47 @@ MicroBatchSweep microbatch_sweep_smoke_config() {
   return s;
 }
 
-SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing) {
-  SweepPoint p = sweep_point("BM-MB", dev, cfg.precision.compute, model_kind_name(cfg.model),
-                             {{"micro_batch", cfg.micro_batch},
-                              {"accum_steps", cfg.accum_steps()},
-                              {"effective_batch", cfg.batch},
-                              {"seq_len", cfg.seq_len},
-                              {"d_model", cfg.transformer.d_model},
-                              {"layers", cfg.transformer.layers},
-                              // The rest of the model, so that a peer (ci/peer/torch_step.py)
-                              // can build the same one from the point alone.
-                              {"vocab", cfg.transformer.vocab},
-                              {"heads", cfg.transformer.heads},
-                              {"max_positions", cfg.transformer.max_positions},
-                              {"mlp_ratio", cfg.transformer.mlp_ratio},
-                              {"dropout", cfg.transformer.dropout},
-                              {"attention", cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
-                              {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}});
+std::vector<MicroBatchAttention> microbatch_attention_forms(BackendKind backend, DType compute,
+                                                            ops::GpuAttentionKernel run_kernel, bool cudnn_available) {
+  std::vector<MicroBatchAttention> forms = {MicroBatchAttention{}};
+  if (backend != BackendKind::cuda || compute == DType::f32) return forms;  // fp32 takes the scalar form alone
+  forms.push_back({true, run_kernel});
+  if (cudnn_available && run_kernel != ops::GpuAttentionKernel::cudnn)
+    forms.push_back({true, ops::GpuAttentionKernel::cudnn});
+  return forms;
+}
+
+std::vector<MicroBatchAttention> microbatch_attention_forms(Device& dev, const StepConfig& cfg) {
+  const bool cudnn = dev.is_cuda() && cfg.model == ModelKind::transformer &&
+                     ops::gpu_attention_kernel_available(dev, ops::GpuAttentionKernel::cudnn, cfg.precision.compute,
+                                                         cfg.transformer.d_model / cfg.transformer.heads);
+  return microbatch_attention_forms(dev.kind(), cfg.precision.compute, ops::gpu_attention_kernel(), cudnn);
+}
+
+SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing,
+                                    std::optional<ops::GpuAttentionKernel> kernel) {
+  HR_CHECK(!kernel || cfg.transformer.memory_efficient_attention,
+           "BM-MB: attention kernels are named for the memory-efficient form only");
+  nlohmann::json config = {{"micro_batch", cfg.micro_batch},
+                           {"accum_steps", cfg.accum_steps()},
+                           {"effective_batch", cfg.batch},
+                           {"seq_len", cfg.seq_len},
+                           {"d_model", cfg.transformer.d_model},
+                           {"layers", cfg.transformer.layers},
+                           // The rest of the model, so that a peer (ci/peer/torch_step.py)
+                           // can build the same one from the point alone.
+                           {"vocab", cfg.transformer.vocab},
+                           {"heads", cfg.transformer.heads},
+                           {"max_positions", cfg.transformer.max_positions},
+                           {"mlp_ratio", cfg.transformer.mlp_ratio},
+                           {"dropout", cfg.transformer.dropout},
+                           {"attention", cfg.transformer.memory_efficient_attention ? "memory_efficient" : "naive"},
+                           {"optimizer", optimizer_kind_name(cfg.optimizer.kind)}};
+  if (kernel) config["attention_kernel"] = ops::gpu_attention_kernel_name(*kernel);
+  SweepPoint p = sweep_point("BM-MB", dev, cfg.precision.compute, model_kind_name(cfg.model), std::move(config));
+  // The point's kernels for its whole measurement, put back after it (a throw included).
+  std::optional<ops::ScopedGpuAttentionKernel> scope;
+  if (kernel) scope.emplace(*kernel);
   measure_point(p, [&] {
     TrainStep step(dev, cfg);
     const Batch batch = make_lm_batch(dev, cfg.transformer, cfg.batch, cfg.seq_len, seed);
@@ -113,22 +139,27 @@ SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t
 
 std::vector<SweepPoint> run_microbatch_sweep(Device& dev, const MicroBatchSweep& sweep, uint64_t seed) {
   std::vector<SweepPoint> points;
-  double reference = 0;  // samples/s at the largest micro-batch that ran
-  int64_t reference_mb = 0;
-  for (int64_t mb : sweep.micro_batches) {
-    StepConfig cfg = sweep.base;
-    cfg.micro_batch = mb;
-    points.push_back(measure_microbatch_point(dev, cfg, seed, sweep.timing));
-    const SweepPoint& p = points.back();
-    if (p.status == "ok" && mb > reference_mb) {
-      reference = p.metrics["samples_per_s"].get<double>();
-      reference_mb = mb;
+  for (const MicroBatchAttention& form : sweep.attention) {
+    const size_t first = points.size();
+    double reference = 0;  // samples/s at the form's largest micro-batch that ran
+    int64_t reference_mb = 0;
+    for (int64_t mb : sweep.micro_batches) {
+      StepConfig cfg = sweep.base;
+      cfg.micro_batch = mb;
+      cfg.transformer.memory_efficient_attention = form.memory_efficient;
+      points.push_back(measure_microbatch_point(dev, cfg, seed, sweep.timing, form.kernel));
+      const SweepPoint& p = points.back();
+      if (p.status == "ok" && mb > reference_mb) {
+        reference = p.metrics["samples_per_s"].get<double>();
+        reference_mb = mb;
+      }
     }
-  }
-  for (SweepPoint& p : points) {
-    if (p.status != "ok" || reference <= 0) continue;
-    p.metrics["relative_per_sample_throughput"] = p.metrics["samples_per_s"].get<double>() / reference;
-    p.metrics["reference_micro_batch"] = reference_mb;
+    for (size_t i = first; i < points.size(); ++i) {
+      SweepPoint& p = points[i];
+      if (p.status != "ok" || reference <= 0) continue;
+      p.metrics["relative_per_sample_throughput"] = p.metrics["samples_per_s"].get<double>() / reference;
+      p.metrics["reference_micro_batch"] = reference_mb;
+    }
   }
   return points;
 }
@@ -141,7 +172,18 @@ std::optional<SweepPoint> remeasure_microbatch_point(RunContext& ctx, const Swee
   cfg.micro_batch = it->get<int64_t>();
   if (std::find(sweep.micro_batches.begin(), sweep.micro_batches.end(), cfg.micro_batch) == sweep.micro_batches.end())
     return std::nullopt;
-  SweepPoint again = measure_microbatch_point(ctx.device, cfg, ctx.seed, sweep.timing);
+  // The point's attention form, if this device times it.
+  MicroBatchAttention form;
+  form.memory_efficient = point.config.value("attention", "naive") == "memory_efficient";
+  if (const auto k = point.config.find("attention_kernel"); k != point.config.end()) {
+    if (!k->is_string()) return std::nullopt;
+    form.kernel = ops::parse_gpu_attention_kernel(k->get<std::string>());
+    if (!form.kernel) return std::nullopt;
+  }
+  const std::vector<MicroBatchAttention> forms = microbatch_attention_forms(ctx.device, cfg);
+  if (std::find(forms.begin(), forms.end(), form) == forms.end()) return std::nullopt;
+  cfg.transformer.memory_efficient_attention = form.memory_efficient;
+  SweepPoint again = measure_microbatch_point(ctx.device, cfg, ctx.seed, sweep.timing, form.kernel);
   // Only the very configuration recorded: another preset or backend is another point.
   if (again.config != point.config || again.dtype != point.dtype || again.model != point.model) return std::nullopt;
   return again;
@@ -152,9 +194,9 @@ namespace {
 HR_REGISTER_SWEEP(SweepSpec{"BM-MB", "micro-batch sweep at a fixed effective batch: throughput and bytes per consumer",
                             3.0,
                             [](RunContext& ctx) {
-                              return run_microbatch_sweep(ctx.device,
-                                                          microbatch_sweep_config(ctx.preset, ctx.device.kind()),
-                                                          ctx.seed);
+                              MicroBatchSweep sweep = microbatch_sweep_config(ctx.preset, ctx.device.kind());
+                              sweep.attention = microbatch_attention_forms(ctx.device, sweep.base);
+                              return run_microbatch_sweep(ctx.device, sweep, ctx.seed);
                             },
                             remeasure_microbatch_point, ""});
 

@@ -7,8 +7,10 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "harness/models/presets.hpp"
+#include "kernels/attention/attention.hpp"
 #include "harness/properties/microbatch_sweep.hpp"
 #include "harness/registry.hpp"
 #include "harness/results/results.hpp"
@@ -83,6 +85,100 @@ TEST_P(MicroBatchSweep, BudgetTooSmallGivesOutOfMemoryPoints) {
     EXPECT_FALSE(p.reason.empty());
     EXPECT_FALSE(p.time.has_value());
   }
+}
+
+// The attention forms BM-MB times: naive alone on the CPU and in fp32; on a GPU in
+// 16 bits also the memory-efficient form on the run's kernels, and on cuDNN's where
+// the device has them and the run did not choose them already.
+TEST(MicroBatchSweepForms, NaiveEverywhereAndMemoryEfficientOnAGpuIn16Bits) {
+  using hr::props::MicroBatchAttention;
+  using K = hr::ops::GpuAttentionKernel;
+  using Forms = std::vector<MicroBatchAttention>;
+  const MicroBatchAttention naive{};
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cpu, hr::DType::f32, K::tensor_core, true),
+            Forms{naive});
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cpu, hr::DType::bf16, K::cudnn, true),
+            Forms{naive});
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cuda, hr::DType::f32, K::tensor_core, true),
+            Forms{naive});
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cuda, hr::DType::bf16, K::tensor_core, true),
+            (Forms{naive, {true, K::tensor_core}, {true, K::cudnn}}));
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cuda, hr::DType::f16, K::tensor_core, false),
+            (Forms{naive, {true, K::tensor_core}}));
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cuda, hr::DType::bf16, K::cudnn, true),
+            (Forms{naive, {true, K::cudnn}}));
+  EXPECT_EQ(hr::props::microbatch_attention_forms(hr::BackendKind::cuda, hr::DType::bf16, K::scalar, false),
+            (Forms{naive, {true, K::scalar}}));
+  // The device form: a CPU device times naive attention alone.
+  auto dev = hr::make_device("cpu");
+  const auto sweep = hr::props::microbatch_sweep_config(hr::Preset::quick, hr::BackendKind::cpu);
+  EXPECT_EQ(hr::props::microbatch_attention_forms(*dev, sweep.base), Forms{naive});
+}
+
+// On a GPU, the sweep runs each form at every micro-batch: a memory-efficient point
+// names its kernels in its config, ran them (its kernel calls), and is set against
+// its own form's largest micro-batch; the run's setting is back after the sweep.
+TEST(MicroBatchSweepForms, cuda_MemoryEfficientPointsNameAndRunTheirKernels) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
+  auto sweep = hr::props::microbatch_sweep_smoke_config();
+  sweep.base.precision.compute = hr::DType::bf16;
+  sweep.base.transformer.d_model = 64;  // head dim 32, which every GPU form takes
+  sweep.base.transformer.heads = 2;
+  sweep.attention = hr::props::microbatch_attention_forms(dev, sweep.base);
+  ASSERT_GE(sweep.attention.size(), 2u);
+  const hr::ops::GpuAttentionKernel before = hr::ops::gpu_attention_kernel();
+  const bool was_default = hr::ops::gpu_attention_kernel_is_default();
+  const auto points = hr::props::run_microbatch_sweep(dev, sweep, 1234);
+  EXPECT_EQ(hr::ops::gpu_attention_kernel(), before);
+  EXPECT_EQ(hr::ops::gpu_attention_kernel_is_default(), was_default);
+  ASSERT_EQ(points.size(), sweep.attention.size() * sweep.micro_batches.size());
+  std::set<std::string> kernels;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const hr::SweepPoint& p = points[i];
+    const hr::props::MicroBatchAttention& form = sweep.attention[i / sweep.micro_batches.size()];
+    ASSERT_EQ(p.status, "ok") << p.reason;
+    EXPECT_EQ(p.config["attention"], form.memory_efficient ? "memory_efficient" : "naive");
+    const std::set<std::string> ran = hr::attention_variants(p);
+    ASSERT_EQ(ran.size(), 1u) << p.config.dump();
+    if (!form.kernel) {
+      EXPECT_FALSE(p.config.contains("attention_kernel"));
+      EXPECT_EQ(*ran.begin(), "naive");
+    } else {
+      const std::string name = hr::ops::gpu_attention_kernel_name(*form.kernel);
+      EXPECT_EQ(p.config["attention_kernel"], name);
+      EXPECT_EQ(*ran.begin(), name) << "the point names kernels it did not run";
+      kernels.insert(name);
+    }
+    if (p.config["micro_batch"] == sweep.micro_batches.front())
+      EXPECT_EQ(p.metrics["relative_per_sample_throughput"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(kernels.size(), sweep.attention.size() - 1);  // each memory-efficient form its own kernels
+}
+
+// A recorded point of a form this device does not time is not re-measured: a GPU's
+// memory-efficient point on a CPU, or one naming kernels that do not exist.
+TEST(MicroBatchSweepForms, RemeasuresOnlyTheFormsThisDeviceTimes) {
+  auto dev = hr::make_device("cpu");
+  hr::RunContext ctx{*dev, hr::Preset::quick, 1234, {}};
+  const auto& sweeps = hr::sweep_registry();
+  const auto spec = std::find_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-MB"; });
+  ASSERT_NE(spec, sweeps.end());
+  const auto sweep = hr::props::microbatch_sweep_config(hr::Preset::quick, hr::BackendKind::cpu);
+  hr::StepConfig cfg = sweep.base;
+  cfg.micro_batch = 32;
+  hr::TimingOptions once;
+  once.warmup = 0;
+  once.min_reps = once.max_reps = 1;
+  const hr::SweepPoint naive = hr::props::measure_microbatch_point(*dev, cfg, 1234, once);
+  ASSERT_EQ(naive.status, "ok") << naive.reason;
+  hr::SweepPoint fused = naive;
+  fused.config["attention"] = "memory_efficient";
+  fused.config["attention_kernel"] = "cudnn";
+  EXPECT_FALSE(spec->remeasure(ctx, fused).has_value());
+  fused.config["attention_kernel"] = "warp_specialised";
+  EXPECT_FALSE(spec->remeasure(ctx, fused).has_value());
+  fused.config.erase("attention_kernel");  // the CPU's memory-efficient loop is not a BM-MB form
+  EXPECT_FALSE(spec->remeasure(ctx, fused).has_value());
 }
 
 TEST(MicroBatchSweepRegistry, RegisteredAsBmMb) {

@@ -77,14 +77,17 @@ class AdamW final : public Optimizer {
     }
   }
   std::string name() const override { return "adamw"; }
+  // Every tensor in one call: on a GPU, a few launches for the whole model.
   void step(ParamSet& params, int64_t step) override {
     auto& ps = params.all();
+    std::vector<ops::AdamWTensor> ts;
     for (size_t i = 0; i < ps.size(); ++i) {
       if (!ps[i].trainable) continue;
       ops::AdamWConfig c = cfg_;
       if (!ps[i].weight_decay) c.weight_decay = 0.f;
-      ops::adamw_step(ps[i].master, ps[i].grad, m_[i], v_[i], step, c);
+      ts.push_back({&ps[i].master, &ps[i].grad, &m_[i], &v_[i], c});
     }
+    ops::adamw_step_many(ts, step);
   }
   size_t state_bytes() const override {
     size_t n = 0;
@@ -161,18 +164,24 @@ class AdamW8bit final : public Optimizer {
     }
   }
   std::string name() const override { return "adamw8bit"; }
+  // The 8-bit tensors in one call and the small fp32-state ones in another: on a
+  // GPU, a few launches for the whole model.
   void step(ParamSet& params, int64_t step) override {
     auto& ps = params.all();
+    std::vector<ops::AdamW8bitTensor> q8;
+    std::vector<ops::AdamWTensor> f32;
     for (size_t i = 0; i < ps.size(); ++i) {
       if (!ps[i].trainable) continue;
       ops::AdamWConfig c = cfg_;
       if (!ps[i].weight_decay) c.weight_decay = 0.f;
       State& st = states_[i];
       if (st.m_absmax.defined())
-        ops::adamw8bit_step(ps[i].master, ps[i].grad, st.m, st.m_absmax, st.v, st.v_absmax, step, c, st.opt);
+        q8.push_back({&ps[i].master, &ps[i].grad, &st.m, &st.m_absmax, &st.v, &st.v_absmax, c, st.opt});
       else
-        ops::adamw_step(ps[i].master, ps[i].grad, st.m, st.v, step, c);
+        f32.push_back({&ps[i].master, &ps[i].grad, &st.m, &st.v, c});
     }
+    ops::adamw8bit_step_many(q8, step);
+    ops::adamw_step_many(f32, step);
   }
   size_t state_bytes() const override {
     size_t n = 0;

@@ -2,6 +2,7 @@
 // host, once per step), dispatch, and the CPU loops over optim_math.hpp.
 #include "kernels/optim/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -68,15 +69,67 @@ HR_CPU_CLONES void adamw_f32(float* __restrict p, const float* __restrict g, flo
 
 }  // namespace
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, const AdamWConfig& cfg) {
-  check_param_grad(param, grad, "adamw_step");
-  check_state(param, m, "adamw_step", "first moment");
-  check_state(param, v, "adamw_step", "second moment");
-  HR_ARG_CHECK(step >= 1, "adamw_step: step is 1-based, got {}", step);
+namespace {
+
+// adamw_step's checks; its per-step scalars.
+optim::AdamWScalars checked_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                                  int64_t step, const AdamWConfig& cfg, const char* op) {
+  check_param_grad(param, grad, op);
+  check_state(param, m, op, "first moment");
+  check_state(param, v, op, "second moment");
+  HR_ARG_CHECK(step >= 1, "{}: step is 1-based, got {}", op, step);
   HR_ARG_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f && cfg.eps > 0.f,
-               "adamw_step: betas ({}, {}) must be in [0, 1) and eps {} > 0", cfg.beta1, cfg.beta2, cfg.eps);
-  const optim::AdamWScalars s =
-      optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+               "{}: betas ({}, {}) must be in [0, 1) and eps {} > 0", op, cfg.beta1, cfg.beta2, cfg.eps);
+  return optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+}
+
+}  // namespace
+
+void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
+  std::vector<const void*> params;
+  for (const AdamWTensor& t : tensors) {
+    HR_CHECK(t.param && t.grad && t.m && t.v, "adamw_step_many: a null tensor");
+    checked_adamw(*t.param, *t.grad, *t.m, *t.v, step, t.cfg, "adamw_step_many");
+    if (t.param->numel() > 0) params.push_back(t.param->data());
+  }
+  std::sort(params.begin(), params.end());
+  HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
+               "adamw_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  std::vector<bool> stepped(tensors.size(), false);
+#if HEADROOM_HAVE_CUDA
+  // The groups one launch can take, in the order their first tensor comes.
+  struct Group {
+    const Device* device;
+    DType param, grad;
+    std::vector<cuda::AdamWArgs> args;
+    std::vector<size_t> index;
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AdamWTensor& t = tensors[i];
+    if (!t.param->is_cuda() || !cuda::adamw_many_takes(*t.param, *t.grad, *t.m, *t.v)) continue;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+      return x.device == &t.param->device() && x.param == t.param->dtype() && x.grad == t.grad->dtype();
+    });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{&t.param->device(), t.param->dtype(), t.grad->dtype(), {}, {}});
+    g->args.push_back({t.param, t.grad, t.m, t.v,
+                       optim::adamw_scalars(t.cfg.lr, t.cfg.beta1, t.cfg.beta2, t.cfg.eps, t.cfg.weight_decay, step)});
+    g->index.push_back(i);
+  }
+  for (const Group& g : groups) {
+    cuda::adamw_step_many(g.args);
+    for (size_t i : g.index) stepped[i] = true;
+  }
+#endif
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (stepped[i]) continue;
+    const AdamWTensor& t = tensors[i];
+    adamw_step(*t.param, *t.grad, *t.m, *t.v, step, t.cfg);
+  }
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, const AdamWConfig& cfg) {
+  const optim::AdamWScalars s = checked_adamw(param, grad, m, v, step, cfg, "adamw_step");
   HR_IF_CUDA(param, cuda::adamw_step(param, grad, m, v, s));
   dispatch_float2(param.dtype(), grad.dtype(), "adamw_step", [&](auto tp, auto tg) {
     using TP = decltype(tp);

@@ -1,6 +1,8 @@
 // CUDA optimizer steps: one grid-stride pass over the parameters, reading and
 // writing parameter, gradient and state once each (the step is memory-bound), as
 // 4-element packs when every pointer is aligned for them.
+#include <limits>
+
 #include "harness/cuda_check.cuh"
 #include "kernels/common/cuda_launch.cuh"
 #include "kernels/common/dtype_dispatch.hpp"
@@ -64,7 +66,120 @@ __global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, int6
   }
 }
 
+// Many tensors in one launch, for AdamW steps whose tensors are all 4-element
+// aligned: each thread block takes a chunk of kChunk elements of one tensor (found
+// by a binary search of the chunks' starts in the parameter bank), each thread 4
+// consecutive elements at a time through optim::adamw, the arithmetic of the kernel
+// above, so a tensor steps the same bit for bit in either. Kept within the 4 KiB of
+// kernel parameters every driver takes.
+constexpr int kAdamWChunk = kThreads * 4 * 4;  // 4096 elements: four packs a thread
+struct AdamWTensorArg {
+  void* param;
+  const void* grad;
+  float* m;
+  float* v;
+  int64_t n;
+  optim::AdamWScalars s;
+};
+constexpr int kAdamWMaxTensorsPerLaunch = 48;
+struct AdamWLaunch {
+  AdamWTensorArg t[kAdamWMaxTensorsPerLaunch];
+  int chunk_start[kAdamWMaxTensorsPerLaunch + 1];  // tensor k's chunks: [chunk_start[k], chunk_start[k + 1])
+  int count;
+};
+static_assert(sizeof(AdamWLaunch) <= 4096, "kernel parameters within 4 KiB");
+
+template <typename TP, typename TG>
+__global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ AdamWLaunch L) {
+  constexpr int N = 4;
+  const int chunk = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = L.count - 1;  // the last tensor whose first chunk is at or before this one
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (L.chunk_start[mid] <= chunk) lo = mid;
+    else hi = mid - 1;
+  }
+  // The tensor's arguments in registers (values, not references into the parameter bank).
+  TP* const param = static_cast<TP*>(L.t[lo].param);
+  const TG* const grad = static_cast<const TG*>(L.t[lo].grad);
+  float* const m = L.t[lo].m;
+  float* const v = L.t[lo].v;
+  const int64_t n = L.t[lo].n;
+  const optim::AdamWScalars s = L.t[lo].s;
+  const int64_t begin = static_cast<int64_t>(chunk - L.chunk_start[lo]) * kAdamWChunk;
+  const int64_t end = begin + kAdamWChunk < n ? begin + kAdamWChunk : n;
+  for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * N; i < end; i += static_cast<int64_t>(blockDim.x) * N) {
+    if (i + N <= end) {
+      const int64_t q = i / N;
+      Pack<TP, N> p = reinterpret_cast<Pack<TP, N>*>(param)[q];
+      const Pack<TG, N> g = reinterpret_cast<const Pack<TG, N>*>(grad)[q];
+      Pack<float, N> mm = reinterpret_cast<Pack<float, N>*>(m)[q];
+      Pack<float, N> vv = reinterpret_cast<Pack<float, N>*>(v)[q];
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        p.v[k] = from_float<TP>(optim::adamw(to_float(p.v[k]), to_float(g.v[k]), &mm.v[k], &vv.v[k], s));
+      reinterpret_cast<Pack<TP, N>*>(param)[q] = p;
+      reinterpret_cast<Pack<float, N>*>(m)[q] = mm;
+      reinterpret_cast<Pack<float, N>*>(v)[q] = vv;
+    } else {
+      for (int64_t j = i; j < end; ++j) {
+        float mi = m[j], vi = v[j];
+        param[j] = from_float<TP>(optim::adamw(to_float(param[j]), to_float(grad[j]), &mi, &vi, s));
+        m[j] = mi;
+        v[j] = vi;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool adamw_many_takes(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v) {
+  constexpr int N = 4;
+  bool ok = false;
+  dispatch_float2(param.dtype(), grad.dtype(), "adamw_many_takes", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    ok = aligned_for<TP>(param.data(), N) && aligned_for<TG>(grad.data(), N) && aligned_for<float>(m.data(), N) &&
+         aligned_for<float>(v.data(), N);
+  });
+  return ok;
+}
+
+void adamw_step_many(const std::vector<AdamWArgs>& ts) {
+  if (ts.empty()) return;
+  const Tensor& first = *ts.front().param;
+  const cudaStream_t stream = gpu::stream_of(first);
+  for (const AdamWArgs& a : ts)
+    HR_CHECK(&a.param->device() == &first.device() && a.param->dtype() == first.dtype() &&
+                 a.grad->dtype() == ts.front().grad->dtype() && adamw_many_takes(*a.param, *a.grad, *a.m, *a.v),
+             "adamw_step_many: the tensors of one launch must share device and dtypes and be 4-element aligned");
+  dispatch_float2(first.dtype(), ts.front().grad->dtype(), "adamw_step_many", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    AdamWLaunch L{};
+    auto launch = [&] {
+      if (L.count == 0) return;
+      adamw_multi_kernel<TP, TG><<<static_cast<unsigned>(L.chunk_start[L.count]), kThreads, 0, stream>>>(L);
+      HR_CUDA_CHECK_LAUNCH();
+      L = AdamWLaunch{};
+    };
+    for (const AdamWArgs& a : ts) {
+      const int64_t n = a.param->numel();
+      if (n == 0) continue;
+      const int64_t chunks = (n + kAdamWChunk - 1) / kAdamWChunk;
+      HR_CHECK(chunks < std::numeric_limits<int>::max(), "adamw_step_many: {} elements in one tensor", n);
+      if (L.count == kAdamWMaxTensorsPerLaunch || L.chunk_start[L.count] + chunks > std::numeric_limits<int>::max())
+        launch();
+      L.t[L.count] = AdamWTensorArg{a.param->data(), a.grad->data(), a.m->data_as<float>(), a.v->data_as<float>(), n, a.s};
+      L.chunk_start[L.count + 1] = L.chunk_start[L.count] + static_cast<int>(chunks);
+      ++L.count;
+    }
+    launch();
+  });
+}
+
+int adamw_tensors_per_launch() { return kAdamWMaxTensorsPerLaunch; }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const optim::SgdScalars& s) {
   const int64_t n = param.numel();

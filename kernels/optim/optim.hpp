@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "harness/tensor.hpp"
 
@@ -25,5 +26,20 @@ struct AdamWConfig {
 };
 // step is 1-based (bias correction uses beta^step).
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, const AdamWConfig& cfg);
+
+// One tensor of a many-tensor step: the arguments of adamw_step, by pointer.
+struct AdamWTensor {
+  Tensor* param;
+  const Tensor* grad;
+  Tensor* m;
+  Tensor* v;
+  AdamWConfig cfg;
+};
+// adamw_step on each tensor, with the same result bit for bit; every tensor is
+// checked before any is stepped, and no parameter may be listed twice. On a GPU the aligned tensors of one device and
+// dtype pair are stepped together, a few dozen to a launch, as fused optimizers
+// (PyTorch's fused AdamW, apex's multi-tensor apply) do: one launch per tensor
+// costs the small tensors of a model more than their bytes.
+void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step);
 
 }  // namespace hr::ops

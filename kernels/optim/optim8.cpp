@@ -119,9 +119,13 @@ void dequantize_blockwise(const Tensor& codes, const Tensor& absmax, Tensor& out
   for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = q8::decode(c, pq[i], pa[i / block_size]);
 }
 
-void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& m_absmax, Tensor& v_codes,
-                    Tensor& v_absmax, int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt) {
-  const char* op = "adamw8bit_step";
+namespace {
+
+// adamw8bit_step's checks; its per-step scalars.
+optim::AdamWScalars checked_adamw8bit(const Tensor& param, const Tensor& grad, const Tensor& m_codes,
+                                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax,
+                                      int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt,
+                                      const char* op) {
   HR_CHECK(param.defined() && grad.defined(), "{}: undefined tensor", op);
   HR_CHECK(is_float(param.dtype()) && is_float(grad.dtype()), "{}: float tensors expected: {}, {}", op, param.str(),
            grad.str());
@@ -132,7 +136,71 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
   HR_ARG_CHECK(step >= 1, "{}: step is 1-based, got {}", op, step);
   HR_ARG_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f && cfg.eps > 0.f,
                "{}: betas ({}, {}) must be in [0, 1) and eps {} > 0", op, cfg.beta1, cfg.beta2, cfg.eps);
-  const optim::AdamWScalars s = optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  return optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+}
+
+}  // namespace
+
+void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t step) {
+  std::vector<const void*> params;
+  for (const AdamW8bitTensor& t : tensors) {
+    HR_CHECK(t.param && t.grad && t.m_codes && t.m_absmax && t.v_codes && t.v_absmax,
+             "adamw8bit_step_many: a null tensor");
+    checked_adamw8bit(*t.param, *t.grad, *t.m_codes, *t.m_absmax, *t.v_codes, *t.v_absmax, step, t.cfg, t.opt,
+                      "adamw8bit_step_many");
+    if (t.param->numel() > 0) params.push_back(t.param->data());
+  }
+  std::sort(params.begin(), params.end());
+  HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
+               "adamw8bit_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  std::vector<bool> stepped(tensors.size(), false);
+#if HEADROOM_HAVE_CUDA
+  // The groups one launch can take, in the order their first tensor comes.
+  struct Group {
+    const Device* device;
+    DType param, grad;
+    int64_t block;
+    const q8::Codebook *m_map, *v_map;
+    std::vector<cuda::AdamW8bitArgs> args;
+    std::vector<size_t> index;
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AdamW8bitTensor& t = tensors[i];
+    if (!t.param->is_cuda() || !cuda::adamw8bit_tiled(*t.param, *t.grad, *t.m_codes, *t.v_codes, t.opt.block_size))
+      continue;
+    const q8::Codebook* cm = &codebook(t.opt.m_map);
+    const q8::Codebook* cv = &codebook(t.opt.v_map);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+      return x.device == &t.param->device() && x.param == t.param->dtype() && x.grad == t.grad->dtype() &&
+             x.block == t.opt.block_size && x.m_map == cm && x.v_map == cv;
+    });
+    if (g == groups.end())
+      g = groups.insert(groups.end(),
+                        Group{&t.param->device(), t.param->dtype(), t.grad->dtype(), t.opt.block_size, cm, cv, {}, {}});
+    g->args.push_back({t.param, t.grad, t.m_codes, t.m_absmax, t.v_codes, t.v_absmax,
+                       optim::adamw_scalars(t.cfg.lr, t.cfg.beta1, t.cfg.beta2, t.cfg.eps, t.cfg.weight_decay, step)});
+    g->index.push_back(i);
+  }
+  // Every group's maps on its device before any launch: an upload that fails steps nothing.
+  for (const Group& g : groups) cuda::upload_codebooks(*g.m_map, *g.v_map, *g.args.front().param);
+  for (const Group& g : groups) {
+    cuda::adamw8bit_step_many(g.args, g.block, *g.m_map, *g.v_map);
+    for (size_t i : g.index) stepped[i] = true;
+  }
+#endif
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (stepped[i]) continue;
+    const AdamW8bitTensor& t = tensors[i];
+    adamw8bit_step(*t.param, *t.grad, *t.m_codes, *t.m_absmax, *t.v_codes, *t.v_absmax, step, t.cfg, t.opt);
+  }
+}
+
+void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& m_absmax, Tensor& v_codes,
+                    Tensor& v_absmax, int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt) {
+  const char* op = "adamw8bit_step";
+  const optim::AdamWScalars s =
+      checked_adamw8bit(param, grad, m_codes, m_absmax, v_codes, v_absmax, step, cfg, opt, op);
   const q8::Codebook& cm = codebook(opt.m_map);
   const q8::Codebook& cv = codebook(opt.v_map);
   HR_IF_CUDA(param, cuda::adamw8bit_step(param, grad, m_codes, m_absmax, v_codes, v_absmax, opt.block_size, cm, cv, s));

@@ -6,6 +6,7 @@
 // (identical arithmetic) to encode them. No fp32 copy of the state is ever stored,
 // which is the point of keeping it in 8 bits.
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -211,16 +212,15 @@ __device__ __forceinline__ void set_code(uint32_t (&c)[2], int j, uint8_t x) {
   c[j >> 2] = (c[j >> 2] & ~(0xffu << shift)) | (static_cast<uint32_t>(x) << shift);
 }
 
+// One tile (`tile`, counted from the tensor's start) of one tensor, by the whole
+// thread block; the caller has begun loading the codebooks into `c` (the barrier
+// below publishes them). Both tiled kernels are this function, so a tensor steps
+// the same bit for bit whichever launch took it.
 template <typename TP, typename TG>
-__global__ void __launch_bounds__(kTileThreads) adamw8_tiled_kernel(TP* param, const TG* grad, uint8_t* mq, float* ma,
-                                                                    uint8_t* vq, float* va, int64_t n, int block,
-                                                                    MapSlots maps, optim::AdamWScalars s) {
-  __shared__ Maps c;
-  __shared__ float2 scratch[kTileThreads / 32];
-  load_map(c.m, maps.m);
-  load_map(c.v, maps.v);
-
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileElems + threadIdx.x * kPerThread;
+__device__ __forceinline__ void adamw8_tile(TP* param, const TG* grad, uint8_t* mq, float* ma, uint8_t* vq, float* va,
+                                            int64_t n, int block, int64_t tile, const Maps& c, float2* scratch,
+                                            const optim::AdamWScalars& s) {
+  const int64_t first = tile * kTileElems + threadIdx.x * kPerThread;
   const int count = first >= n ? 0 : (n - first < kPerThread ? static_cast<int>(n - first) : kPerThread);
   uint32_t p[kWords<TP>] = {}, g[kWords<TG>] = {}, m_code[2] = {}, v_code[2] = {};
   if (count == kPerThread) {
@@ -304,6 +304,59 @@ __global__ void __launch_bounds__(kTileThreads) adamw8_tiled_kernel(TP* param, c
   }
 }
 
+template <typename TP, typename TG>
+__global__ void __launch_bounds__(kTileThreads) adamw8_tiled_kernel(TP* param, const TG* grad, uint8_t* mq, float* ma,
+                                                                    uint8_t* vq, float* va, int64_t n, int block,
+                                                                    MapSlots maps, optim::AdamWScalars s) {
+  __shared__ Maps c;
+  __shared__ float2 scratch[kTileThreads / 32];
+  load_map(c.m, maps.m);
+  load_map(c.v, maps.v);
+  adamw8_tile(param, grad, mq, ma, vq, va, n, block, blockIdx.x, c, scratch, s);
+}
+
+// Many tensors in one launch: each thread block finds its tensor by a binary search
+// of the tiles' starts (the same for the whole block, read from the parameter bank)
+// and steps one tile of it. The launch's tensors share their dtypes, block size and
+// maps; each has its own scalars (weight decay differs between tensors). Kept within
+// the 4 KiB of kernel parameters every driver takes.
+struct Q8TensorArg {
+  void* param;
+  const void* grad;
+  uint8_t* mq;
+  float* ma;
+  uint8_t* vq;
+  float* va;
+  int64_t n;
+  optim::AdamWScalars s;
+};
+constexpr int kQ8MaxTensorsPerLaunch = 36;
+struct Q8Launch {
+  Q8TensorArg t[kQ8MaxTensorsPerLaunch];
+  int tile_start[kQ8MaxTensorsPerLaunch + 1];  // tensor k's tiles: [tile_start[k], tile_start[k + 1])
+  int count;
+};
+static_assert(sizeof(Q8Launch) + sizeof(int) + sizeof(MapSlots) <= 4096, "kernel parameters within 4 KiB");
+
+template <typename TP, typename TG>
+__global__ void __launch_bounds__(kTileThreads) adamw8_multi_kernel(const __grid_constant__ Q8Launch L, int block,
+                                                                    MapSlots maps) {
+  __shared__ Maps c;
+  __shared__ float2 scratch[kTileThreads / 32];
+  load_map(c.m, maps.m);
+  load_map(c.v, maps.v);
+  const int tile = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = L.count - 1;  // the last tensor whose first tile is at or before this one
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (L.tile_start[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const Q8TensorArg& a = L.t[lo];
+  adamw8_tile(static_cast<TP*>(a.param), static_cast<const TG*>(a.grad), a.mq, a.ma, a.vq, a.va, a.n, block,
+              tile - L.tile_start[lo], c, scratch, a.s);
+}
+
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Whether adamw8bit_step may take the tiled kernel.
@@ -360,6 +413,53 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
     HR_CUDA_CHECK_LAUNCH();
   });
 }
+
+void adamw8bit_step_many(const std::vector<AdamW8bitArgs>& ts, int64_t block_size, const q8::Codebook& m_map,
+                         const q8::Codebook& v_map) {
+  if (ts.empty()) return;
+  const Tensor& first = *ts.front().param;
+  const MapSlots maps{codebook_slot(m_map, first), codebook_slot(v_map, first)};
+  const cudaStream_t stream = gpu::stream_of(first);
+  for (const AdamW8bitArgs& a : ts) {
+    HR_CHECK(&a.param->device() == &first.device() && a.param->dtype() == first.dtype() &&
+                 a.grad->dtype() == ts.front().grad->dtype() &&
+                 tiles(block_size, a.param->data(), a.grad->data(), a.m_codes->data(), a.v_codes->data()),
+             "adamw8bit_step_many: the tensors of one launch must share device and dtypes and take the tiled kernel");
+  }
+  dispatch_float2(first.dtype(), ts.front().grad->dtype(), "adamw8bit_step_many", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    Q8Launch L{};
+    auto launch = [&] {
+      if (L.count == 0) return;
+      adamw8_multi_kernel<TP, TG><<<static_cast<unsigned>(L.tile_start[L.count]), kTileThreads, 0, stream>>>(
+          L, static_cast<int>(block_size), maps);
+      HR_CUDA_CHECK_LAUNCH();
+      L = Q8Launch{};
+    };
+    for (const AdamW8bitArgs& a : ts) {
+      const int64_t n = a.param->numel();
+      if (n == 0) continue;
+      const int64_t tiles_of = (n + kTileElems - 1) / kTileElems;
+      HR_CHECK(tiles_of < std::numeric_limits<int>::max(), "adamw8bit_step_many: {} elements in one tensor", n);
+      if (L.count == kQ8MaxTensorsPerLaunch || L.tile_start[L.count] + tiles_of > std::numeric_limits<int>::max())
+        launch();
+      L.t[L.count] = Q8TensorArg{a.param->data(),           a.grad->data(), a.m_codes->data_as<uint8_t>(),
+                                 a.m_absmax->data_as<float>(), a.v_codes->data_as<uint8_t>(),
+                                 a.v_absmax->data_as<float>(), n,              a.s};
+      L.tile_start[L.count + 1] = L.tile_start[L.count] + static_cast<int>(tiles_of);
+      ++L.count;
+    }
+    launch();
+  });
+}
+
+void upload_codebooks(const q8::Codebook& m_map, const q8::Codebook& v_map, const Tensor& on) {
+  codebook_slot(m_map, on);
+  codebook_slot(v_map, on);
+}
+
+int adamw8bit_tensors_per_launch() { return kQ8MaxTensorsPerLaunch; }
 
 bool adamw8bit_tiled(const Tensor& param, const Tensor& grad, const Tensor& m_codes, const Tensor& v_codes,
                      int64_t block_size) {

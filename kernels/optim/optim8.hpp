@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "harness/faults.hpp"
 #include "harness/tensor.hpp"
@@ -55,6 +56,24 @@ AdamW8bitOptions applied_options(const AdamW8bitOptions& opt, int64_t numel);
 // ceil(numel / block_size). step is 1-based.
 void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& m_absmax, Tensor& v_codes,
                     Tensor& v_absmax, int64_t step, const AdamWConfig& cfg, const AdamW8bitOptions& opt = {});
+
+// One tensor of a many-tensor step: the arguments of adamw8bit_step, by pointer.
+struct AdamW8bitTensor {
+  Tensor* param;
+  const Tensor* grad;
+  Tensor* m_codes;
+  Tensor* m_absmax;
+  Tensor* v_codes;
+  Tensor* v_absmax;
+  AdamWConfig cfg;
+  AdamW8bitOptions opt;
+};
+// adamw8bit_step on each tensor, with the same result bit for bit; every tensor is
+// checked before any is stepped, and no parameter may be listed twice. On a GPU the tensors that take the tiled kernel
+// and share a device, dtypes, block size and maps are stepped together, a few dozen
+// to a launch (an optimizer's step is otherwise one launch and its host work per
+// tensor, which for the small tensors of a model costs more than their bytes).
+void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t step);
 
 }  // namespace hr::ops
 

@@ -9,8 +9,12 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/device.hpp"
+#include "harness/models/presets.hpp"
+#include "harness/models/transformer.hpp"
 #include "harness/tensor.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 #include "kernels/optim/optim8.hpp"
@@ -56,7 +60,82 @@ void run_case(benchmark::State& state, hr::Device& dev, int64_t block) {
   state.counters["bytes_moved_per_parameter"] = bytes / static_cast<double>(n);
 }
 
+// The optimizer step over a model's own parameters (BM-MB's transformer: the full
+// preset on a GPU, 219.3M parameters; the quick one on the CPU), as
+// the optimizers keep them (8-bit moments from 4096 elements, fp32 below), stepped
+// one call per tensor or all in one call (adamw_step_many, adamw8bit_step_many: on a
+// GPU a few launches). Per-tensor work on the host and in launches is what the two
+// differ by; bytes_per_second counts the same bytes as the cases above.
+void run_model_case(benchmark::State& state, hr::Device& dev, int64_t block, bool many) {
+  const hr::TransformerPreset preset = hr::transformer_preset(dev.is_cuda() ? hr::Preset::full : hr::Preset::quick);
+  hr::TransformerModel model(dev, preset.model, hr::ParamStorage{}, 1234);
+  struct State {
+    Tensor m, v, ma, va;
+    bool q8 = false;
+  };
+  std::vector<State> states;
+  double params = 0, bytes = 0;
+  hr::ops::AdamW8bitOptions opt;
+  opt.block_size = block > 0 ? block : hr::q8::kDefaultBlock;
+  for (hr::Param& p : model.params().all()) {
+    hr::ops::fill(p.grad, 1e-3f);
+    const int64_t n = p.master.numel();
+    State st;
+    st.q8 = block > 0 && n >= hr::q8::kMin8bitNumel;
+    const int64_t blocks = st.q8 ? hr::q8::block_count(n, block) : 1;
+    st.m = Tensor::zeros(dev, p.master.shape(), st.q8 ? DType::u8 : DType::f32, Consumer::optimizer_state);
+    st.v = Tensor::zeros(dev, p.master.shape(), st.q8 ? DType::u8 : DType::f32, Consumer::optimizer_state);
+    st.ma = Tensor::zeros(dev, {blocks}, DType::f32, Consumer::optimizer_state);
+    st.va = Tensor::zeros(dev, {blocks}, DType::f32, Consumer::optimizer_state);
+    states.push_back(std::move(st));
+    const double state_bytes = states.back().q8 ? 2.0 * n + 8.0 * blocks : 8.0 * n;
+    params += static_cast<double>(n);
+    bytes += 12.0 * static_cast<double>(n) + 2 * state_bytes;
+  }
+  auto& ps = model.params().all();
+  std::vector<hr::ops::AdamW8bitTensor> q8;
+  std::vector<hr::ops::AdamWTensor> f32;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    State& st = states[i];
+    if (st.q8)
+      q8.push_back({&ps[i].master, &ps[i].grad, &st.m, &st.ma, &st.v, &st.va, hr::ops::AdamWConfig{}, opt});
+    else
+      f32.push_back({&ps[i].master, &ps[i].grad, &st.m, &st.v, hr::ops::AdamWConfig{}});
+  }
+  int64_t step = 0;
+  auto run = [&] {
+    ++step;
+    if (many) {
+      hr::ops::adamw8bit_step_many(q8, step);
+      hr::ops::adamw_step_many(f32, step);
+      return;
+    }
+    for (const auto& t : q8)
+      hr::ops::adamw8bit_step(*t.param, *t.grad, *t.m_codes, *t.m_absmax, *t.v_codes, *t.v_absmax, step, t.cfg, t.opt);
+    for (const auto& t : f32) hr::ops::adamw_step(*t.param, *t.grad, *t.m, *t.v, step, t.cfg);
+  };
+  run();  // warm-up
+  dev.synchronize();
+  hr::bench::time_iterations(state, dev, run);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * static_cast<double>(state.iterations())));
+  state.counters["parameters"] = params;
+  state.counters["tensors"] = static_cast<double>(ps.size());
+  state.counters["bytes_moved_per_parameter"] = bytes / params;
+}
+
 void register_backend(hr::Device& dev, const std::vector<int64_t>& sizes) {
+  for (const int64_t block : {int64_t{0}, hr::q8::kDefaultBlock}) {
+    for (const bool many : {false, true}) {
+      const std::string name = fmt::format("{}_model/{}/{}", block == 0 ? "adamw" : "adamw8bit_block256",
+                                           hr::backend_name(dev.kind()), many ? "many" : "per_tensor");
+      auto* b = hr::bench::register_case(name, [&dev, block, many](benchmark::State& st) {
+        run_model_case(st, dev, block, many);
+      });
+      b->Unit(benchmark::kMicrosecond);
+      hr::bench::use_device_timing(b, dev);
+    }
+  }
+
   for (const int64_t block : {int64_t{0}, hr::q8::kDefaultBlock, hr::q8::kLargeBlock}) {
     const std::string name = block == 0 ? fmt::format("adamw/{}/fp32", hr::backend_name(dev.kind()))
                                         : fmt::format("adamw8bit_block{}/{}/fp32", block, hr::backend_name(dev.kind()));

@@ -15,6 +15,7 @@
 #include "harness/data/packing.hpp"
 #include "harness/data/synthetic.hpp"
 #include "harness/dist/dp_dump.hpp"
+#include "harness/kernel_calls.hpp"
 #include "harness/output.hpp"
 #include "harness/step/train_step.hpp"
 #include "kernels/dropout/dropout.hpp"
@@ -647,6 +648,7 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
 
   TrainStep step(dev, cfg);
   put(dir / "weights.safetensors", weight_entries(step, false));
+  const KernelCalls calls_before = kernel_calls();
 
   std::vector<DropoutRecord> draws;
   step.dropout_stream().log = &draws;
@@ -733,8 +735,18 @@ DumpResult dump_model(Device& dev, const StepConfig& cfg, const std::string& out
   step.dropout_stream().log = nullptr;
   r.steps = opt.steps;
 
+  // Which attention kernels the passes ran (on a GPU in 16 bits, the memory-efficient
+  // form's are the run's setting's, or the scalar ones where a shape falls back):
+  // numbers compared against the dump are those kernels'.
+  nlohmann::ordered_json conv_json = conventions(cfg, opt, step, records);
+  if (cfg.model == ModelKind::transformer) {
+    nlohmann::ordered_json ran = nlohmann::ordered_json::object();
+    for (const auto& [name, calls] : kernel_calls_per_run(calls_before, kernel_calls(), static_cast<double>(passes)))
+      if (name.rfind("attention_", 0) == 0) ran[name] = calls;
+    conv_json["attention"]["kernel_calls_per_pass"] = ran;
+  }
   const std::string conv = (dir / "conventions.json").string();
-  write_output(conv, conventions(cfg, opt, step, records).dump(2) + "\n");
+  write_output(conv, conv_json.dump(2) + "\n");
   r.files.push_back(conv);
   return r;
 }

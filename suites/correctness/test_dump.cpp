@@ -181,6 +181,11 @@ TEST(Dump, TransformerFilesReadBackEqual) {
   EXPECT_EQ(conv["init"]["per_parameter"]["wte"], "normal(0, 0.02)");
   EXPECT_TRUE(conv.contains("weight_layout"));
   EXPECT_TRUE(conv.contains("gelu"));
+  // The attention kernels the pass ran: naive, forward and backward once per block
+  // and micro-batch (the test's own step above is not counted).
+  const double per_pass = static_cast<double>(cfg.transformer.layers * cfg.accum_steps());
+  EXPECT_EQ(conv["attention"]["kernel_calls_per_pass"],
+            (nlohmann::json{{"attention_backward:naive", per_pass}, {"attention_forward:naive", per_pass}}));
 
   // Every mask regenerates from conventions.json alone with an independent Philox:
   // micro-batch m holds samples [m * micro_batch, (m + 1) * micro_batch).

@@ -174,7 +174,8 @@ std::optional<SweepPoint> remeasure_microbatch_point(RunContext& ctx, const Swee
     return std::nullopt;
   // The point's attention form, if this device times it.
   MicroBatchAttention form;
-  form.memory_efficient = point.config.value("attention", "naive") == "memory_efficient";
+  const auto a = point.config.find("attention");
+  form.memory_efficient = a != point.config.end() && a->is_string() && *a == "memory_efficient";
   if (const auto k = point.config.find("attention_kernel"); k != point.config.end()) {
     if (!k->is_string()) return std::nullopt;
     form.kernel = ops::parse_gpu_attention_kernel(k->get<std::string>());

@@ -1,5 +1,6 @@
 // BM-MB: the micro-batch sweep at a fixed effective batch on the transformer.
-// Each point is one configuration {micro_batch, accum_steps}: the training step's
+// Each point is one configuration {micro_batch, accum_steps} of one attention form
+// (naive; on a GPU also memory-efficient on named kernels): the training step's
 // time (median and spread), peak bytes per consumer over the timed steps, tokens/s
 // and per-sample throughput relative to the largest micro-batch. The same
 // functions back the registered sweep (`headroom run`, the report's throughput /

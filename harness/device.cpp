@@ -151,12 +151,11 @@ std::string cpu_model_name() {
 class CpuTimer final : public Timer {
  public:
   void start() override { t0_ = std::chrono::steady_clock::now(); }
-  double stop_seconds() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
+  void stop() override { t1_ = std::chrono::steady_clock::now(); }
+  double seconds() override { return std::chrono::duration<double>(t1_ - t0_).count(); }
 
  private:
-  std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point t0_, t1_;
 };
 
 class CpuDevice final : public Device {

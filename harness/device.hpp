@@ -43,7 +43,12 @@ class Timer {
  public:
   virtual ~Timer() = default;
   virtual void start() = 0;
-  virtual double stop_seconds() = 0;  // waits for the region to finish
+  virtual void stop() = 0;          // marks the end, without waiting
+  virtual double seconds() = 0;     // waits for the region to finish: its time
+  double stop_seconds() {
+    stop();
+    return seconds();
+  }
 };
 
 struct ReadbackOrder;  // a device's read-back numbering (device.cpp)

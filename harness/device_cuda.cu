@@ -29,8 +29,8 @@ class CudaTimer final : public Timer {
     cudaEventDestroy(stop_);
   }
   void start() override { HR_CUDA_CHECK(cudaEventRecord(start_, stream_)); }
-  double stop_seconds() override {
-    HR_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+  void stop() override { HR_CUDA_CHECK(cudaEventRecord(stop_, stream_)); }
+  double seconds() override {
     HR_CUDA_CHECK(cudaEventSynchronize(stop_));
     float ms = 0.f;
     HR_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));

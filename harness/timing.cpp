@@ -18,6 +18,7 @@
 
 #include "harness/check.hpp"
 #include "harness/kernel_calls.hpp"
+#include "harness/op_profile.hpp"
 
 namespace hr {
 
@@ -151,6 +152,13 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   const double runs = static_cast<double>(samples.size()) * runs_per_rep;
   TimeStats t = summarize_times(std::move(samples));
   t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
+  // Where the region's time goes: one more run under an op profile, after the
+  // counts above and outside the samples (its events cost time of their own).
+  if (op_profile_requested() && !OpProfile::active()) {
+    OpProfile profile;
+    fn();
+    t.op_seconds = profile.take();
+  }
   t.cpu_samples_s = std::move(cpu_samples);
   t.ref_cpu_samples_s = std::move(ref_cpu_samples);
   if (!t.ref_cpu_samples_s.empty()) t.ref_work = reference_work_name();
@@ -166,6 +174,7 @@ void to_json(nlohmann::json& j, const TimeStats& t) {
   if (!t.ref_cpu_samples_s.empty()) j["ref_cpu_samples_s"] = t.ref_cpu_samples_s;
   if (!t.ref_work.empty()) j["ref_work"] = t.ref_work;
   if (!t.kernel_calls.empty()) j["kernel_calls"] = t.kernel_calls;
+  if (!t.op_seconds.empty()) j["op_seconds"] = t.op_seconds;
 }
 
 double injected_slowdown(const std::string& spec, const std::string& sweep, const nlohmann::json& config) {

@@ -46,6 +46,10 @@ struct TimeStats {
   // the kernels counted there, and only those that ran; empty in files written
   // before they were recorded.
   std::map<std::string, double> kernel_calls;
+  // With HEADROOM_OP_PROFILE=1 (harness/op_profile.hpp): the device seconds of each
+  // op in one more run of the region, after the timed ones and outside them
+  // (results.json "op_seconds"); empty otherwise.
+  std::map<std::string, double> op_seconds;
 };
 void to_json(nlohmann::json& j, const TimeStats& t);
 

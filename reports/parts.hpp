@@ -67,6 +67,9 @@ std::string device_section(const Results& r);
 std::string conformance_section(const Results& r);
 std::string memory_section(const Results& r);
 std::string curve_bm_mb(const Results& r);
+// The device time by op of the profiled points among `pts` (HEADROOM_OP_PROFILE), as a
+// table; "" where none was profiled.
+std::string op_time_tables(const std::vector<const SweepPoint*>& pts);
 std::string curve_ck3(const Results& r);
 std::string curve_seq(const Results& r);
 std::string curve_q83(const Results& r);

@@ -81,8 +81,59 @@ std::string curve_bm_mb(const Results& r) {
                        esc(waits ? fmt_num(*waits) : "-"));
     }
   }
-  s += "</tbody></table></details></section>";
+  s += "</tbody></table></details>";
+  s += op_time_tables(pts);
+  s += "</section>";
   return s;
+}
+
+// Where a step's time goes (HEADROOM_OP_PROFILE, harness/op_profile.hpp): for each
+// profiled point, its ops by device time in the profiled run, the largest first,
+// against the timed step (the median, or the ops' sum where the profile's events made
+// that larger). Nothing where no point was profiled.
+std::string op_time_tables(const std::vector<const SweepPoint*>& pts) {
+  std::vector<const SweepPoint*> profiled;
+  std::set<std::string> keys;
+  for (const auto* p : pts)
+    if (p->time && !p->time->op_seconds.empty()) {
+      profiled.push_back(p);
+      for (auto it = p->config.begin(); it != p->config.end(); ++it) keys.insert(it.key());
+    }
+  if (profiled.empty()) return "";
+  // The config keys that tell the profiled points apart.
+  std::set<std::string> varying;
+  for (const std::string& k : keys) {
+    std::set<std::string> values;
+    for (const auto* p : profiled) values.insert(p->config.contains(k) ? p->config[k].dump() : "");
+    if (values.size() > 1) varying.insert(k);
+  }
+  constexpr size_t kShown = 12;
+  std::string s = R"(<details><summary>Table: device time by op (HEADROOM_OP_PROFILE))"
+                  R"(</summary><table><thead><tr><th>Point</th><th>Op</th><th class="num">Per step</th>)"
+                  R"(<th class="num">Share</th></tr></thead><tbody>)";
+  for (const auto* p : profiled) {
+    std::vector<std::pair<double, std::string>> ops;
+    double sum = 0;
+    for (const auto& [op, sec] : p->time->op_seconds) {
+      ops.emplace_back(sec, op);
+      sum += sec;
+    }
+    std::sort(ops.rbegin(), ops.rend());
+    const double step = std::max(p->time->median_s, sum);
+    const std::string label = short_config_label(p->config, varying, true);
+    auto row = [&](const std::string& op, double sec) {
+      s += fmt::format(R"(<tr><td>{}</td><td>{}</td><td class="num">{}</td><td class="num">{:.1f}%</td></tr>)",
+                       esc(label), esc(op), esc(fmt_seconds(sec)), step > 0 ? 100.0 * sec / step : 0.0);
+    };
+    double rest = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (i < kShown) row(ops[i].second, ops[i].first);
+      else rest += ops[i].first;
+    }
+    if (ops.size() > kShown) row(fmt::format("{} other ops", ops.size() - kShown), rest);
+    if (step > sum) row("outside any op", step - sum);
+  }
+  return s + "</tbody></table></details>";
 }
 
 // An activation peak's chart against `x_label`, on log-log axes (its exponents read

@@ -289,6 +289,16 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
       t.kernel_calls[name] = v;
     }
   }
+  auto ops = j.find("op_seconds");
+  if (ops != j.end()) {
+    HR_ARG_CHECK(ops->is_object(), "{}: op_seconds must map op names to seconds, got {}", where, ops->dump());
+    for (const auto& [name, s] : ops->items()) {
+      const double v = s.is_number() ? s.get<double>() : -1.0;
+      HR_ARG_CHECK(!name.empty() && std::isfinite(v) && v >= 0,
+                   "{}: op_seconds[\"{}\"] must be a finite number of seconds >= 0, got {}", where, name, s.dump());
+      t.op_seconds[name] = v;
+    }
+  }
   // Values no timer gives: a time that hides a slowdown (0, negative, NaN) would
   // otherwise be left out of every comparison.
   auto positive = [&](double v, const char* what) {
@@ -319,6 +329,7 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
     s.ref_cpu_samples_s = std::move(t.ref_cpu_samples_s);
     s.ref_work = std::move(t.ref_work);
     s.kernel_calls = std::move(t.kernel_calls);
+    s.op_seconds = std::move(t.op_seconds);
     return s;
   }
   return t;

@@ -362,6 +362,7 @@ AttentionImpl form_run(AttentionImpl asked) {
 void attention_forward(AttentionImpl impl, const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
                        float scale, Tensor& out, AttentionSaved& saved, Consumer saved_consumer,
                        const AttnProbDropout& drop) {
+  const OpTimer timer(q, __func__);  // naive attention's products and softmax count here
   attention_forward_computed(form_run(impl), q, k, v, mask, scale, out, saved, saved_consumer, drop);
   apply_output_fault("attention_forward", out);
   const OpFault* f = op_fault("attention_forward");
@@ -376,6 +377,7 @@ void attention_backward(AttentionImpl impl, const Tensor& q, const Tensor& k, co
                         const Tensor& dout, const AttnMask& mask, float scale, const AttentionSaved& saved,
                         Tensor& dq, Tensor& dk, Tensor& dv, const AttnProbDropout& drop) {
   const char* op = "attention_backward";
+  const OpTimer timer(q, op);  // naive attention's products and softmax count here
   impl = form_run(impl);
   const Dims d = check_qkv(op, q, k, v, mask);
   for (const Tensor* t : {&dout, static_cast<const Tensor*>(&dq), static_cast<const Tensor*>(&dk),

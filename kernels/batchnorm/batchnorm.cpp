@@ -191,6 +191,7 @@ static void batchnorm_backward_computed(const Tensor& dy, const Tensor& x, const
 
 void batchnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                         const Tensor& save_rstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  const OpTimer timer(x, __func__);
   // OpFault::output_rel_error: this call's contribution to dgamma off by it.
   const OpFault* f = op_fault("batchnorm_backward");
   const bool faulty = f && f->output_rel_error != 0 && dgamma.defined();

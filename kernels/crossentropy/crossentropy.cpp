@@ -118,6 +118,7 @@ LossValue cross_entropy_forward(const Tensor& logits, const Tensor& targets, con
                                 Tensor& losses) {
   const char* op = "cross_entropy_forward";
   const int64_t real = check_args(logits, targets, cfg, op);
+  const OpTimer timer(logits, op);
   const int64_t N = logits.dim(0);
   if (losses.defined()) {
     HR_CHECK(losses.dtype() == DType::f32 && losses.numel() == N, "{}: losses must be fp32 [{}], got {}", op, N,

@@ -58,10 +58,12 @@ uint32_t dropout_threshold(float p) {
 }
 
 void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y) {
+  const OpTimer timer(x, __func__);
   apply("dropout_forward", x, p, seed, offset, y);
 }
 
 void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t offset, Tensor& dx) {
+  const OpTimer timer(dy, __func__);
   apply("dropout_backward", dy, p, seed, offset, dx);
 }
 

@@ -99,6 +99,7 @@ void embedding_backward(const Tensor& ids, const Tensor& pos, const Tensor& dout
                         const EmbeddingHostIds& host) {
   const char* op = "embedding_backward";
   check_ids(ids, pos, op);
+  const OpTimer timer(ids, op);  // the host's index of rows included
   HR_CHECK(dwte.defined() && dwte.ndim() == 2 && dwte.dtype() == DType::f32, "{}: dwte must be fp32 [V, C], got {}",
            op, dwte.str());
   const int64_t C = dwte.dim(1);

@@ -88,6 +88,7 @@ static void gelu_forward_computed(const Tensor& x, Tensor& y) {
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
+  const OpTimer timer(x, __func__);
   gelu_forward_computed(x, y);
   apply_output_fault("gelu_forward", y);
 }

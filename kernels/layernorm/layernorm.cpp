@@ -116,6 +116,7 @@ static void layernorm_forward_computed(const Tensor& x, const Tensor& gamma, con
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd) {
+  const OpTimer timer(x, __func__);
   layernorm_forward_computed(x, gamma, beta, eps, y, mean, rstd);
   apply_output_fault("layernorm_forward", y);
 }

@@ -57,6 +57,7 @@ void backward_cpu(const Tensor& pred, const Tensor& target, float factor, Tensor
 
 LossValue mse_forward(const Tensor& pred, const Tensor& target, const MseConfig& cfg) {
   check_args(pred, target, cfg, "mse_forward");
+  const OpTimer timer(pred, __func__);
   const double norm = normaliser(cfg, pred.numel());
 #if HEADROOM_HAVE_CUDA
   if (pred.is_cuda()) {

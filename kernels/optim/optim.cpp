@@ -86,6 +86,7 @@ optim::AdamWScalars checked_adamw(const Tensor& param, const Tensor& grad, const
 }  // namespace
 
 void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
+  if (tensors.empty()) return;
   std::vector<const void*> params;
   for (const AdamWTensor& t : tensors) {
     HR_CHECK(t.param && t.grad && t.m && t.v, "adamw_step_many: a null tensor");
@@ -95,6 +96,7 @@ void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
   std::sort(params.begin(), params.end());
   HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
                "adamw_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  const OpTimer timer(*tensors.front().param, __func__);
   std::vector<bool> stepped(tensors.size(), false);
 #if HEADROOM_HAVE_CUDA
   // The groups one launch can take, in the order their first tensor comes.

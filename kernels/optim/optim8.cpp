@@ -101,6 +101,7 @@ void quantize_blockwise(const Tensor& x, Tensor& codes, Tensor& absmax, int64_t 
   HR_CHECK(x.defined() && x.dtype() == DType::f32, "quantize_blockwise: fp32 input expected, got {}", x.str());
   check_quantised(x, codes, absmax, block_size, "quantize_blockwise");
   const q8::Codebook& c = codebook(map);
+  const OpTimer timer(x, __func__);
   quantize_computed(x, codes, absmax, block_size, c);
   if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->truncate) truncate_codes(x, codes, absmax, block_size, c);
   if (const Q8Fault* f = faults::active<Q8Fault>(); f && f->lowest_code_as_zero) lowest_code_as_zero(codes, c);
@@ -142,6 +143,7 @@ optim::AdamWScalars checked_adamw8bit(const Tensor& param, const Tensor& grad, c
 }  // namespace
 
 void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t step) {
+  if (tensors.empty()) return;
   std::vector<const void*> params;
   for (const AdamW8bitTensor& t : tensors) {
     HR_CHECK(t.param && t.grad && t.m_codes && t.m_absmax && t.v_codes && t.v_absmax,
@@ -153,6 +155,7 @@ void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t st
   std::sort(params.begin(), params.end());
   HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
                "adamw8bit_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  const OpTimer timer(*tensors.front().param, __func__);
   std::vector<bool> stepped(tensors.size(), false);
 #if HEADROOM_HAVE_CUDA
   // The groups one launch can take, in the order their first tensor comes.

@@ -3,6 +3,7 @@
 // order, so deterministic, and independent lanes the compiler can vectorise).
 #include "kernels/reduce/reduce.hpp"
 
+#include "harness/op_profile.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/reduce/reduce_math.hpp"
@@ -37,6 +38,7 @@ double sum_cpu(const Tensor& x, Term term) {
 
 double sum(const Tensor& x) {
   check_input(x, "sum");
+  const OpTimer timer(x, __func__);
 #if HEADROOM_HAVE_CUDA
   if (x.is_cuda()) return cuda::sum(x);
 #else
@@ -47,6 +49,7 @@ double sum(const Tensor& x) {
 
 LossValue sum_deferred(const Tensor& x, double divisor) {
   check_input(x, "sum");
+  const OpTimer timer(x, __func__);
 #if HEADROOM_HAVE_CUDA
   if (x.is_cuda()) return cuda::sum_deferred(x, divisor);
 #endif
@@ -57,6 +60,7 @@ LossValue sum_deferred(const Tensor& x, double divisor) {
 
 double squared_norm(const Tensor& x) {
   check_input(x, "squared_norm");
+  const OpTimer timer(x, __func__);
 #if HEADROOM_HAVE_CUDA
   if (x.is_cuda()) return cuda::squared_norm(x);
 #else
@@ -68,6 +72,7 @@ double squared_norm(const Tensor& x) {
 
 bool any_nonfinite(const Tensor& x) {
   check_input(x, "any_nonfinite");
+  const OpTimer timer(x, __func__);
 #if HEADROOM_HAVE_CUDA
   if (x.is_cuda()) return cuda::any_nonfinite(x);
 #else
@@ -84,6 +89,7 @@ bool any_nonfinite(const Tensor& x) {
 
 bool unscale_and_check(Tensor& g, float inv_scale) {
   check_input(g, "unscale_and_check");
+  const OpTimer timer(g, __func__);
 #if HEADROOM_HAVE_CUDA
   if (g.is_cuda()) return cuda::unscale_and_check(g, inv_scale);
 #else
@@ -110,6 +116,7 @@ bool unscale_and_check_all(const std::vector<Tensor*>& grads, float inv_scale) {
     // One device: the GPU's kernels raise one flag on the first tensor's stream.
     check_same_device(*g, *grads.front(), "unscale_and_check_all");
   }
+  const OpTimer timer(*grads.front(), __func__);
 #if HEADROOM_HAVE_CUDA
   if (grads.front()->is_cuda()) return cuda::unscale_and_check_all(grads, inv_scale);
 #else

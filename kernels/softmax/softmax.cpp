@@ -117,6 +117,7 @@ static void softmax_forward_computed(const Tensor& scores, const AttnMask& mask,
 }
 
 void softmax_forward(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
+  const OpTimer timer(scores, __func__);
   softmax_forward_computed(scores, mask, scale, probs);
   apply_output_fault("softmax_forward", probs);
 }

@@ -250,6 +250,45 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
   EXPECT_NE(section(unsaid, "curve-seq").find("<td>-</td></tr>"), std::string::npos);
 }
 
+// BM-MB's profiled points (HEADROOM_OP_PROFILE) show their device time by op, the
+// largest first, with what the profile left outside any op and the ops past the
+// first twelve folded into one row; a run without a profile shows no such table.
+TEST(Report, BmMbShowsTheDeviceTimeByOpOfProfiledPoints) {
+  hr::Results r = bare_run("cuda");
+  for (const char* attention : {"naive", "memory_efficient"}) {
+    hr::SweepPoint p;
+    p.sweep = "BM-MB";
+    p.backend = "cuda";
+    p.dtype = "bf16";
+    p.model = "transformer";
+    p.config = {{"micro_batch", 32}, {"accum_steps", 1}, {"attention", attention}};
+    p.time = hr::summarize_times({0.100, 0.101, 0.102, 0.100, 0.103, 0.101});
+    p.metrics = {{"tokens_per_s", 300000.0}};
+    r.sweep_points.push_back(p);
+  }
+  hr::compute_totals(r);
+  EXPECT_EQ(section(hr::report::render_report(r), "curve-bm-mb").find("device time by op"), std::string::npos);
+  r.sweep_points[0].time->op_seconds = {{"gemm", 0.050}, {"attention_forward", 0.020}, {"attention_backward", 0.030}};
+  for (int i = 0; i < 14; ++i) r.sweep_points[1].time->op_seconds[fmt::format("op{:02}", i)] = 0.001 * (i + 1);
+  const std::string bm = section(hr::report::render_report(r), "curve-bm-mb");
+  ASSERT_NE(bm.find("device time by op"), std::string::npos) << bm;
+  // The naive point: gemm first (50% of the 101 ms step), then the backward, then
+  // the forward, then the 1 ms no op holds.
+  const auto gemm = bm.find("<td>gemm</td>"), bwd = bm.find("<td>attention_backward</td>"),
+             fwd = bm.find("<td>attention_forward</td>");
+  ASSERT_NE(gemm, std::string::npos);
+  EXPECT_LT(gemm, bwd);
+  EXPECT_LT(bwd, fwd);
+  EXPECT_NE(bm.find("49.5%", gemm), std::string::npos) << bm;
+  EXPECT_NE(bm.find("<td>outside any op</td>", fwd), std::string::npos);
+  // The other: 14 ops summing to 105 ms, more than its timed median, so no time is
+  // outside an op; the two smallest (1 and 2 ms) folded.
+  EXPECT_NE(bm.find("<td>2 other ops</td>"), std::string::npos) << bm;
+  EXPECT_EQ(bm.find("<td>op00</td>"), std::string::npos);
+  EXPECT_NE(bm.find("<td>op13</td>"), std::string::npos);
+  EXPECT_EQ(count(bm, "outside any op"), 1u);
+}
+
 // A run with BM-CK, PK-3, BM-PK and BM-FIT but none of the sweeps their sections
 // chart (CK-3, PK-4 or BM-SEQ, TRADE) still shows their tables, beside the "not
 // measured" of what is missing, every section closed.

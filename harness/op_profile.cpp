@@ -56,6 +56,7 @@ void OpProfile::end(size_t region, const char* op) noexcept {
 }
 
 std::map<std::string, double> OpProfile::take() {
+  HR_CHECK(t_active != this || t_depth == 0, "an op profile is taken while an op of it is still open");
   std::map<std::string, double> seconds;
   for (Region& r : regions_) {
     if (r.ok && r.op != nullptr) {

@@ -3,7 +3,10 @@
 // (OpTimer: CUDA events on the device's stream, a steady clock on the CPU) without
 // waiting for it; take() waits and sums the seconds per op. An op called inside
 // another counts in the outer one: naive attention's products and softmax count as
-// attention, a linear layer's product as matmul and its bias as add_bias. The
+// attention, a linear layer's product as matmul and its bias as add_bias. On a GPU
+// an op's region runs from its first event to its last, so time the device waits
+// inside it for the host (an index built on the host, a value read back) is the
+// op's too. The
 // kernels' public functions hold an OpTimer named after themselves (through
 // HR_IF_CUDA, kernels/common/dispatch.hpp, or their own). Without an active
 // profile an OpTimer costs one thread-local read.
@@ -35,7 +38,8 @@ class OpProfile {
   OpProfile& operator=(const OpProfile&) = delete;
 
   // Waits for every region recorded since the start (or the last take) and gives
-  // the seconds of each op, summed over its calls; calls_ says how many.
+  // the seconds of each op, summed over its calls; calls() says how many. Refused
+  // while an op of this profile is open on the calling thread.
   std::map<std::string, double> take();
   const std::map<std::string, size_t>& calls() const { return calls_; }
 

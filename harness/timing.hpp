@@ -50,6 +50,9 @@ struct TimeStats {
   // op in one more run of the region, after the timed ones and outside them
   // (results.json "op_seconds"); empty otherwise.
   std::map<std::string, double> op_seconds;
+  // Runs of the region beyond warm-up and the timed ones: 1 when it was profiled
+  // (a caller that counts what its region did per run subtracts it); not written.
+  int extra_runs = 0;
 };
 void to_json(nlohmann::json& j, const TimeStats& t);
 

@@ -15,9 +15,10 @@ using nlohmann::json;
 std::string peer_section(const ReportOptions& opt) {
   std::string s = section_open("peer", "Against PyTorch (the same step)",
                                "The model, dtype, micro-batch and sequence length of this run's largest BM-MB point "
-                               "without accumulation (its fastest attention form), timed in PyTorch by ci/peer/torch_step.py: as written (eager) "
-                               "and in the fastest form that PyTorch has (fused attention, fused AdamW, bf16 "
-                               "autocast, torch.compile). The headline is against the strongest form.");
+                               "without accumulation (its fastest attention form), timed in PyTorch by "
+                               "ci/peer/torch_step.py: as written (eager, with the point's attention) and in the "
+                               "fastest form that PyTorch has (fused attention, fused AdamW, bf16 autocast, "
+                               "torch.compile). The headline is against the strongest form.");
   if (opt.peer == nullptr) return s + not_measured("no peer record (headroom report --peer results-peer.json)") + "</section>";
   const json& p = *opt.peer;
   const json& forms = p.contains("forms") && p["forms"].is_array() ? p["forms"] : json::array();

@@ -10,8 +10,9 @@ ignore index -100, AdamW. One step = zero_grad + forward + backward +
 optimizer step. Prints one JSON object with the median step time.
 
 Two forms of the step (--forms):
-  eager      the model as written: naive attention, the default AdamW, the
-             point's dtype (autocast for 16-bit);
+  eager      the model as written: the point's attention (naive, or SDPA on
+             its default backend for a memory-efficient point), the default
+             AdamW, the point's dtype (autocast for 16-bit);
   strongest  the fastest form this PyTorch has: scaled_dot_product_attention
              on its flash backend, fused AdamW (else foreach), bf16 autocast
              where the device has bf16, and torch.compile where it compiles

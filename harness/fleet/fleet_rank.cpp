@@ -149,6 +149,9 @@ nlohmann::json point_json(const Device& dev, const SweepPoint& p, const char* va
   if (p.time) {
     j["best_s"] = best_s(dev, *p.time), j["min_wall_s"] = p.time->min_s, j["median_wall_s"] = p.time->median_s;
     j["clock"] = dev.kind() == BackendKind::cpu ? "thread CPU time" : "device timer";
+    // Which kernels the timed region ran (the step's attention among them), so that
+    // ranks timed on different kernels are seen to be.
+    if (!p.time->kernel_calls.empty()) j["kernel_calls"] = p.time->kernel_calls;
   }
   j["value"] = p.status == "ok" ? p.metrics.value(value_key, 0.0) : 0.0;
   return j;

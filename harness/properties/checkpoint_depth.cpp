@@ -317,7 +317,7 @@ SweepPoint measure_checkpoint_point(Device& dev, const CheckpointBench& b, const
     const std::vector<int64_t>& counts = step.model().block_forward_counts();
     int64_t runs = 0;
     for (int64_t c : counts) runs += c;
-    const double steps = static_cast<double>(b.timing.warmup + p.time->reps);
+    const double steps = static_cast<double>(b.timing.warmup + p.time->reps + p.time->extra_runs);
     p.metrics["step_time_s"] = p.time->median_s;
     record_peak_bytes(p, before);
     // Block forwards per step over the blocks: 1 plain, 2 when every block is in a

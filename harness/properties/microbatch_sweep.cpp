@@ -82,10 +82,16 @@ std::vector<MicroBatchAttention> microbatch_attention_forms(BackendKind backend,
 }
 
 std::vector<MicroBatchAttention> microbatch_attention_forms(Device& dev, const StepConfig& cfg) {
-  const bool cudnn = dev.is_cuda() && cfg.model == ModelKind::transformer &&
-                     ops::gpu_attention_kernel_available(dev, ops::GpuAttentionKernel::cudnn, cfg.precision.compute,
-                                                         cfg.transformer.d_model / cfg.transformer.heads);
-  return microbatch_attention_forms(dev.kind(), cfg.precision.compute, ops::gpu_attention_kernel(), cudnn);
+  ops::GpuAttentionKernel run = ops::gpu_attention_kernel();
+  bool cudnn = false;
+  if (dev.is_cuda() && cfg.model == ModelKind::transformer && cfg.precision.compute != DType::f32) {
+    const int64_t D = cfg.transformer.head_dim();
+    // Kernels that cannot take this head dim or dtype fall back to the scalar ones call
+    // by call: the form is named after what runs.
+    if (!ops::gpu_attention_kernel_available(dev, run, cfg.precision.compute, D)) run = ops::GpuAttentionKernel::scalar;
+    cudnn = ops::gpu_attention_kernel_available(dev, ops::GpuAttentionKernel::cudnn, cfg.precision.compute, D);
+  }
+  return microbatch_attention_forms(dev.kind(), cfg.precision.compute, run, cudnn);
 }
 
 SweepPoint measure_microbatch_point(Device& dev, const StepConfig& cfg, uint64_t seed, const TimingOptions& timing,

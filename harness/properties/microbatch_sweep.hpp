@@ -48,8 +48,9 @@ struct MicroBatchSweep {
 // beside the own ones, which stay the reference).
 std::vector<MicroBatchAttention> microbatch_attention_forms(BackendKind backend, DType compute,
                                                             ops::GpuAttentionKernel run_kernel, bool cudnn_available);
-// The same for `dev` and `cfg` (asks the device whether cuDNN's kernels take the
-// model's head dimension).
+// The same for `dev` and `cfg`: asks the device whether the run's kernels and
+// cuDNN's take the model's head dimension and dtype (run's kernels that do not are
+// named scalar, the kernels that then run).
 std::vector<MicroBatchAttention> microbatch_attention_forms(Device& dev, const StepConfig& cfg);
 
 // quick: a transformer a 2-core CPU steps in ~0.1 s; full: the full preset's

@@ -111,6 +111,7 @@ void gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool t
   // BLAS takes int sizes and leading dimensions.
   constexpr int64_t kIntRange = int64_t(1) << 31;
   HR_CHECK(d.m < kIntRange && d.n < kIntRange && d.k < kIntRange, "{}: dimensions beyond int range", op);
+  const OpTimer timer(a, op);  // "matmul" or "matmul_batched" in an op profile
   HR_IF_CUDA(a, cuda::matmul(a, trans_a, b, trans_b, c, d.batch, d.m, d.n, d.k, alpha, beta));
   gemm_cpu(a, trans_a, b, trans_b, c, d, alpha, beta);
 }

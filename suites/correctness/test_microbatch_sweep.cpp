@@ -155,6 +155,37 @@ TEST(MicroBatchSweepForms, cuda_MemoryEfficientPointsNameAndRunTheirKernels) {
   EXPECT_EQ(kernels.size(), sweep.attention.size() - 1);  // each memory-efficient form its own kernels
 }
 
+// On a GPU, validate re-measures a memory-efficient point on the kernels it names:
+// the same configuration, and those kernels ran (not the run's setting).
+TEST(MicroBatchSweepForms, cuda_RemeasuresAMemoryEfficientPointOnItsKernels) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cuda);
+  const auto& sweeps = hr::sweep_registry();
+  const auto spec = std::find_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-MB"; });
+  ASSERT_NE(spec, sweeps.end());
+  hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
+  const auto sweep = hr::props::microbatch_sweep_config(hr::Preset::quick, hr::BackendKind::cuda);
+  hr::TimingOptions once;
+  once.warmup = 0;
+  once.min_reps = once.max_reps = 1;
+  int remeasured = 0;
+  for (const hr::props::MicroBatchAttention& form : hr::props::microbatch_attention_forms(dev, sweep.base)) {
+    if (!form.kernel) continue;
+    const std::string name = hr::ops::gpu_attention_kernel_name(*form.kernel);
+    SCOPED_TRACE(name);
+    hr::StepConfig cfg = sweep.base;
+    cfg.micro_batch = sweep.micro_batches.front();
+    cfg.transformer.memory_efficient_attention = true;
+    const hr::SweepPoint recorded = hr::props::measure_microbatch_point(dev, cfg, 1234, once, form.kernel);
+    ASSERT_EQ(recorded.status, "ok") << recorded.reason;
+    const auto again = spec->remeasure(ctx, recorded);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->config, recorded.config);
+    EXPECT_EQ(hr::attention_variants(*again), std::set<std::string>{name});
+    ++remeasured;
+  }
+  EXPECT_GE(remeasured, 1);
+}
+
 // A recorded point of a form this device does not time is not re-measured: a GPU's
 // memory-efficient point on a CPU, or one naming kernels that do not exist.
 TEST(MicroBatchSweepForms, RemeasuresOnlyTheFormsThisDeviceTimes) {

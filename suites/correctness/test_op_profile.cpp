@@ -70,7 +70,7 @@ TEST(OpProfile, RecordsEachOutermostOpUnderItsName) {
   hr::ops::attention_forward(hr::ops::AttentionImpl::naive, q, k, v, hr::ops::AttnMask{}, 0.25f, out, saved,
                              Consumer::activations);
   const std::map<std::string, double> seconds = profile.take();
-  EXPECT_EQ(profile.calls(), (std::map<std::string, size_t>{{"attention_forward", 1}, {"gemm", 2}, {"scale", 1}}));
+  EXPECT_EQ(profile.calls(), (std::map<std::string, size_t>{{"attention_forward", 1}, {"matmul", 2}, {"scale", 1}}));
   ASSERT_EQ(seconds.size(), 3u);
   for (const auto& [op, s] : seconds) EXPECT_GT(s, 0.0) << op;
   // take() empties the regions: a second take has only what ran since.
@@ -98,6 +98,11 @@ TEST(OpProfile, NothingIsRecordedWithoutAProfileAndOneToAThread) {
   EXPECT_TRUE(next.take().empty());
   hr::ops::scale(x, 2.f, x);
   EXPECT_EQ(next.take().size(), 1u);
+  {  // an op still open: its region is not there to take
+    const hr::OpTimer open(*dev, "open_op");
+    EXPECT_THROW(next.take(), hr::Error);
+  }
+  EXPECT_EQ(next.take().size(), 1u);
 }
 
 // time_region profiles one more run of its region when HEADROOM_OP_PROFILE=1 and
@@ -119,16 +124,19 @@ TEST(OpProfile, TimeRegionProfilesOneMoreRunWhenAsked) {
   const hr::props::OneBlasThread one_blas_thread(*dev);
   {
     const ScopedEnv off(hr::kOpProfileEnv, "0");
-    EXPECT_TRUE(hr::time_region(*dev, region, opt).op_seconds.empty());
+    const hr::TimeStats plain = hr::time_region(*dev, region, opt);
+    EXPECT_TRUE(plain.op_seconds.empty());
+    EXPECT_EQ(plain.extra_runs, 0);
     EXPECT_EQ(runs, 4);
   }
   runs = 0;
   const ScopedEnv on(hr::kOpProfileEnv, "1");
   const hr::TimeStats t = hr::time_region(*dev, region, opt);
   EXPECT_EQ(runs, 5);  // warm-up, three timed, one profiled
+  EXPECT_EQ(t.extra_runs, 1);
   EXPECT_EQ(t.samples_s.size(), 3u);
   ASSERT_EQ(t.op_seconds.size(), 2u);
-  EXPECT_GT(t.op_seconds.at("gemm"), 0.0);
+  EXPECT_GT(t.op_seconds.at("matmul"), 0.0);
   EXPECT_GT(t.op_seconds.at("add_bias"), 0.0);
 
   hr::Results r;
@@ -142,10 +150,10 @@ TEST(OpProfile, TimeRegionProfilesOneMoreRunWhenAsked) {
   r.sweep_points.push_back(p);
   hr::compute_totals(r);
   nlohmann::json j = hr::results_to_json(r);
-  EXPECT_EQ(j["sweep_points"][0]["time"]["op_seconds"]["gemm"].get<double>(), t.op_seconds.at("gemm"));
+  EXPECT_EQ(j["sweep_points"][0]["time"]["op_seconds"]["matmul"].get<double>(), t.op_seconds.at("matmul"));
   const hr::Results back = hr::results_from_json(j);
   EXPECT_EQ(back.sweep_points.at(0).time->op_seconds, t.op_seconds);
-  j["sweep_points"][0]["time"]["op_seconds"]["gemm"] = -1.0;
+  j["sweep_points"][0]["time"]["op_seconds"]["matmul"] = -1.0;
   EXPECT_THROW(hr::results_from_json(j), hr::InvalidArgument);
 }
 

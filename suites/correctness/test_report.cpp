@@ -268,13 +268,13 @@ TEST(Report, BmMbShowsTheDeviceTimeByOpOfProfiledPoints) {
   }
   hr::compute_totals(r);
   EXPECT_EQ(section(hr::report::render_report(r), "curve-bm-mb").find("device time by op"), std::string::npos);
-  r.sweep_points[0].time->op_seconds = {{"gemm", 0.050}, {"attention_forward", 0.020}, {"attention_backward", 0.030}};
+  r.sweep_points[0].time->op_seconds = {{"matmul", 0.050}, {"attention_forward", 0.020}, {"attention_backward", 0.030}};
   for (int i = 0; i < 14; ++i) r.sweep_points[1].time->op_seconds[fmt::format("op{:02}", i)] = 0.001 * (i + 1);
   const std::string bm = section(hr::report::render_report(r), "curve-bm-mb");
   ASSERT_NE(bm.find("device time by op"), std::string::npos) << bm;
-  // The naive point: gemm first (50% of the 101 ms step), then the backward, then
+  // The naive point: matmul first (50% of the 101 ms step), then the backward, then
   // the forward, then the 1 ms no op holds.
-  const auto gemm = bm.find("<td>gemm</td>"), bwd = bm.find("<td>attention_backward</td>"),
+  const auto gemm = bm.find("<td>matmul</td>"), bwd = bm.find("<td>attention_backward</td>"),
              fwd = bm.find("<td>attention_forward</td>");
   ASSERT_NE(gemm, std::string::npos);
   EXPECT_LT(gemm, bwd);

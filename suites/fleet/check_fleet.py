@@ -199,6 +199,12 @@ def run_once(folder):
            and all(want[r] == "slow" for r in want if f"fleet.rank_{r}" not in failing))
 
     if scenario == "clean":
+        # Each rank's step names the kernels it timed, its attention among them.
+        for d in ok:
+            rec = json.load(open(os.path.join(out, f"rank_{d['rank']}.json")))
+            calls = rec.get("throughput", {}).get("step", {}).get("kernel_calls", {})
+            expect(any(k.startswith("attention_forward:") for k in calls),
+                   f"rank {d['rank']}'s step names no attention kernel: {calls}")
         # --judge launches nothing: the same records give the same verdict, and a rank
         # that should be there and left no record is failed.
         j = subprocess.run([headroom, "fleet", "--judge", "--ranks", str(ranks), "--backend", "cpu", "--out", out],

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "harness/check.hpp"
@@ -58,14 +59,20 @@ void OpProfile::end(size_t region, const char* op) noexcept {
 std::map<std::string, double> OpProfile::take() {
   HR_CHECK(t_active != this || t_depth == 0, "an op profile is taken while an op of it is still open");
   std::map<std::string, double> seconds;
+  std::exception_ptr failed;  // the first region that could not be read: thrown once all are put back
   for (Region& r : regions_) {
-    if (r.ok && r.op != nullptr) {
-      seconds[r.op] += r.timer->seconds();
-      ++calls_[r.op];
+    if (r.ok && r.op != nullptr && !failed) {
+      try {
+        seconds[r.op] += r.timer->seconds();
+        ++calls_[r.op];
+      } catch (...) {
+        failed = std::current_exception();
+      }
     }
     spare_[r.dev].push_back(std::move(r.timer));
   }
   regions_.clear();
+  if (failed) std::rethrow_exception(failed);
   return seconds;
 }
 
@@ -80,6 +87,7 @@ OpTimer::OpTimer(const Tensor& on, const char* op) : op_(op) {
 }
 
 void OpTimer::open(Device& dev) {
+  owner_ = t_active;
   nested_ = true;
   if (t_depth++ > 0) return;  // inside another op: counted there
   try {
@@ -90,9 +98,9 @@ void OpTimer::open(Device& dev) {
 }
 
 OpTimer::~OpTimer() {
-  if (!nested_) return;
+  if (!nested_ || t_active != owner_) return;  // the profile it opened under is gone
   --t_depth;
-  if (profile_ != nullptr && t_active == profile_) profile_->end(region_, op_);
+  if (profile_ != nullptr) profile_->end(region_, op_);
 }
 
 bool op_profile_requested() {

@@ -74,6 +74,7 @@ class OpTimer {
 
  private:
   void open(Device& dev);
+  OpProfile* owner_ = nullptr;    // the profile active when the op opened
   OpProfile* profile_ = nullptr;  // set when this op records its region
   size_t region_ = 0;
   const char* op_;

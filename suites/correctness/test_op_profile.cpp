@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "harness/check.hpp"
@@ -103,6 +104,24 @@ TEST(OpProfile, NothingIsRecordedWithoutAProfileAndOneToAThread) {
     EXPECT_THROW(next.take(), hr::Error);
   }
   EXPECT_EQ(next.take().size(), 1u);
+}
+
+// An op still open when its profile ends closes without touching the next one.
+TEST(OpProfile, AnOpOutlivingItsProfileLeavesTheNextAlone) {
+  auto dev = hr::make_cpu_device();
+  Tensor x = random(*dev, {1000}, 7);
+  std::unique_ptr<hr::OpTimer> stale;
+  {
+    hr::OpProfile gone;
+    stale = std::make_unique<hr::OpTimer>(*dev, "stale");
+  }
+  hr::OpProfile next;
+  stale.reset();
+  hr::ops::scale(x, 2.f, x);
+  std::map<std::string, double> seconds;
+  EXPECT_NO_THROW(seconds = next.take());
+  EXPECT_EQ(seconds.size(), 1u);
+  EXPECT_EQ(next.calls(), (std::map<std::string, size_t>{{"scale", 1}}));
 }
 
 // time_region profiles one more run of its region when HEADROOM_OP_PROFILE=1 and

@@ -1,7 +1,7 @@
 // BM-OPT: fp32 AdamW against 8-bit AdamW (block 256 and 2048) on the model of BM-MB:
 // the optimizer step's time alone (gradients from one real step, then the update
-// timed) and the state's bytes per consumer, so the memory saved and its cost in
-// step time are read side by side.
+// timed), the bytes it moves and their rate, and the state's bytes per consumer, so
+// the memory saved and its cost in step time are read side by side.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,6 +38,15 @@ SweepPoint measure_optimizer_point(Device& dev, StepConfig cfg, OptimizerKind ki
     p.metrics["state_bytes"] = state;
     p.metrics["state_bytes_per_parameter"] = state / params;
     p.metrics["parameters"] = params;
+    // What the step reads and writes, as bench_optim8bit counts it: each trainable
+    // parameter read and written, its gradient read, every state tensor (codes,
+    // absmax, fp32 moments) read and written. Its rate over the card's memory
+    // bandwidth is the fraction of it the step reaches.
+    double moved = 2.0 * state;
+    for (const Param& prm : step.params().all())
+      if (prm.trainable) moved += 2.0 * static_cast<double>(prm.master.nbytes()) + static_cast<double>(prm.grad.nbytes());
+    p.metrics["bytes_moved"] = moved;
+    p.metrics["bytes_per_s"] = moved / p.time->median_s;
   });
   return p;
 }

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "harness/check.hpp"
+#include "harness/device.hpp"
+#include "harness/registry.hpp"
 #include "kernels/optim/optim.hpp"
 #include "kernels/optim/optim8.hpp"
 #if HEADROOM_HAVE_CUDA
@@ -245,6 +247,31 @@ TEST_P(OptimMany, ARefusedCallStepsNothing) {
                                             1),
                hr::InvalidArgument);
   EXPECT_EQ(q.p.t.to_host_bytes(), q_before);
+}
+
+// BM-OPT's bytes moved, counted independently: fp32 AdamW on fp32 parameters moves
+// 28 bytes a parameter (parameter read and written, gradient read, two fp32
+// moments read and written); 8-bit AdamW 12 a parameter and its state read and
+// written. Their rate is over the step's median time.
+TEST(OptimizerSweep, CountsTheBytesEachStepMoves) {
+  auto dev = hr::make_device("cpu");
+  const auto& sweeps = hr::sweep_registry();
+  const auto spec = std::find_if(sweeps.begin(), sweeps.end(), [](const hr::SweepSpec& s) { return s.id == "BM-OPT"; });
+  ASSERT_NE(spec, sweeps.end());
+  hr::RunContext ctx{*dev, hr::Preset::quick, 1234, {}};
+  const std::vector<hr::SweepPoint> points = spec->run(ctx);
+  ASSERT_EQ(points.size(), 3u);
+  for (const hr::SweepPoint& p : points) {
+    ASSERT_EQ(p.status, "ok") << p.reason;
+    const double params = p.metrics.at("parameters").get<double>();
+    const double moved = p.metrics.at("bytes_moved").get<double>();
+    if (p.config.at("optimizer") == "adamw")
+      EXPECT_EQ(moved, 28.0 * params);
+    else
+      EXPECT_EQ(moved, 12.0 * params + 2.0 * p.metrics.at("state_bytes").get<double>());
+    EXPECT_LT(moved, 28.0 * params + 1.0) << "8-bit state moves fewer bytes than fp32's";
+    EXPECT_DOUBLE_EQ(p.metrics.at("bytes_per_s").get<double>(), moved / p.time->median_s);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(, OptimMany, testing::Values(hr::BackendKind::cpu, hr::BackendKind::cuda),

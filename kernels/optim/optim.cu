@@ -67,7 +67,7 @@ __global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, int6
 }
 
 // Many tensors in one launch, for AdamW steps whose tensors are all 4-element
-// aligned: each thread block takes a chunk of kChunk elements of one tensor (found
+// aligned: each thread block takes a chunk of kAdamWChunk elements of one tensor (found
 // by a binary search of the chunks' starts in the parameter bank), each thread 4
 // consecutive elements at a time through optim::adamw, the arithmetic of the kernel
 // above, so a tensor steps the same bit for bit in either. Kept within the 4 KiB of

@@ -8,6 +8,7 @@
 
 #include "kernels/common/cpu_vector_math.hpp"
 #include "kernels/common/dispatch.hpp"
+#include "kernels/optim/optim_many.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/optim/optim_math.hpp"
 
@@ -87,15 +88,12 @@ optim::AdamWScalars checked_adamw(const Tensor& param, const Tensor& grad, const
 
 void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
   if (tensors.empty()) return;
-  std::vector<const void*> params;
+  std::vector<optim::AdamWScalars> scalars;  // each tensor's, from its checks
   for (const AdamWTensor& t : tensors) {
     HR_CHECK(t.param && t.grad && t.m && t.v, "adamw_step_many: a null tensor");
-    checked_adamw(*t.param, *t.grad, *t.m, *t.v, step, t.cfg, "adamw_step_many");
-    if (t.param->numel() > 0) params.push_back(t.param->data());
+    scalars.push_back(checked_adamw(*t.param, *t.grad, *t.m, *t.v, step, t.cfg, "adamw_step_many"));
   }
-  std::sort(params.begin(), params.end());
-  HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
-               "adamw_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  optim_many::check_listed_once(tensors, "adamw_step_many");
   const OpTimer timer(*tensors.front().param, __func__);
   std::vector<bool> stepped(tensors.size(), false);
 #if HEADROOM_HAVE_CUDA
@@ -114,8 +112,7 @@ void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
       return x.device == &t.param->device() && x.param == t.param->dtype() && x.grad == t.grad->dtype();
     });
     if (g == groups.end()) g = groups.insert(groups.end(), Group{&t.param->device(), t.param->dtype(), t.grad->dtype(), {}, {}});
-    g->args.push_back({t.param, t.grad, t.m, t.v,
-                       optim::adamw_scalars(t.cfg.lr, t.cfg.beta1, t.cfg.beta2, t.cfg.eps, t.cfg.weight_decay, step)});
+    g->args.push_back({t.param, t.grad, t.m, t.v, scalars[i]});
     g->index.push_back(i);
   }
   for (const Group& g : groups) {

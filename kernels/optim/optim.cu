@@ -41,37 +41,46 @@ __global__ void sgd_kernel(TP* param, const TG* grad, float* buf, int64_t n, opt
   }
 }
 
+// AdamW on pack q of N elements, and on element i alone: the update both AdamW
+// kernels below apply, so a tensor steps the same bit for bit in either.
+template <int N, typename TP, typename TG>
+__device__ __forceinline__ void adamw_pack(TP* param, const TG* grad, float* m, float* v, int64_t q,
+                                           const optim::AdamWScalars& s) {
+  Pack<TP, N> p = reinterpret_cast<Pack<TP, N>*>(param)[q];
+  const Pack<TG, N> g = reinterpret_cast<const Pack<TG, N>*>(grad)[q];
+  Pack<float, N> mm = reinterpret_cast<Pack<float, N>*>(m)[q];
+  Pack<float, N> vv = reinterpret_cast<Pack<float, N>*>(v)[q];
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    p.v[k] = from_float<TP>(optim::adamw(to_float(p.v[k]), to_float(g.v[k]), &mm.v[k], &vv.v[k], s));
+  reinterpret_cast<Pack<TP, N>*>(param)[q] = p;
+  reinterpret_cast<Pack<float, N>*>(m)[q] = mm;
+  reinterpret_cast<Pack<float, N>*>(v)[q] = vv;
+}
+
+template <typename TP, typename TG>
+__device__ __forceinline__ void adamw_element(TP* param, const TG* grad, float* m, float* v, int64_t i,
+                                              const optim::AdamWScalars& s) {
+  float mi = m[i], vi = v[i];
+  param[i] = from_float<TP>(optim::adamw(to_float(param[i]), to_float(grad[i]), &mi, &vi, s));
+  m[i] = mi;
+  v[i] = vi;
+}
+
 template <int N, typename TP, typename TG>
 __global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, int64_t n, optim::AdamWScalars s) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / N;
-  for (int64_t q = tid; q < packs; q += stride) {
-    Pack<TP, N> p = reinterpret_cast<Pack<TP, N>*>(param)[q];
-    const Pack<TG, N> g = reinterpret_cast<const Pack<TG, N>*>(grad)[q];
-    Pack<float, N> mm = reinterpret_cast<Pack<float, N>*>(m)[q];
-    Pack<float, N> vv = reinterpret_cast<Pack<float, N>*>(v)[q];
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      p.v[k] = from_float<TP>(optim::adamw(to_float(p.v[k]), to_float(g.v[k]), &mm.v[k], &vv.v[k], s));
-    reinterpret_cast<Pack<TP, N>*>(param)[q] = p;
-    reinterpret_cast<Pack<float, N>*>(m)[q] = mm;
-    reinterpret_cast<Pack<float, N>*>(v)[q] = vv;
-  }
-  for (int64_t i = packs * N + tid; i < n; i += stride) {
-    float mi = m[i], vi = v[i];
-    param[i] = from_float<TP>(optim::adamw(to_float(param[i]), to_float(grad[i]), &mi, &vi, s));
-    m[i] = mi;
-    v[i] = vi;
-  }
+  for (int64_t q = tid; q < packs; q += stride) adamw_pack<N>(param, grad, m, v, q, s);
+  for (int64_t i = packs * N + tid; i < n; i += stride) adamw_element(param, grad, m, v, i, s);
 }
 
 // Many tensors in one launch, for AdamW steps whose tensors are all 4-element
 // aligned: each thread block takes a chunk of kAdamWChunk elements of one tensor (found
 // by a binary search of the chunks' starts in the parameter bank), each thread 4
-// consecutive elements at a time through optim::adamw, the arithmetic of the kernel
-// above, so a tensor steps the same bit for bit in either. Kept within the 4 KiB of
-// kernel parameters every driver takes.
+// consecutive elements at a time through adamw_pack (adamw_element for a tail), as
+// the kernel above. Kept within the 4 KiB of kernel parameters every driver takes.
 constexpr int kAdamWChunk = kThreads * 4 * 4;  // 4096 elements: four packs a thread
 struct AdamWTensorArg {
   void* param;
@@ -110,24 +119,9 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
   const int64_t end = begin + kAdamWChunk < n ? begin + kAdamWChunk : n;
   for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * N; i < end; i += static_cast<int64_t>(blockDim.x) * N) {
     if (i + N <= end) {
-      const int64_t q = i / N;
-      Pack<TP, N> p = reinterpret_cast<Pack<TP, N>*>(param)[q];
-      const Pack<TG, N> g = reinterpret_cast<const Pack<TG, N>*>(grad)[q];
-      Pack<float, N> mm = reinterpret_cast<Pack<float, N>*>(m)[q];
-      Pack<float, N> vv = reinterpret_cast<Pack<float, N>*>(v)[q];
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        p.v[k] = from_float<TP>(optim::adamw(to_float(p.v[k]), to_float(g.v[k]), &mm.v[k], &vv.v[k], s));
-      reinterpret_cast<Pack<TP, N>*>(param)[q] = p;
-      reinterpret_cast<Pack<float, N>*>(m)[q] = mm;
-      reinterpret_cast<Pack<float, N>*>(v)[q] = vv;
+      adamw_pack<N>(param, grad, m, v, i / N, s);
     } else {
-      for (int64_t j = i; j < end; ++j) {
-        float mi = m[j], vi = v[j];
-        param[j] = from_float<TP>(optim::adamw(to_float(param[j]), to_float(grad[j]), &mi, &vi, s));
-        m[j] = mi;
-        v[j] = vi;
-      }
+      for (int64_t j = i; j < end; ++j) adamw_element(param, grad, m, v, j, s);
     }
   }
 }

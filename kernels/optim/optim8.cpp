@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/common/dispatch.hpp"
+#include "kernels/optim/optim_many.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 
 #if HEADROOM_HAVE_CUDA
@@ -144,17 +145,14 @@ optim::AdamWScalars checked_adamw8bit(const Tensor& param, const Tensor& grad, c
 
 void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t step) {
   if (tensors.empty()) return;
-  std::vector<const void*> params;
+  std::vector<optim::AdamWScalars> scalars;  // each tensor's, from its checks
   for (const AdamW8bitTensor& t : tensors) {
     HR_CHECK(t.param && t.grad && t.m_codes && t.m_absmax && t.v_codes && t.v_absmax,
              "adamw8bit_step_many: a null tensor");
-    checked_adamw8bit(*t.param, *t.grad, *t.m_codes, *t.m_absmax, *t.v_codes, *t.v_absmax, step, t.cfg, t.opt,
-                      "adamw8bit_step_many");
-    if (t.param->numel() > 0) params.push_back(t.param->data());
+    scalars.push_back(checked_adamw8bit(*t.param, *t.grad, *t.m_codes, *t.m_absmax, *t.v_codes, *t.v_absmax, step,
+                                        t.cfg, t.opt, "adamw8bit_step_many"));
   }
-  std::sort(params.begin(), params.end());
-  HR_ARG_CHECK(std::adjacent_find(params.begin(), params.end()) == params.end(),
-               "adamw8bit_step_many: a parameter is listed twice (one launch would step it twice at once)");
+  optim_many::check_listed_once(tensors, "adamw8bit_step_many");
   const OpTimer timer(*tensors.front().param, __func__);
   std::vector<bool> stepped(tensors.size(), false);
 #if HEADROOM_HAVE_CUDA
@@ -181,8 +179,7 @@ void adamw8bit_step_many(const std::vector<AdamW8bitTensor>& tensors, int64_t st
     if (g == groups.end())
       g = groups.insert(groups.end(),
                         Group{&t.param->device(), t.param->dtype(), t.grad->dtype(), t.opt.block_size, cm, cv, {}, {}});
-    g->args.push_back({t.param, t.grad, t.m_codes, t.m_absmax, t.v_codes, t.v_absmax,
-                       optim::adamw_scalars(t.cfg.lr, t.cfg.beta1, t.cfg.beta2, t.cfg.eps, t.cfg.weight_decay, step)});
+    g->args.push_back({t.param, t.grad, t.m_codes, t.m_absmax, t.v_codes, t.v_absmax, scalars[i]});
     g->index.push_back(i);
   }
   // Every group's maps on its device before any launch: an upload that fails steps nothing.

@@ -220,7 +220,7 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   // The tensors' device, which need not be the current one.
   const DeviceRecord& rec = q.device().record();
   if (rec.cc_major < 8)
-    return no(fmt::format("compute capability {}.{}: the WMMA kernels need 8.0 or newer", rec.cc_major, rec.cc_minor));
+    return no(fmt::format("compute capability {}.{}: the tensor-core kernels (mma.sync, ldmatrix, cp.async) need 8.0 or newer", rec.cc_major, rec.cc_minor));
   const int optin = smem_optin(rec.ordinal);
   size_t need = 0;
   with_head_dim(static_cast<int>(q.dim(3)), [&](auto kd) { need = tc_smem_bytes<decltype(kd)::value>(); });

@@ -39,9 +39,10 @@ struct AttnProbDropout {
 
 // Which kernels run the memory-efficient form in fp16 and bf16 on a GPU:
 // - scalar: one thread per query row, fp32 arithmetic (attention_kernels.cuh);
-// - tensor_core: WMMA tiles of 64 rows, P and dS rounded to 16 bits before their
-//   products as FlashAttention-2 does (attention_tc_kernels.cuh; sm_80 and newer,
-//   head dim <= 128; elsewhere the scalar kernels run).
+// - tensor_core: FlashAttention-2's form on mma.sync, tiles of 64 rows, scores, P
+//   and dS in registers, P and dS rounded to 16 bits before their products
+//   (attention_tc_kernels.cuh; sm_80 and newer, head dim <= 128; elsewhere the
+//   scalar kernels run).
 // - cudnn: cuDNN's fused attention, loaded at run time (attention_cuda.hpp says
 //   what it takes; elsewhere the scalar kernels run). A library kernel timed beside
 //   the own ones; they stay the reference it is checked against.

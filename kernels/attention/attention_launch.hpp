@@ -51,43 +51,45 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTile = kWarps * 16;  // rows per block, and keys (or queries) per step
 constexpr int kMaxTcHeadDim = 128;
 
-// Row strides in elements, padded against shared-memory bank conflicts; WMMA wants
-// multiples of 16 bytes, and every tile then starts 32-byte aligned.
+// The row stride in elements of the 16-bit [kTile][kD] tiles of Q, K, V and dO in
+// shared memory: 16 bytes of padding make ldmatrix's eight 16-byte rows fall in
+// distinct banks, and keep every row 16-byte aligned for cp.async.
 template <int kD>
-constexpr int kLdIn = kD + 8;        // 16-bit [kTile][kD] tiles of Q, K, V, dO
-constexpr int kLdScore = kTile + 4;  // fp32 [16][kTile] scores, per warp
-constexpr int kLdProb = kTile + 8;   // 16-bit [16][kTile] P or dS, per warp
-template <int kD>
-constexpr int kLdOut = kD + 4;  // fp32 [16][kD] output rows, per warp
+constexpr int kLdIn = kD + 8;
 
 template <int kD>
 constexpr size_t in_tile_bytes() {
   return static_cast<size_t>(kTile) * kLdIn<kD> * 2;
 }
-constexpr size_t kScoreBytes = static_cast<size_t>(16) * kLdScore * 4;  // per warp
-constexpr size_t kProbBytes = static_cast<size_t>(16) * kLdProb * 2;    // per warp
+// Dynamic shared memory of each kernel: its resident tiles and two buffers of each
+// streamed one (at head dim 128: 85, 102 and 103 KiB, so two blocks fit an H100's or
+// H200's 228 KiB; an A100 opts in to 163 KiB); the dispatcher checks them against
+// the device. The outputs stage through the warp's own rows of a resident tile.
 template <int kD>
-constexpr size_t out_bytes() {
-  return static_cast<size_t>(16) * kLdOut<kD> * 4;
-}
-// Dynamic shared memory of each kernel (at head dim 128: 77, 102 and 111.5 KiB, so
-// two blocks fit an H100's or H200's 228 KiB; an A100 opts in to 163 KiB); the
-// dispatcher checks them against the device. The forward's output accumulates in
-// registers and stages through the K and V tiles once at the end; the backward
-// kernels round dS into the scores' buffer once the scores are read.
-template <int kD>
-constexpr size_t forward_smem_bytes() {
-  return 3 * in_tile_bytes<kD>() + kWarps * (kScoreBytes + kProbBytes);
+constexpr size_t forward_smem_bytes() {  // Q; K and V twice
+  return 5 * in_tile_bytes<kD>();
 }
 template <int kD>
-constexpr size_t dq_smem_bytes() {
-  return 4 * in_tile_bytes<kD>() + kWarps * 2 * kScoreBytes;
+constexpr size_t dq_smem_bytes() {  // Q and dO; K and V twice
+  return 6 * in_tile_bytes<kD>();
 }
 template <int kD>
-constexpr size_t dkv_smem_bytes() {
-  return 4 * in_tile_bytes<kD>() + 2 * kTile * sizeof(float) + kWarps * (2 * kScoreBytes + kProbBytes);
+constexpr size_t dkv_smem_bytes() {  // K and V; Q and dO twice, with their rows' lse and D
+  return 6 * in_tile_bytes<kD>() + 4 * kTile * sizeof(float);
 }
-static_assert(kProbBytes <= kScoreBytes, "16-bit dS must fit the scores' buffer");
+// The queries the dK/dV kernel takes at once within a step of kTile: its scores and
+// dP^T for them stay in registers beside the two fp32 accumulators (kD / 2 floats a
+// lane each).
+constexpr int kDkvPart = 32;
+// The blocks per SM the kernels' registers are designed for (a lane holds its
+// accumulators, a step's scores and the operands in flight): four forward blocks
+// at head dim 32 (128 registers a thread), three up to 64 (168) and at 128; three
+// backward blocks up to 64, two at 128 (255). At 128 the forward's shared memory
+// holds it to two. ptxas, sm_90: no spills at these bounds.
+template <int kD>
+constexpr int kForwardRegBlocks = kD <= 32 ? 4 : 3;
+template <int kD>
+constexpr int kBackwardRegBlocks = kD <= 64 ? 3 : 2;
 // The shared memory one SM holds at compute capability cc (major * 10 + minor), per
 // the CUDA programming guide's table: 164 KiB on sm_80 and sm_87, 228 KiB from
 // sm_90 to sm_110, 100 KiB on sm_86, sm_89 and sm_120 (64 KiB below sm_80, where
@@ -108,13 +110,10 @@ constexpr int kBuildCc = 90;
 #endif
 // The blocks per SM each kernel is built for, its __launch_bounds__ minimum: as
 // many as its shared memory lets an SM of the target architecture hold (1 KiB of it
-// reserved per block), at most 3. Three blocks of kThreads leave 168 registers a
-// thread (two leave 255), which hold the fp32 accumulators, a step's scores and
-// their loads in flight; ptxas's own choice without a minimum is lower and spills.
-constexpr int kMaxDesignBlocks = 3;
-constexpr int design_blocks(size_t smem_bytes, int cc = kBuildCc) {
+// reserved per block), at most what its registers are designed for (reg_blocks).
+constexpr int design_blocks(size_t smem_bytes, int reg_blocks, int cc = kBuildCc) {
   const size_t n = sm_smem_bytes_of(cc) / (smem_bytes + 1024u);
-  return n > kMaxDesignBlocks ? kMaxDesignBlocks : (n < 1 ? 1 : static_cast<int>(n));
+  return n > static_cast<size_t>(reg_blocks) ? reg_blocks : (n < 1 ? 1 : static_cast<int>(n));
 }
 // The most any of them takes at head-dim bucket kD.
 template <int kD>

@@ -1,22 +1,21 @@
-// Memory-efficient attention on tensor cores, fp16 and bf16 (sm_80 and newer).
-// One block of four warps takes a tile of 64 query rows (forward, dQ) or 64 keys
-// (dK, dV); each warp owns 16 of them. The products (Q K^T, P V, dO V^T, dS K, ...)
-// run as 16x16x16 WMMA tiles with fp32 accumulation from shared memory; the
-// softmax's row statistics are kept by two lanes per row, each over half of the
-// 64 columns of a step. P and dS are rounded to the storage format before their
-// product, as FlashAttention-2 does (dS in fp16 times a power of two that keeps it
-// in range, ds_prescale); every sum stays fp32. Every accumulator (the forward
-// output too) stays in registers: the forward rescales its output per row through
-// the accumulator's element-to-row map, which WMMA leaves unspecified and each warp
-// reads once (accumulator_rows). Tiles load by cp.async into one buffer per operand,
-// each step's next operand loading while the current one is used. Deterministic: no
+// Memory-efficient attention on tensor cores, fp16 and bf16 (sm_80 and newer), in
+// FlashAttention-2's form. One block of four warps takes a tile of 64 query rows
+// (forward, dQ) or 64 keys (dK, dV); each warp owns 16 of them. Every product
+// (Q K^T, P V, dO V^T, dS K, K Q^T, V dO^T, P^T dO, dS^T Q) runs as mma.sync
+// m16n8k16 (16-bit operands, fp32 accumulation), its shared-memory operands loaded
+// by ldmatrix, and its result stays in the registers it accumulated in: the scores,
+// their softmax (a row's statistics reduced over the four lanes that hold it), P
+// and dS. P and dS are rounded to the storage format and fed straight back as the
+// next product's A operand, as FlashAttention-2 does (dS in fp16 times a power of
+// two that keeps it in range, ds_prescale); every sum stays fp32. The streamed
+// operands (K and V, or Q and dO) load by cp.async into two buffers each, a step's
+// successor loading while it computes, one block barrier a step. Deterministic: no
 // atomics. Include only from the per-head-dim translation units (attention_tc_d*.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline_primitives.h>
-#include <mma.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -31,78 +30,215 @@
 
 namespace hr::ops::cuda::attn_tc {
 
-namespace wmma = nvcuda::wmma;
 using attn_kernels::Launch;
 using attn_kernels::MaskArgs;
-// The backward kernels stage their fp32 results through the warp's two score buffers.
-static_assert(out_bytes<kMaxTcHeadDim>() <= 2 * kScoreBytes, "backward output staging exceeds the score buffers");
+using attn_kernels::row_mask;
 
-// The CUDA type WMMA takes for each storage format (same bits).
+// The CUDA type of each storage format (same bits), and two floats rounded into the
+// halves of one register, the first in the low half (an operand's element order).
 template <typename S>
 struct MmaType;
 template <>
 struct MmaType<half_t> {
   using T = __half;
-  static __device__ T from(float f) { return __float2half_rn(f); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 template <>
 struct MmaType<bfloat16_t> {
   using T = __nv_bfloat16;
-  static __device__ T from(float f) { return __float2bfloat16_rn(f); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
-using attn_kernels::row_mask;
+// ---- One warp's products: mma.sync m16n8k16 fed by ldmatrix ---------------------------------
+// The fragments, per the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating
+// point type"), for lane 4 g + c (g = lane / 4, c = lane % 4), each register two
+// 16-bit elements, the lower column (or k) in the low half:
+//   A, 16 x 16 (row, k): a[0] = (g, 2c..2c+1), a[1] = (g + 8, 2c..), a[2] = (g, 2c + 8..),
+//                        a[3] = (g + 8, 2c + 8..)
+//   B, 16 x 8 (k, n):    b[0] = (2c..2c+1, g), b[1] = (2c + 8.., g)
+//   C, 16 x 8 fp32:      c[0], c[1] = (g, 2c), (g, 2c + 1); c[2], c[3] = (g + 8, 2c), (g + 8, 2c + 1)
+// So the C tiles of columns [16 k, 16 k + 16), rounded in pairs, are element for
+// element the A operand of those 16 columns (to_a): a product's result feeds the
+// next without leaving its registers. ldmatrix .x4 gives register i the 8 x 8
+// matrix whose rows lanes 8 i .. 8 i + 7 address, each lane (row r / 4, columns
+// 2 (r % 4), +1) of it, or with .trans (rows 2 (r % 4), +1, column r / 4).
 
-// This lane's half of one output row: dst[d] = factor * row[d] for d < D (where the
-// rows are not whole 16-byte vectors; store_rows otherwise).
-template <typename S, int kD>
-__device__ void store_half_row(S* __restrict__ dst, const float* row, float factor, int half, int D) {
-  for (int d = half * (kD / 2); d < (half + 1) * (kD / 2) && d < D; ++d) dst[d] = from_float<S>(factor * row[d]);
+// The fp32 accumulators of a 16 x kN result: n-tile j holds columns [8 j, 8 j + 8).
+template <int kN>
+using Acc = float[kN / 8][4];
+
+// The row (0-15) and column of element e of n-tile j that this lane holds.
+__device__ __forceinline__ int frag_row(int lane, int e) { return (lane >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int frag_col(int lane, int j, int e) { return 8 * j + 2 * (lane & 3) + (e & 1); }
+
+template <int kN>
+__device__ __forceinline__ void zero(Acc<kN>& acc) {
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
 }
 
-// The warp's 16 output rows from its fp32 stage ([16][kLdOut]) into dst, the first
-// of them, at D elements a row: row i times the `factor` of lane 2i, rows from
-// `rows` on left alone. Where the rows are whole 16-byte vectors (D a multiple of 8,
-// dst aligned), each lane stores 16-byte vectors of 8 elements, so a warp writes
-// whole rows at once; otherwise each lane pair its row, element by element. Every
-// lane of the warp must call it.
-template <typename S, int kD>
-__device__ void store_rows(S* __restrict__ dst, const float* stage, float factor, int rows, int D, int lane) {
-  static_assert(sizeof(S) == 2, "16-bit outputs");
-  if (D % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    constexpr int kVecs = kD / 8;  // per row
-    static_assert(16 * kVecs % 32 == 0, "whole warp passes");
-#pragma unroll
-    for (int i = lane; i < 16 * kVecs; i += 32) {
-      const int row = i / kVecs, c = (i % kVecs) * 8;
-      const float f = __shfl_sync(0xffffffffu, factor, 2 * row);
-      if (row >= rows || c >= D) continue;
-      // Two 16-byte reads of the stage (its rows are kLdOut = kD + 4 floats: 16-byte aligned).
-      const float4* src = reinterpret_cast<const float4*>(stage + row * kLdOut<kD> + c);
-      const float4 lo = src[0], hi = src[1];
-      const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      uint32_t w[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        w[k] = static_cast<uint32_t>(from_float<S>(f * x[2 * k]).bits) |
-               (static_cast<uint32_t>(from_float<S>(f * x[2 * k + 1]).bits) << 16);
-      *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row) * D + c) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-  } else if ((lane >> 1) < rows) {
-    store_half_row<S, kD>(dst + static_cast<int64_t>(lane >> 1) * D, stage + (lane >> 1) * kLdOut<kD>, factor,
-                          lane & 1, D);
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// The "memory" clobbers keep the compiler from moving shared-memory stores across
+// the loads (the outputs stage through the tiles the operands came from).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p))
+               : "memory");
+}
+
+// d += a b for one 16 x 8 tile.
+template <typename M>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<M, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<M, __half>, "fp16 or bf16 operands");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
-// The column a lane takes at step c of its loops over its half of a row (32 columns,
-// or kD / 2 output columns). Lane 2r + h reads row r, half h; the rows are 68 floats
-// (or 72 halves, or kD + 4 floats) apart and the halves 32 columns, so in step
-// order every lane pair, and rows r and r + 8, would meet in one bank (4-way). A
-// lane starts (r / 8) + 2h columns in instead: the fp32 rows are then conflict-free
-// and the 16-bit ones 2-way. The sums over a row's columns change order, nothing else.
-__device__ __forceinline__ int lane_column(int c, int lane, int n) {
-  return (c + ((lane >> 1) >> 3) + 2 * (lane & 1)) & (n - 1);
+// A over columns [k0, k0 + 16) of the 16 rows at `rows` (row-major, ld elements a
+// row): matrices (rows 0-7, k0), (8-15, k0), (0-7, k0 + 8), (8-15, k0 + 8).
+template <typename M>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const M* rows, int ld, int k0, int lane) {
+  ldsm_x4(a, rows + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + k0 + (lane >> 4) * 8);
 }
+// B of the two n-tiles [n0, n0 + 8) and [n0 + 8, n0 + 16) over k in [k0, k0 + 16),
+// from a tile whose row n holds B's column n (K for Q K^T): b[0], b[1] the first
+// n-tile's, b[2], b[3] the second's.
+template <typename M>
+__device__ __forceinline__ void load_b_rows_n(uint32_t (&b)[4], const M* tile, int ld, int n0, int k0, int lane) {
+  ldsm_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+// The same from a tile whose row k holds B's row k (V for P V), transposed on load.
+template <typename M>
+__device__ __forceinline__ void load_b_rows_k(uint32_t (&b)[4], const M* tile, int ld, int k0, int n0, int lane) {
+  ldsm_x4_trans(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
+}
+
+// acc (16 x kN) += A B^T: A the 16 rows at `a`, B the kN rows at `b`, both
+// row-major over kK columns (ld elements a row).
+template <typename M, int kK, int kN>
+__device__ __forceinline__ void mma_abt(Acc<kN>& acc, const M* a, const M* b, int ld, int lane) {
+  static_assert(kK % 16 == 0 && kN % 16 == 0, "whole 16 x 16 operand tiles");
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    uint32_t fa[4];
+    load_a(fa, a, ld, kk * 16, lane);
+#pragma unroll
+    for (int j = 0; j < kN / 16; ++j) {
+      uint32_t fb[4];
+      load_b_rows_n(fb, b, ld, j * 16, kk * 16, lane);
+      mma<M>(acc[2 * j], fa, fb[0], fb[1]);
+      mma<M>(acc[2 * j + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+// acc (16 x kN) += P B: P (16 x kK) in registers as A operands (to_a), B the kK
+// rows at `b` (row-major over kN columns, ld elements a row).
+template <typename M, int kK, int kN>
+__device__ __forceinline__ void mma_pb(Acc<kN>& acc, const uint32_t (&p)[kK / 16][4], const M* b, int ld, int lane) {
+  static_assert(kK % 16 == 0 && kN % 16 == 0, "whole 16 x 16 operand tiles");
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < kN / 16; ++j) {
+      uint32_t fb[4];
+      load_b_rows_k(fb, b, ld, kk * 16, j * 16, lane);
+      mma<M>(acc[2 * j], p[kk], fb[0], fb[1]);
+      mma<M>(acc[2 * j + 1], p[kk], fb[2], fb[3]);
+    }
+}
+
+// The A operands of a 16 x kN fp32 result times `factor`, rounded to S.
+template <typename S, int kN>
+__device__ __forceinline__ void to_a(uint32_t (&p)[kN / 16][4], const Acc<kN>& c, float factor = 1.f) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+    const float(&lo)[4] = c[2 * kk];
+    const float(&hi)[4] = c[2 * kk + 1];
+    p[kk][0] = MmaType<S>::pack(lo[0] * factor, lo[1] * factor);
+    p[kk][1] = MmaType<S>::pack(lo[2] * factor, lo[3] * factor);
+    p[kk][2] = MmaType<S>::pack(hi[0] * factor, hi[1] * factor);
+    p[kk][3] = MmaType<S>::pack(hi[2] * factor, hi[3] * factor);
+  }
+}
+
+// The maximum and the sum over the four lanes that hold one row's elements.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The warp's 16 x kD result, rows g and g + 8 of this lane times f0 and f1, rounded
+// into `stage` (the warp's own 16 rows of a tile, ld kLdIn, no longer read by any
+// lane) and copied to dst, its first row of D elements; rows from `rows` on are
+// left alone. Where the rows are whole 16-byte vectors (D a multiple of 8, dst
+// aligned) each lane copies 16-byte vectors, so the warp writes whole rows at once;
+// otherwise element by element. Every lane of the warp must call it.
+template <typename S, int kD, typename M>
+__device__ void store_result(S* __restrict__ dst, M* stage, const Acc<kD>& acc, float f0, float f1, int rows, int D,
+                             int lane) {
+  constexpr int kLd = kLdIn<kD>;
+  __syncwarp();  // every lane has read the operands these rows held
+  const int g = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+    *reinterpret_cast<uint32_t*>(stage + g * kLd + 8 * j + c) = MmaType<S>::pack(acc[j][0] * f0, acc[j][1] * f0);
+    *reinterpret_cast<uint32_t*>(stage + (g + 8) * kLd + 8 * j + c) =
+        MmaType<S>::pack(acc[j][2] * f1, acc[j][3] * f1);
+  }
+  __syncwarp();
+  const uint16_t* from = reinterpret_cast<const uint16_t*>(stage);
+  uint16_t* to = reinterpret_cast<uint16_t*>(dst);
+  if (D % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    constexpr int kVecs = kD / 8;  // per row
+#pragma unroll
+    for (int i = lane; i < 16 * kVecs; i += 32) {
+      const int row = i / kVecs, col = (i % kVecs) * 8;
+      if (row < rows && col < D)
+        *reinterpret_cast<uint4*>(to + static_cast<int64_t>(row) * D + col) =
+            *reinterpret_cast<const uint4*>(from + row * kLd + col);
+    }
+  } else {
+    for (int i = lane; i < 16 * kD; i += 32) {
+      const int row = i / kD, col = i % kD;
+      if (row < rows && col < D) to[static_cast<int64_t>(row) * D + col] = from[row * kLd + col];
+    }
+  }
+}
+
+// ---- Tiles, masks and the softmax ----------------------------------------------------------
 
 // The query tile of this block. The grid runs y by y, so under a causal mask the
 // last tiles, which see the most keys, go first and the one-step tiles fill the
@@ -157,28 +293,15 @@ __device__ __forceinline__ void landed() {
   __syncthreads();
 }
 
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-constexpr int kAccElems = Acc::num_elements;
 
-// The row of a 16x16 accumulator tile that each of this lane's elements holds,
-// packed 4 bits an element (rows 0-15; one register, not kAccElems). WMMA leaves
-// the element-to-row map unspecified, but it is one map for every fragment of the
-// type (loads, stores and products agree on it), so a warp reads it once by loading
-// a tile whose every element is its row index. scratch: the warp's 16 x ld floats,
-// free before and after. acc_row(rows, i) unpacks element i's row.
-static_assert(kAccElems <= 8, "4 bits an element in 32");
-__device__ __forceinline__ uint32_t accumulator_rows(float* scratch, int ld, int lane) {
-  for (int i = lane; i < 16 * 16; i += 32) scratch[(i / 16) * ld + i % 16] = static_cast<float>(i / 16);
-  __syncwarp();
-  Acc f;
-  wmma::load_matrix_sync(f, scratch, ld, wmma::mem_row_major);
-  uint32_t rows = 0;
-#pragma unroll
-  for (int i = 0; i < kAccElems; ++i) rows |= static_cast<uint32_t>(f.x[i]) << (4 * i);
-  __syncwarp();
-  return rows;
+// Keys below this are allowed for every query row of batch b from row w0 on, when
+// there are no segments (a padding mask's key length, the causal mask's first row).
+__device__ __forceinline__ int allowed_for_all(const MaskArgs& mask, int b, int T, int w0) {
+  int end = T;
+  if (mask.kv_len != nullptr) end = min(end, mask.kv_len[b]);
+  if (mask.causal) end = min(end, w0 + 1);
+  return end;
 }
-__device__ __forceinline__ int acc_row(uint32_t rows, int i) { return static_cast<int>((rows >> (4 * i)) & 15u); }
 
 // The softmax in base 2, as FlashAttention-2 computes it: a scaled score s * scale
 // is s * scale2 in units of log2(e) (scale2 = scale * log2(e)), so each weight is
@@ -200,140 +323,117 @@ __device__ __forceinline__ float exp_scaled2(float s, float scale2, float shift2
   return exp2f(fmaf(s, scale2, -shift2));
 }
 
-// out[16][kTile] (fp32, ld kLdScore) = A[16][kD] * B[kTile][kD]^T, A and B row-major
-// 16-bit tiles with stride kLdIn: the scores of a warp's 16 rows against a step's keys.
-template <typename M, int kD>
-__device__ void product_abt(const M* a, const M* b, float* out) {
-#pragma unroll
-  for (int j = 0; j < kTile / 16; ++j) {
-    Acc acc;
-    wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> fb;
-      wmma::load_matrix_sync(fa, a + kk * 16, kLdIn<kD>);
-      wmma::load_matrix_sync(fb, b + j * 16 * kLdIn<kD> + kk * 16, kLdIn<kD>);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(out + j * 16, acc, kLdScore, wmma::mem_row_major);
-  }
+// A tile's place in a kernel's shared memory: tile i of kLdIn<kD>-element rows.
+template <int kD, typename M>
+__device__ __forceinline__ M* tile_at(M* first, int i) {
+  return first + i * kTile * kLdIn<kD>;
 }
 
-// acc[j] += P[16][kTile] (16-bit, ld kLdProb) * B[kTile][kD] (ld kLdIn), column tile j.
-template <typename M, int kD>
-__device__ void accumulate_pb(Acc (&acc)[kD / 16], const M* p, const M* b) {
-#pragma unroll
-  for (int j = 0; j < kD / 16; ++j)
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> fb;
-      wmma::load_matrix_sync(fa, p + kk * 16, kLdProb);
-      wmma::load_matrix_sync(fb, b + kk * 16 * kLdIn<kD> + j * 16, kLdIn<kD>);
-      wmma::mma_sync(acc[j], fa, fb, acc[j]);
-    }
-}
+// ---- The kernels ---------------------------------------------------------------------------
 
+// Forward per tile of 64 query rows: for each step of 64 keys, S = Q K^T, the online
+// softmax over it (a row's running maximum and sum, the output rescaled when the
+// maximum grows), O += P V.
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>()))
+__global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>(), kForwardRegBlocks<kD>))
     tc_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, MaskArgs mask, int H,
                       int T, int D, float scale, S* __restrict__ out, float* __restrict__ lse) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = typename MmaType<S>::T;
+  constexpr int kLd = kLdIn<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  M* qs = reinterpret_cast<M*>(smem);
-  M* ks = qs + kTile * kLdIn<kD>;
-  M* vs = ks + kTile * kLdIn<kD>;
+  M* qs = reinterpret_cast<M*>(smem);  // then K twice, V twice
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 16 * kLdScore;
-  M* p_w = reinterpret_cast<M*>(reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + kWarps * 16 * kLdScore) +
-           warp * 16 * kLdProb;
-
-  static_assert(kWarps * out_bytes<kD>() <= 2 * in_tile_bytes<kD>(), "output staging exceeds the K and V tiles");
-
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;  // the block's and the warp's first row
   const int64_t base = static_cast<int64_t>(bh) * T * D;
   const M* km = reinterpret_cast<const M*>(k) + base;
   const M* vm = reinterpret_cast<const M*>(v) + base;
-  const int r = lane >> 1, half = lane & 1;  // this lane's row of the warp, and its half of the columns
-  const int t = w0 + r;
-  const bool active = t < T;
-  const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
-  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
-  stage_tile<M, kD>(km, 0, T, D, ks);
-  __pipeline_commit();
-  const uint32_t rows = accumulator_rows(s_w, kLdScore, lane);  // each accumulator element's output row
-  Acc o[kD / 16];  // the unnormalised output, 16 columns a fragment
+  M* qw = tile_at<kD>(qs, 0) + warp * 16 * kLd;  // the warp's rows of Q
+  // This lane's rows of the warp, w0 + g (h = 0) and w0 + g + 8 (h = 1).
+  bool active[2];
+  sm::RowMask rm[2];
 #pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(o[j], 0.f);
-  float m2 = -INFINITY, l = 0.f;  // the row's running maximum in base 2 (kLog2e), and sum
+  for (int h = 0; h < 2; ++h) {
+    const int t = w0 + frag_row(lane, 2 * h);
+    active[h] = t < T;
+    rm[h] = active[h] ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
+  }
+  const int all_end = allowed_for_all(mask, b, T, w0);
+  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, tile_at<kD>(qs, 0));
+  stage_tile<M, kD>(km, 0, T, D, tile_at<kD>(qs, 1));
+  stage_tile<M, kD>(vm, 0, T, D, tile_at<kD>(qs, 3));
+  __pipeline_commit();
+  Acc<kD> o;  // the unnormalised output
+  zero<kD>(o);
+  float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running maximum (base 2) and this lane's part of the sum
   const float scale2 = scale * kLog2e;
   const int w_last = min(T, w0 + 16) - 1;
   // A causal block sees no key past its last row.
   const int s_end = mask.causal ? min(T, t0 + kTile) : T;
-  // Each step: K is in place; V loads while the scores and P are made, and the next
-  // K while P V runs.
-  for (int s0 = 0; s0 < s_end; s0 += kTile) {
-    landed();  // K of this step; every warp is done with the last step's V
-    stage_tile<M, kD>(vm, s0, T, D, vs);
-    __pipeline_commit();
-    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
-    if (live) {
-      product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
-      __syncwarp();
-      const float* srow = s_w + r * kLdScore + half * 32;
-      uint32_t ok = 0;
-      float chunk_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
-        if (active && s < T && sm::allowed(rm, s)) {
-          ok |= 1u << c;
-          chunk_max = fmaxf(chunk_max, scale2 * srow[c]);
-        }
-      }
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      const float factor = attn::online_rescale(m2, l, chunk_max, Exp2{});  // the pair computes it alike
-      M* prow = p_w + r * kLdProb + half * 32;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int c = lane_column(i, lane, 32);
-        const float p = (ok & (1u << c)) ? exp_scaled2(srow[c], scale2, m2) : 0.f;
-        sum += p;
-        prow[c] = MmaType<S>::from(p);
-      }
-      l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
-      // Each output element takes its row's factor, from the lane pair that owns the
-      // row; most steps past the first leave every row's maximum, and skip this.
-      if (__any_sync(0xffffffffu, factor != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < kAccElems; ++i) {
-          const float f = __shfl_sync(0xffffffffu, factor, 2 * acc_row(rows, i));
-#pragma unroll
-          for (int j = 0; j < kD / 16; ++j) o[j].x[i] *= f;
-        }
-      }
-      __syncwarp();
-    }
-    landed();  // V of this step; every warp is done with its K
+  for (int s0 = 0, buf = 0; s0 < s_end; s0 += kTile, buf ^= 1) {
+    landed();  // this step's K and V; every warp is done with the last step's
     if (s0 + kTile < s_end) {
-      stage_tile<M, kD>(km, s0 + kTile, T, D, ks);
+      stage_tile<M, kD>(km, s0 + kTile, T, D, tile_at<kD>(qs, 1 + (buf ^ 1)));
+      stage_tile<M, kD>(vm, s0 + kTile, T, D, tile_at<kD>(qs, 3 + (buf ^ 1)));
       __pipeline_commit();
     }
-    if (live) accumulate_pb<M, kD>(o, p_w, vs);
-  }
-  __syncthreads();  // every warp is done with K and V: their tiles stage the outputs
-  if (w0 >= T) return;  // uniform across the warp
-  float* stage = reinterpret_cast<float*>(ks) + warp * 16 * kLdOut<kD>;
+    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
+    if (!live) continue;
+    Acc<kTile> s;
+    zero<kTile>(s);
+    mma_abt<M, kD, kTile>(s, qw, tile_at<kD>(qs, 1 + buf), kLd, lane);
+    // Masked scores become -inf; a step wholly inside every row's allowed keys skips the test.
+    const bool whole = mask.seg == nullptr && s0 + kTile <= all_end;
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, o[j], kLdOut<kD>, wmma::mem_row_major);
-  __syncwarp();
-  store_rows<S, kD>(out + base + static_cast<int64_t>(w0) * D, stage, active ? attn::inv_row_sum(l) : 0.f,
-                    min(16, T - w0), D, lane);
-  if (active && half == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m2 * kLn2, l);
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, key = s0 + frag_col(lane, j, e);
+        if (!active[h] || !(whole || (key < T && sm::allowed(rm[h], key))))
+          s[j][e] = -INFINITY;
+        else
+          mx[h] = fmaxf(mx[h], scale2 * s[j][e]);
+      }
+    float factor[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) factor[h] = attn::online_rescale(m2[h], l[h], quad_max(mx[h]), Exp2{});
+    if (factor[0] != 1.f || factor[1] != 1.f) {
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        o[j][0] *= factor[0];
+        o[j][1] *= factor[0];
+        o[j][2] *= factor[1];
+        o[j][3] *= factor[1];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        s[j][e] = s[j][e] == -INFINITY ? 0.f : exp_scaled2(s[j][e], scale2, m2[h]);
+        l[h] += s[j][e];
+      }
+    uint32_t p[kTile / 16][4];
+    to_a<S, kTile>(p, s);
+    mma_pb<M, kTile, kD>(o, p, tile_at<kD>(qs, 3 + buf), kLd, lane);
+  }
+  if (w0 >= T) return;  // uniform across the warp
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] = quad_sum(l[h]);
+    inv[h] = active[h] ? attn::inv_row_sum(l[h]) : 0.f;
+  }
+  store_result<S, kD>(out + base + static_cast<int64_t>(w0) * D, qw, o, inv[0], inv[1], min(16, T - w0), D, lane);
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (active[h])
+        lse[static_cast<int64_t>(bh) * T + w0 + frag_row(lane, 2 * h)] = attn::row_lse(m2[h] * kLn2, l[h]);
+  }
 #else
   __trap();  // the dispatcher selects these kernels only on sm_80 and newer
 #endif
@@ -344,10 +444,10 @@ __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>
 // times 2^-e, with e >= 0 the smallest that has put every step's largest |dS| below
 // 2^14 so far: when a step needs a larger e, the accumulator it feeds is scaled down
 // by the difference, and the result is scaled up by 2^e when stored (all exact:
-// powers of two). bf16 has fp32's range and keeps e = 0. Returns 2^-e.
+// powers of two). bf16 has fp32's range and keeps e = 0. Returns 2^-e. Every lane of
+// the warp must call it.
 template <typename S, int kD>
-__device__ float ds_prescale(float max_abs, int& e,
-                             Acc (&acc)[kD / 16]) {
+__device__ float ds_prescale(float max_abs, int& e, Acc<kD>& acc) {
   if constexpr (!std::is_same_v<S, half_t>) {
     return 1.f;
   } else {
@@ -358,8 +458,9 @@ __device__ float ds_prescale(float max_abs, int& e,
       if (need > e) {
         const float down = ldexpf(1.f, e - need);
 #pragma unroll
-        for (int j = 0; j < kD / 16; ++j)
-          for (int i = 0; i < acc[j].num_elements; ++i) acc[j].x[i] *= down;
+        for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[j][i] *= down;
         e = need;
       }
     }
@@ -367,121 +468,106 @@ __device__ float ds_prescale(float max_abs, int& e,
   }
 }
 
-// dQ per tile of 64 query rows: for each step of 64 keys, S = Q K^T and
-// dP = dO V^T, then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
+// dQ per tile of 64 query rows: for each step of 64 keys, dP = dO V^T and S = Q K^T,
+// then dS = P (dP - D_i) rounded to 16 bits, dQ += dS K.
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>()))
+__global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>(), kBackwardRegBlocks<kD>))
     tc_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                  const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = typename MmaType<S>::T;
+  constexpr int kLd = kLdIn<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  M* qs = reinterpret_cast<M*>(smem);
-  M* gs = qs + kTile * kLdIn<kD>;
-  M* ks = gs + kTile * kLdIn<kD>;
-  M* vs = ks + kTile * kLdIn<kD>;
+  M* tiles = reinterpret_cast<M*>(smem);  // Q, dO, then K twice, V twice
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* s_w = reinterpret_cast<float*>(vs + kTile * kLdIn<kD>) + warp * 2 * 16 * kLdScore;
-  float* dp_w = s_w + 16 * kLdScore;
-  M* ds_w = reinterpret_cast<M*>(s_w);  // the 16-bit dS takes the scores' place once they are read
-
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = query_tile(mask) * kTile, w0 = t0 + warp * 16;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
   const M* km = reinterpret_cast<const M*>(k) + base;
   const M* vm = reinterpret_cast<const M*>(v) + base;
-  const int r = lane >> 1, half = lane & 1;
-  const int t = w0 + r;
-  const bool active = t < T;
-  const sm::RowMask rm = active ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
-  const float lse2_t = active ? lse[static_cast<int64_t>(bh) * T + t] * kLog2e : 0.f;
-  const float scale2 = scale * kLog2e;
-  const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, qs);
-  stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, gs);
-  stage_tile<M, kD>(vm, 0, T, D, vs);
-  __pipeline_commit();
-  Acc acc[kD / 16];
+  M* qw = tile_at<kD>(tiles, 0) + warp * 16 * kLd;
+  const M* gw = tile_at<kD>(tiles, 1) + warp * 16 * kLd;
+  bool active[2];
+  sm::RowMask rm[2];
+  float lse2[2], dot[2];
 #pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::fill_fragment(acc[j], 0.f);
+  for (int h = 0; h < 2; ++h) {
+    const int t = w0 + frag_row(lane, 2 * h);
+    active[h] = t < T;
+    rm[h] = active[h] ? row_mask(mask, b, t, T) : sm::RowMask{false, 0, 0, nullptr};
+    lse2[h] = active[h] ? lse[static_cast<int64_t>(bh) * T + t] * kLog2e : 0.f;
+    dot[h] = active[h] ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
+  }
+  const int all_end = allowed_for_all(mask, b, T, w0);
+  const float scale2 = scale * kLog2e;
+  stage_tile<M, kD>(reinterpret_cast<const M*>(q) + base, t0, T, D, tile_at<kD>(tiles, 0));
+  stage_tile<M, kD>(reinterpret_cast<const M*>(dout) + base, t0, T, D, tile_at<kD>(tiles, 1));
+  stage_tile<M, kD>(km, 0, T, D, tile_at<kD>(tiles, 2));
+  stage_tile<M, kD>(vm, 0, T, D, tile_at<kD>(tiles, 4));
+  __pipeline_commit();
+  Acc<kD> acc;
+  zero<kD>(acc);
   int ds_exp = 0;  // dS is rounded times 2^-ds_exp (ds_prescale)
   const int w_last = min(T, w0 + 16) - 1;
   const int s_end = mask.causal ? min(T, t0 + kTile) : T;
-  // Each step: V is in place; K loads while dP = dO V^T runs, and the next V while
-  // the scores, dS and dS K run.
-  for (int s0 = 0; s0 < s_end; s0 += kTile) {
-    landed();  // V of this step; every warp is done with the last step's K
-    stage_tile<M, kD>(km, s0, T, D, ks);
-    __pipeline_commit();
-    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
-    if (live) product_abt<M, kD>(gs + warp * 16 * kLdIn<kD>, vs, dp_w);
-    landed();  // K of this step; every warp is done with its V
+  for (int s0 = 0, buf = 0; s0 < s_end; s0 += kTile, buf ^= 1) {
+    landed();  // this step's K and V; every warp is done with the last step's
     if (s0 + kTile < s_end) {
-      stage_tile<M, kD>(vm, s0 + kTile, T, D, vs);
+      stage_tile<M, kD>(km, s0 + kTile, T, D, tile_at<kD>(tiles, 2 + (buf ^ 1)));
+      stage_tile<M, kD>(vm, s0 + kTile, T, D, tile_at<kD>(tiles, 4 + (buf ^ 1)));
       __pipeline_commit();
     }
+    const bool live = w0 < T && !(mask.causal && s0 > w_last);  // uniform across the warp
     if (!live) continue;
-    product_abt<M, kD>(qs + warp * 16 * kLdIn<kD>, ks, s_w);
-    __syncwarp();
-    const float* srow = s_w + r * kLdScore + half * 32;
-    float* dprow = dp_w + r * kLdScore + half * 32;  // dP, then this step's dS in fp32
-    M* dsrow = ds_w + r * kLdProb + half * 32;
+    const M* ks = tile_at<kD>(tiles, 2 + buf);
+    Acc<kTile> dp, s;
+    zero<kTile>(dp);
+    zero<kTile>(s);
+    mma_abt<M, kD, kTile>(dp, gw, tile_at<kD>(tiles, 4 + buf), kLd, lane);
+    mma_abt<M, kD, kTile>(s, qw, ks, kLd, lane);
+    const bool whole = mask.seg == nullptr && s0 + kTile <= all_end;
     float ds_max = 0.f;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int c = lane_column(i, lane, 32), s = s0 + half * 32 + c;
-      float ds = 0.f;
-      if (active && s < T && sm::allowed(rm, s))
-        ds = attn::dscore_unscaled(exp_scaled2(srow[c], scale2, lse2_t), dprow[c], dot_t);
-      dprow[c] = ds;
-      ds_max = fmaxf(ds_max, fabsf(ds));
-    }
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, key = s0 + frag_col(lane, j, e);
+        float ds = 0.f;
+        if (active[h] && (whole || (key < T && sm::allowed(rm[h], key))))
+          ds = attn::dscore_unscaled(exp_scaled2(s[j][e], scale2, lse2[h]), dp[j][e], dot[h]);
+        s[j][e] = ds;
+        ds_max = fmaxf(ds_max, fabsf(ds));
+      }
     const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc);
-    __syncwarp();  // every lane has read its scores: dS overwrites them
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int c = lane_column(i, lane, 32);
-      dsrow[c] = MmaType<S>::from(dprow[c] * ds_factor);
-    }
-    __syncwarp();
-    accumulate_pb<M, kD>(acc, ds_w, ks);
+    uint32_t ds16[kTile / 16][4];
+    to_a<S, kTile>(ds16, s, ds_factor);
+    mma_pb<M, kTile, kD>(acc, ds16, ks, kLd, lane);
   }
-  __syncwarp();
   if (w0 >= T) return;
-  float* stage = s_w;  // [16][kLdOut] fits the warp's two score buffers
-#pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc[j], kLdOut<kD>, wmma::mem_row_major);
-  __syncwarp();
-  store_rows<S, kD>(dq + base + static_cast<int64_t>(w0) * D, stage, ldexpf(scale, ds_exp), min(16, T - w0), D, lane);
+  const float f = ldexpf(scale, ds_exp);
+  store_result<S, kD>(dq + base + static_cast<int64_t>(w0) * D, qw, acc, f, f, min(16, T - w0), D, lane);
 #else
   __trap();
 #endif
 }
 
-// dK, dV per tile of 64 keys: for each step of 64 queries, S^T = K Q^T and
-// dP^T = V dO^T, P^T from the saved log-sum-exp, dS^T = P^T (dP^T - D);
-// dK += dS^T Q and dV += P^T dO.
+// dK, dV per tile of 64 keys: for each step of 64 queries, in parts of kDkvPart
+// (their scores and dP^T in registers at once), S^T = K Q^T and dP^T = V dO^T, P^T
+// from the saved log-sum-exp, dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q.
 template <typename S, int kD>
-__global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>()))
+__global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>(), kBackwardRegBlocks<kD>))
     tc_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                   const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                   MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dk, S* __restrict__ dv) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = typename MmaType<S>::T;
+  constexpr int kLd = kLdIn<kD>, kPart = kDkvPart;
   extern __shared__ __align__(128) unsigned char smem[];
-  M* ks = reinterpret_cast<M*>(smem);
-  M* vs = ks + kTile * kLdIn<kD>;
-  M* qs = vs + kTile * kLdIn<kD>;
-  M* gs = qs + kTile * kLdIn<kD>;
-  float* lse_s = reinterpret_cast<float*>(gs + kTile * kLdIn<kD>);
-  float* dot_s = lse_s + kTile;
+  M* tiles = reinterpret_cast<M*>(smem);  // K, V, then Q twice, dO twice
+  float* lse_s = reinterpret_cast<float*>(tile_at<kD>(tiles, 6));  // two buffers of kTile
+  float* dot_s = lse_s + 2 * kTile;                                  // two buffers of kTile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* st_w = dot_s + kTile + warp * 2 * 16 * kLdScore;
-  float* dpt_w = st_w + 16 * kLdScore;
-  M* pt_w = reinterpret_cast<M*>(dot_s + kTile + kWarps * 2 * 16 * kLdScore) + warp * 16 * kLdProb;
-  M* dst_w = reinterpret_cast<M*>(st_w);  // the 16-bit dS^T takes the scores' place once they are read
-
   const int bh = blockIdx.x, b = bh / H;
   // Causal: key tile 0 sees every query, the heaviest first already (query_tile).
   const int s_first = blockIdx.y * kTile, w0 = s_first + warp * 16;
@@ -490,87 +576,81 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>()))
   const M* gm = reinterpret_cast<const M*>(dout) + base;
   const float* lse_bh = lse + static_cast<int64_t>(bh) * T;
   const float* dot_bh = row_dot + static_cast<int64_t>(bh) * T;
-  const int r = lane >> 1, half = lane & 1;  // this lane's key of the warp, and its half of the queries
-  const int s = w0 + r;
-  const bool active = s < T;
+  M* kw = tile_at<kD>(tiles, 0) + warp * 16 * kLd;  // the warp's keys
+  M* vw = tile_at<kD>(tiles, 1) + warp * 16 * kLd;
   const bool live = w0 < T;  // uniform across the warp
+  // Every key of the warp is below T and the key length (a padding mask's).
+  const bool keys_whole =
+      w0 + 16 <= T && (mask.kv_len == nullptr || w0 + 16 <= mask.kv_len[b]);
   // Causal: queries before the block's first key see none of its keys.
   const int t_begin = mask.causal ? s_first : 0;
   const float scale2 = scale * kLog2e;
-  stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s_first, T, D, ks);
-  stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s_first, T, D, vs);
-  stage_tile<M, kD>(qm, t_begin, T, D, qs);
+  stage_tile<M, kD>(reinterpret_cast<const M*>(k) + base, s_first, T, D, tile_at<kD>(tiles, 0));
+  stage_tile<M, kD>(reinterpret_cast<const M*>(v) + base, s_first, T, D, tile_at<kD>(tiles, 1));
+  stage_tile<M, kD>(qm, t_begin, T, D, tile_at<kD>(tiles, 2));
+  stage_tile<M, kD>(gm, t_begin, T, D, tile_at<kD>(tiles, 4));
   stage_floats(lse_bh, t_begin, T, lse_s);
   stage_floats(dot_bh, t_begin, T, dot_s);
   __pipeline_commit();
-  Acc acc_dk[kD / 16], acc_dv[kD / 16];
-#pragma unroll
-  for (int j = 0; j < kD / 16; ++j) {
-    wmma::fill_fragment(acc_dk[j], 0.f);
-    wmma::fill_fragment(acc_dv[j], 0.f);
-  }
+  Acc<kD> acc_dk, acc_dv;
+  zero<kD>(acc_dk);
+  zero<kD>(acc_dv);
   int ds_exp = 0;  // dS^T is rounded times 2^-ds_exp (ds_prescale)
-  // Each step: Q and its rows' statistics are in place; dO loads while S^T = K Q^T
-  // runs, and the next Q while dV += P^T dO runs.
-  for (int t0 = t_begin; t0 < T; t0 += kTile) {
-    landed();  // Q, lse and D of this step; every warp is done with the last step's dO
-    stage_tile<M, kD>(gm, t0, T, D, gs);
-    __pipeline_commit();
-    if (live) product_abt<M, kD>(ks + warp * 16 * kLdIn<kD>, qs, st_w);
-    landed();  // dO of this step
-    if (live) {
-      product_abt<M, kD>(vs + warp * 16 * kLdIn<kD>, gs, dpt_w);
-      __syncwarp();
-      const float* strow = st_w + r * kLdScore + half * 32;
-      float* dptrow = dpt_w + r * kLdScore + half * 32;  // dP^T, then this step's dS^T in fp32
-      M* prow = pt_w + r * kLdProb + half * 32;
-      M* dsrow = dst_w + r * kLdProb + half * 32;
-      float ds_max = 0.f;
-#pragma unroll 2  // fuller unrolling spills 32 bytes in bf16 (ptxas, sm_90)
-      for (int j = 0; j < 32; ++j) {
-        const int c = lane_column(j, lane, 32), i = half * 32 + c, t = t0 + i;
-        float p = 0.f, ds = 0.f;
-        if (active && t < T && sm::allowed(row_mask(mask, b, t, T), s)) {
-          p = exp_scaled2(strow[c], scale2, lse_s[i] * kLog2e);
-          ds = attn::dscore_unscaled(p, dptrow[c], dot_s[i]);
-        }
-        prow[c] = MmaType<S>::from(p);
-        dptrow[c] = ds;
-        ds_max = fmaxf(ds_max, fabsf(ds));
-      }
-      const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
-      __syncwarp();  // every lane has read its scores: dS^T overwrites them
-#pragma unroll 4
-      for (int j = 0; j < 32; ++j) {
-        const int c = lane_column(j, lane, 32);
-        dsrow[c] = MmaType<S>::from(dptrow[c] * ds_factor);
-      }
-      __syncwarp();
-      accumulate_pb<M, kD>(acc_dk, dst_w, qs);
-    }
-    __syncthreads();  // every warp is done with Q, lse and D of this step
+  for (int t0 = t_begin, buf = 0; t0 < T; t0 += kTile, buf ^= 1) {
+    landed();  // this step's Q, dO and their rows' statistics; every warp is done with the last step's
     if (t0 + kTile < T) {
-      stage_tile<M, kD>(qm, t0 + kTile, T, D, qs);
-      stage_floats(lse_bh, t0 + kTile, T, lse_s);
-      stage_floats(dot_bh, t0 + kTile, T, dot_s);
+      stage_tile<M, kD>(qm, t0 + kTile, T, D, tile_at<kD>(tiles, 2 + (buf ^ 1)));
+      stage_tile<M, kD>(gm, t0 + kTile, T, D, tile_at<kD>(tiles, 4 + (buf ^ 1)));
+      stage_floats(lse_bh, t0 + kTile, T, lse_s + (buf ^ 1) * kTile);
+      stage_floats(dot_bh, t0 + kTile, T, dot_s + (buf ^ 1) * kTile);
       __pipeline_commit();
     }
-    if (live) accumulate_pb<M, kD>(acc_dv, pt_w, gs);
+    if (!live) continue;
+#pragma unroll 1
+    for (int part = 0; part < kTile; part += kPart) {
+      const int c0 = t0 + part;  // the part's first query
+      // Causal: a part whose queries all precede the warp's first key sees none of them.
+      if (mask.causal && c0 + kPart - 1 < w0) continue;  // uniform across the warp
+      const M* qp = tile_at<kD>(tiles, 2 + buf) + part * kLd;
+      const M* gp = tile_at<kD>(tiles, 4 + buf) + part * kLd;
+      const float* lse_p = lse_s + buf * kTile + part;
+      const float* dot_p = dot_s + buf * kTile + part;
+      Acc<kPart> st, dpt;
+      zero<kPart>(st);
+      zero<kPart>(dpt);
+      mma_abt<M, kD, kPart>(st, kw, qp, kLd, lane);
+      mma_abt<M, kD, kPart>(dpt, vw, gp, kLd, lane);
+      // Wholly allowed: no segments, every query below T and (causal) at or after every key.
+      const bool whole = mask.seg == nullptr && keys_whole && c0 + kPart <= T && (!mask.causal || c0 >= w0 + 15);
+      float ds_max = 0.f;
+#pragma unroll
+      for (int j = 0; j < kPart / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = frag_col(lane, j, e), t = c0 + col, key = w0 + frag_row(lane, e);
+          float p = 0.f, ds = 0.f;
+          if (whole || (key < T && t < T && sm::allowed(row_mask(mask, b, t, T), key))) {
+            p = exp_scaled2(st[j][e], scale2, lse_p[col] * kLog2e);
+            ds = attn::dscore_unscaled(p, dpt[j][e], dot_p[col]);
+          }
+          st[j][e] = p;
+          dpt[j][e] = ds;
+          ds_max = fmaxf(ds_max, fabsf(ds));
+        }
+      uint32_t a16[kPart / 16][4];
+      to_a<S, kPart>(a16, st);
+      mma_pb<M, kPart, kD>(acc_dv, a16, gp, kLd, lane);
+      const float ds_factor = ds_prescale<S, kD>(ds_max, ds_exp, acc_dk);
+      to_a<S, kPart>(a16, dpt, ds_factor);
+      mma_pb<M, kPart, kD>(acc_dk, a16, qp, kLd, lane);
+    }
   }
-  __syncwarp();
   if (!live) return;
-  float* stage = st_w;  // [16][kLdOut] fits the warp's two score buffers
   const int64_t at = base + static_cast<int64_t>(w0) * D;
   const int rows = min(16, T - w0);
-#pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dv[j], kLdOut<kD>, wmma::mem_row_major);
-  __syncwarp();
-  store_rows<S, kD>(dv + at, stage, 1.f, rows, D, lane);
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < kD / 16; ++j) wmma::store_matrix_sync(stage + j * 16, acc_dk[j], kLdOut<kD>, wmma::mem_row_major);
-  __syncwarp();
-  store_rows<S, kD>(dk + at, stage, ldexpf(scale, ds_exp), rows, D, lane);
+  store_result<S, kD>(dv + at, vw, acc_dv, 1.f, 1.f, rows, D, lane);
+  const float f = ldexpf(scale, ds_exp);
+  store_result<S, kD>(dk + at, kw, acc_dk, f, f, rows, D, lane);
 #else
   __trap();
 #endif
@@ -615,7 +695,7 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
 
 // One kernel's ptxas figures and its blocks per SM of `device` at its shared memory.
 template <typename Kernel>
-TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int device) {
+TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int reg_blocks, int device) {
   gpu::raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, device);
   const ScopedCudaDevice on(device);
   cudaFuncAttributes a{};
@@ -631,7 +711,7 @@ TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int
   r.smem_bytes = smem;
   r.binary_cc = a.binaryVersion;  // the SASS that runs here, built or JIT-compiled for this device
   r.design_sm_smem_bytes = sm_smem_bytes_of(a.binaryVersion);
-  r.design_blocks = design_blocks(smem, a.binaryVersion);
+  r.design_blocks = design_blocks(smem, reg_blocks, a.binaryVersion);
   r.blocks_per_sm = blocks;
   r.sm_smem_bytes = static_cast<size_t>(sm_smem);
   return r;
@@ -639,9 +719,9 @@ TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int
 
 template <typename S, int kD>
 void kernel_resources(int device, TcKernelResources (&out)[3]) {
-  out[0] = resources_of("forward", tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(), device);
-  out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), device);
-  out[2] = resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), device);
+  out[0] = resources_of("forward", tc_forward_kernel<S, kD>, forward_smem_bytes<kD>(), kForwardRegBlocks<kD>, device);
+  out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), kBackwardRegBlocks<kD>, device);
+  out[2] = resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), kBackwardRegBlocks<kD>, device);
 }
 
 }  // namespace hr::ops::cuda::attn_tc

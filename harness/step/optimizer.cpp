@@ -165,7 +165,8 @@ class AdamW8bit final : public Optimizer {
   }
   std::string name() const override { return "adamw8bit"; }
   // The 8-bit tensors in one call and the small fp32-state ones in another: on a
-  // GPU, a few launches for the whole model.
+  // GPU, a few launches for the whole model. The fp32-state list is checked before
+  // the 8-bit one steps, so a bad tensor in either refuses the step with nothing moved.
   void step(ParamSet& params, int64_t step) override {
     auto& ps = params.all();
     std::vector<ops::AdamW8bitTensor> q8;
@@ -180,6 +181,7 @@ class AdamW8bit final : public Optimizer {
       else
         f32.push_back({&ps[i].master, &ps[i].grad, &st.m, &st.v, c});
     }
+    ops::adamw_check_many(f32, step);
     ops::adamw8bit_step_many(q8, step);
     ops::adamw_step_many(f32, step);
   }

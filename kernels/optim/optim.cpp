@@ -84,16 +84,24 @@ optim::AdamWScalars checked_adamw(const Tensor& param, const Tensor& grad, const
   return optim::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
 }
 
-}  // namespace
-
-void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
-  if (tensors.empty()) return;
-  std::vector<optim::AdamWScalars> scalars;  // each tensor's, from its checks
+// adamw_step_many's checks of every tensor; each tensor's per-step scalars.
+std::vector<optim::AdamWScalars> checked_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
+  std::vector<optim::AdamWScalars> scalars;
   for (const AdamWTensor& t : tensors) {
     HR_CHECK(t.param && t.grad && t.m && t.v, "adamw_step_many: a null tensor");
     scalars.push_back(checked_adamw(*t.param, *t.grad, *t.m, *t.v, step, t.cfg, "adamw_step_many"));
   }
   optim_many::check_listed_once(tensors, "adamw_step_many");
+  return scalars;
+}
+
+}  // namespace
+
+void adamw_check_many(const std::vector<AdamWTensor>& tensors, int64_t step) { checked_many(tensors, step); }
+
+void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step) {
+  if (tensors.empty()) return;
+  const std::vector<optim::AdamWScalars> scalars = checked_many(tensors, step);  // each tensor's
   const OpTimer timer(*tensors.front().param, __func__);
   std::vector<bool> stepped(tensors.size(), false);
 #if HEADROOM_HAVE_CUDA

@@ -41,5 +41,8 @@ struct AdamWTensor {
 // (PyTorch's fused AdamW, apex's multi-tensor apply) do: one launch per tensor
 // costs the small tensors of a model more than their bytes.
 void adamw_step_many(const std::vector<AdamWTensor>& tensors, int64_t step);
+// adamw_step_many's checks alone (it makes them itself): for a caller that steps
+// other tensors first and must refuse the whole step before any of them moves.
+void adamw_check_many(const std::vector<AdamWTensor>& tensors, int64_t step);
 
 }  // namespace hr::ops

@@ -327,6 +327,32 @@ TEST(Optim8bitOptimizer, SmallTensorsKeepFp32State) {
   EXPECT_EQ(o->state_bytes(), hr::adamw8bit_state_bytes(4096, 256) + hr::adamw8bit_state_bytes(4095, 256));
 }
 
+// A bad tensor in the fp32-state list (a small parameter's) refuses the whole step
+// before the 8-bit list (the large ones) is stepped: nothing moves.
+TEST(Optim8bitOptimizer, ABadSmallTensorRefusesTheStepBeforeTheLargeOnesMove) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::ParamSet ps(dev, hr::ParamStorage{}, 5);
+  ps.add_normal("big", {4096}, 0.02f);
+  ps.add_normal("small", {4095}, 0.02f);
+  hr::OptimizerConfig oc;
+  oc.kind = hr::OptimizerKind::adamw8bit;
+  const auto o = hr::make_optimizer(oc, ps);
+  for (hr::Param& p : ps.all()) {
+    std::vector<float> g(static_cast<size_t>(p.master.numel()));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 17) - 8);
+    p.grad = hr::Tensor::from_host(dev, g, p.master.shape(), hr::DType::f32, hr::Consumer::gradients);
+  }
+  const auto big_before = ps.at("big").master.to_host_bytes();
+  hr::Param& small = ps.at("small");
+  const hr::Tensor good_grad = small.grad;
+  small.grad = hr::Tensor::zeros(dev, {4094}, hr::DType::f32, hr::Consumer::gradients);  // the wrong shape
+  EXPECT_THROW(o->step(ps, 1), hr::Error);
+  EXPECT_EQ(ps.at("big").master.to_host_bytes(), big_before) << "the 8-bit tensor moved before the refusal";
+  small.grad = good_grad;
+  o->step(ps, 1);
+  EXPECT_NE(ps.at("big").master.to_host_bytes(), big_before) << "the step after the fix moved nothing";
+}
+
 TEST(Optim8bitOptimizer, ConfigKeysRoundTrip) {
   hr::StepConfig c;
   c.optimizer.kind = hr::OptimizerKind::adamw8bit;

@@ -10,12 +10,16 @@
 // two that keeps it in range, ds_prescale); every sum stays fp32. The streamed
 // operands (K and V, or Q and dO) load by cp.async into two buffers each, a step's
 // successor loading while it computes, one block barrier a step. Deterministic: no
-// atomics. Include only from the per-head-dim translation units (attention_tc_d*.cu).
+// atomics. Include only from the per-head-dim translation units (attention_tc_d*.cu),
+// or after suites/common/warp_emulation.hpp, which runs the same kernels on emulated
+// warps on a CPU (HR_WARP_EMULATION: its ldmatrix and mma, no launch code).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#if !defined(HR_WARP_EMULATION)
 #include <cuda_pipeline_primitives.h>
+#endif
 
 #include <cstdint>
 #include <type_traits>
@@ -27,6 +31,19 @@
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/softmax/softmax_math.hpp"
+
+// The kernels' bodies are compiled for sm_80 and newer, and for the emulation.
+#if defined(HR_WARP_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+#define HR_TC_BODY 1
+#else
+#define HR_TC_BODY 0
+#endif
+// A kernel's dynamic shared memory.
+#if defined(HR_WARP_EMULATION)
+#define HR_TC_SHARED(name) unsigned char* name = ::hr::warp_emu::shared_memory()
+#else
+#define HR_TC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
 
 namespace hr::ops::cuda::attn_tc {
 
@@ -85,6 +102,7 @@ __device__ __forceinline__ void zero(Acc<kN>& acc) {
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
 }
 
+#if !defined(HR_WARP_EMULATION)
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -121,6 +139,14 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+#else
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) { warp_emu::ldmatrix_x4(r, p, false); }
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { warp_emu::ldmatrix_x4(r, p, true); }
+template <typename M>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  warp_emu::mma_m16n8k16<M>(d, a, b0, b1);
+}
+#endif
 
 // A over columns [k0, k0 + 16) of the 16 rows at `rows` (row-major, ld elements a
 // row): matrices (rows 0-7, k0), (8-15, k0), (0-7, k0 + 8), (8-15, k0 + 8).
@@ -338,10 +364,10 @@ template <typename S, int kD>
 __global__ void __launch_bounds__(kThreads, design_blocks(forward_smem_bytes<kD>(), kForwardRegBlocks<kD>))
     tc_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v, MaskArgs mask, int H,
                       int T, int D, float scale, S* __restrict__ out, float* __restrict__ lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if HR_TC_BODY
   using M = typename MmaType<S>::T;
   constexpr int kLd = kLdIn<kD>;
-  extern __shared__ __align__(128) unsigned char smem[];
+  HR_TC_SHARED(smem);
   M* qs = reinterpret_cast<M*>(smem);  // then K twice, V twice
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.x, b = bh / H;
@@ -475,10 +501,10 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dq_smem_bytes<kD>(), k
     tc_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                  const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dq) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if HR_TC_BODY
   using M = typename MmaType<S>::T;
   constexpr int kLd = kLdIn<kD>;
-  extern __shared__ __align__(128) unsigned char smem[];
+  HR_TC_SHARED(smem);
   M* tiles = reinterpret_cast<M*>(smem);  // Q, dO, then K twice, V twice
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.x, b = bh / H;
@@ -560,10 +586,10 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>(), 
     tc_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                   const S* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ row_dot,
                   MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ dk, S* __restrict__ dv) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if HR_TC_BODY
   using M = typename MmaType<S>::T;
   constexpr int kLd = kLdIn<kD>, kPart = kDkvPart;
-  extern __shared__ __align__(128) unsigned char smem[];
+  HR_TC_SHARED(smem);
   M* tiles = reinterpret_cast<M*>(smem);  // K, V, then Q twice, dO twice
   float* lse_s = reinterpret_cast<float*>(tile_at<kD>(tiles, 6));  // two buffers of kTile
   float* dot_s = lse_s + 2 * kTile;                                  // two buffers of kTile
@@ -656,6 +682,7 @@ __global__ void __launch_bounds__(kThreads, design_blocks(dkv_smem_bytes<kD>(), 
 #endif
 }
 
+#if !defined(HR_WARP_EMULATION)
 // Raises a kernel's dynamic shared-memory limit to what it takes (above 48 KB the
 // launch fails without it) on the device of the tensors it runs on.
 template <typename Kernel>
@@ -723,6 +750,8 @@ void kernel_resources(int device, TcKernelResources (&out)[3]) {
   out[1] = resources_of("dq", tc_dq_kernel<S, kD>, dq_smem_bytes<kD>(), kBackwardRegBlocks<kD>, device);
   out[2] = resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), kBackwardRegBlocks<kD>, device);
 }
+
+#endif  // !HR_WARP_EMULATION
 
 }  // namespace hr::ops::cuda::attn_tc
 

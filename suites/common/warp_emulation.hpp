@@ -1,0 +1,242 @@
+// A host emulation of the CUDA features the tensor-core attention kernels
+// (kernels/attention/attention_tc_kernels.cuh) use, so that their own code runs on
+// a CPU and is checked where no GPU is: one host thread per CUDA thread of a block,
+// the blocks one after another; __syncthreads and __syncwarp as barriers; shuffles,
+// ldmatrix and mma.sync m16n8k16 as warp collectives whose results are computed
+// from the PTX ISA's definition of their operands ("Matrix Fragments for
+// mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
+// reading of it; cp.async as a plain copy. It checks the kernels' indexing, masks,
+// pipelines and arithmetic; their speed and the hardware's own rounding of a
+// product's sum are a GPU's to show. Include it before the kernels' header, in a
+// host-compiled file: it defines HR_WARP_EMULATION, which swaps the kernels' inline
+// assembly and launch code for these.
+#pragma once
+
+#if defined(__CUDACC__)
+#error "warp_emulation.hpp is for host compilers: the kernels run on emulated warps"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/float16.hpp"
+
+#define HR_WARP_EMULATION 1
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+namespace hr::warp_emu {
+
+// n threads meet; a wait that lasts past a minute means a thread that never
+// arrives (a barrier inside divergent code), reported and fatal rather than a hang.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return gen_ != gen; })) {
+      std::fprintf(stderr, "warp emulation: %d of %d threads reached a barrier; the rest never did\n", count_, n_);
+      std::abort();
+    }
+  }
+
+ private:
+  const int n_;
+  int count_ = 0;
+  uint64_t gen_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// What the lanes of one warp exchange in a collective: up to 12 words each.
+struct Warp {
+  Barrier barrier{32};
+  uint32_t words[32][12] = {};
+  const void* address[32] = {};
+};
+
+struct Block {
+  explicit Block(int threads) : barrier(threads), warps(static_cast<size_t>((threads + 31) / 32)) {
+    for (auto& w : warps) w = std::make_unique<Warp>();
+  }
+  Barrier barrier;
+  std::vector<std::unique_ptr<Warp>> warps;
+  unsigned char* smem = nullptr;
+};
+
+// The CUDA thread this host thread is.
+struct ThreadState {
+  uint3 thread{}, block{};
+  dim3 grid{}, block_dim{};
+  Block* blk = nullptr;
+};
+inline thread_local ThreadState tls;
+
+inline int lane() { return static_cast<int>(tls.thread.x % 32); }
+inline Warp& warp() { return *tls.blk->warps[tls.thread.x / 32]; }
+inline unsigned char* shared_memory() { return tls.blk->smem; }
+
+// Every lane leaves n words; after the barrier each reads what it needs of all
+// lanes' (`read`), and a second barrier keeps the words until every lane has.
+template <typename Read>
+void collective(const uint32_t* mine, int n, Read read) {
+  Warp& w = warp();
+  std::memcpy(w.words[lane()], mine, static_cast<size_t>(n) * 4);
+  w.barrier.wait();
+  read(w);
+  w.barrier.wait();
+}
+
+inline float f32_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+template <typename T>
+T shfl_xor(T v, int mask) {
+  static_assert(sizeof(T) == 4, "32-bit shuffles");
+  uint32_t mine;
+  std::memcpy(&mine, &v, 4);
+  uint32_t got = 0;
+  collective(&mine, 1, [&](Warp& w) { got = w.words[lane() ^ mask][0]; });
+  T out;
+  std::memcpy(&out, &got, 4);
+  return out;
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the row
+// addresses of matrix i (8 rows of 8 16-bit elements); lane L receives in register i
+// the elements (L / 4, 2 (L % 4)) and (L / 4, 2 (L % 4) + 1) of matrix i, or with
+// .trans its elements (2 (L % 4), L / 4) and (2 (L % 4) + 1, L / 4); the first in the
+// low half.
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
+  Warp& w = warp();
+  const int L = lane();
+  w.address[L] = p;
+  w.barrier.wait();
+  for (int i = 0; i < 4; ++i) {
+    auto at = [&](int row, int col) {
+      uint16_t e;
+      std::memcpy(&e, static_cast<const unsigned char*>(w.address[8 * i + row]) + 2 * col, 2);
+      return static_cast<uint32_t>(e);
+    };
+    const uint32_t lo = trans ? at(2 * (L % 4), L / 4) : at(L / 4, 2 * (L % 4));
+    const uint32_t hi = trans ? at(2 * (L % 4) + 1, L / 4) : at(L / 4, 2 * (L % 4) + 1);
+    r[i] = lo | (hi << 16);
+  }
+  w.barrier.wait();
+}
+
+// A 16-bit element of a register of type M (its low or high half) as a float.
+template <typename M>
+float element(uint32_t reg, int high) {
+  const uint16_t b = static_cast<uint16_t>(high ? reg >> 16 : reg & 0xffffu);
+  if constexpr (std::is_same_v<M, __nv_bfloat16>)
+    return bf16_bits_to_float(b);
+  else
+    return half_bits_to_float(b);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, D = A B + C:
+// lane 4 g + c holds A's (g, 2c..2c+1) in a[0], (g + 8, 2c..) in a[1], (g, 2c + 8..)
+// in a[2], (g + 8, 2c + 8..) in a[3]; B's (k 2c..2c+1, n g) in b0 and (k 2c + 8..,
+// n g) in b1; C's and D's (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1). The
+// products are exact and summed in double, then rounded once.
+template <typename M>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  float A[16][16], B[16][8];
+  collective(mine, 6, [&](Warp& w) {
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, c = l % 4;
+      const uint32_t* x = w.words[l];
+      for (int h = 0; h < 2; ++h) {
+        A[g][2 * c + h] = element<M>(x[0], h);
+        A[g + 8][2 * c + h] = element<M>(x[1], h);
+        A[g][2 * c + 8 + h] = element<M>(x[2], h);
+        A[g + 8][2 * c + 8 + h] = element<M>(x[3], h);
+        B[2 * c + h][g] = element<M>(x[4], h);
+        B[2 * c + 8 + h][g] = element<M>(x[5], h);
+      }
+    }
+  });
+  const int g = lane() / 4, c = lane() % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
+    double s = d[e];
+    for (int k = 0; k < 16; ++k) s += static_cast<double>(A[row][k]) * B[k][col];
+    d[e] = static_cast<float>(s);
+  }
+}
+
+// Runs kernel() (a kernel with its arguments bound) over grid.x * grid.y blocks of
+// `threads` threads with `smem_bytes` of dynamic shared memory, which starts as
+// 0xff bytes (16-bit NaNs) each block so that a read of what was never staged shows.
+template <typename Kernel>
+void launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel) {
+  std::vector<uint64_t> smem((smem_bytes + 7) / 8 + 16);
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      Block blk(threads);
+      std::memset(smem.data(), 0xff, smem.size() * 8);
+      blk.smem = reinterpret_cast<unsigned char*>(smem.data());
+      std::vector<std::thread> pool;
+      pool.reserve(static_cast<size_t>(threads));
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          tls.thread = make_uint3(static_cast<unsigned>(t), 0, 0);
+          tls.block = make_uint3(bx, by, 0);
+          tls.grid = grid;
+          tls.block_dim = dim3(static_cast<unsigned>(threads));
+          tls.blk = &blk;
+          kernel();
+        });
+      for (std::thread& th : pool) th.join();
+    }
+}
+
+}  // namespace hr::warp_emu
+
+// The CUDA names the kernels use, on the emulated thread.
+#define threadIdx (::hr::warp_emu::tls.thread)
+#define blockIdx (::hr::warp_emu::tls.block)
+#define gridDim (::hr::warp_emu::tls.grid)
+#define blockDim (::hr::warp_emu::tls.block_dim)
+inline void __syncthreads() { ::hr::warp_emu::tls.blk->barrier.wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::hr::warp_emu::warp().barrier.wait(); }
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int mask) {
+  return ::hr::warp_emu::shfl_xor(v, mask);
+}
+inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+inline void __pipeline_commit() {}
+inline void __pipeline_wait_prior(size_t) {}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }

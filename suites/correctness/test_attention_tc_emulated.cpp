@@ -1,0 +1,293 @@
+// The tensor-core attention kernels' own code (kernels/attention/attention_tc_kernels.cuh)
+// run on emulated warps (suites/common/warp_emulation.hpp), so that their indexing,
+// fragments, masks, pipelines and arithmetic are checked on every machine, not only
+// where a GPU runs the conformance cases (Cuda/AttentionTensorCore.*). The forward
+// is held to the float64 reference of OPS-1, the backward to a float64 gradient
+// computed here from the definition (P, dV = P^T dO, dS = P (dP - rowsum(P dP)),
+// dQ = scale dS K, dK = scale dS^T Q) with its own mask predicate; that gradient is
+// itself held to finite differences of the reference on a small shape. Shapes cross
+// the tiles' edges and take the steps wholly inside the allowed keys (which skip the
+// per-element mask test) and the others, under every mask, at each head-dim bucket.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/tolerances.hpp"
+#include "kernels/attention/attention_ref.hpp"
+#include "kernels/common/float16.hpp"
+#include "suites/common/finite_diff.hpp"
+#include "suites/common/op_check.hpp"
+#include "suites/common/test_support.hpp"
+
+#if HEADROOM_HAVE_CUDA
+// Last: it defines the CUDA names (threadIdx, __syncthreads, ...) on emulated threads.
+#include "suites/common/warp_emulation.hpp"
+#include "kernels/attention/attention_tc_kernels.cuh"
+#endif
+
+namespace {
+
+using hr::bfloat16_t;
+using hr::DType;
+using hr::half_t;
+
+enum class Mask { none, causal, causal_padding, causal_packed, padding_packed };
+const char* mask_name(Mask m) {
+  switch (m) {
+    case Mask::none: return "none";
+    case Mask::causal: return "causal";
+    case Mask::causal_padding: return "causal+padding";
+    case Mask::causal_packed: return "causal+packed";
+    case Mask::padding_packed: return "padding+packed";
+  }
+  return "?";
+}
+constexpr Mask kMasks[] = {Mask::none, Mask::causal, Mask::causal_padding, Mask::causal_packed,
+                           Mask::padding_packed};
+
+struct Problem {
+  int B, H, T, D;
+  float scale;
+  bool causal = false;
+  std::vector<int32_t> kv_len;  // [B] or empty
+  std::vector<int32_t> seg;     // [B, T] or empty
+};
+
+Problem make_problem(int B, int H, int T, int D, Mask mk) {
+  Problem p{B, H, T, D, 1.f / std::sqrt(static_cast<float>(D))};
+  p.causal = mk == Mask::causal || mk == Mask::causal_padding || mk == Mask::causal_packed;
+  if (mk == Mask::causal_padding || mk == Mask::padding_packed)
+    for (int b = 0; b < B; ++b) p.kv_len.push_back(b % 2 == 0 ? T - 1 : T / 2 + 3);  // one key short, about half
+  if (mk == Mask::causal_packed || mk == Mask::padding_packed) {
+    const int lens[] = {37, 5, 70, 1, 19};  // documents across the 64-row tiles
+    for (int b = 0; b < B; ++b) {
+      int id = 0, used = 0, li = b;
+      for (int t = 0; t < T; ++t) {
+        if (used == lens[li % 5]) ++id, ++li, used = 0;
+        p.seg.push_back(id);
+        ++used;
+      }
+    }
+  }
+  return p;
+}
+
+// Whether query t of batch row b sees key s: the masks' definitions, written here
+// apart from the kernels' predicate.
+bool visible(const Problem& p, int b, int t, int s) {
+  if (p.causal && s > t) return false;
+  if (!p.kv_len.empty() && s >= p.kv_len[static_cast<size_t>(b)]) return false;
+  if (!p.seg.empty() && p.seg[static_cast<size_t>(b * p.T + s)] != p.seg[static_cast<size_t>(b * p.T + t)])
+    return false;
+  return true;
+}
+
+struct Grads {
+  std::vector<double> dq, dk, dv;
+};
+
+// The float64 gradient of sum(out * dout) from the definition, per head.
+Grads reference_backward(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                         const std::vector<double>& v, const std::vector<double>& dout) {
+  const int T = p.T, D = p.D;
+  Grads g{std::vector<double>(q.size()), std::vector<double>(q.size()), std::vector<double>(q.size())};
+  std::vector<double> P(static_cast<size_t>(T) * T), dP(static_cast<size_t>(T) * T);
+  for (int bh = 0; bh < p.B * p.H; ++bh) {
+    const int b = bh / p.H;
+    const size_t o = static_cast<size_t>(bh) * T * D;
+    auto at = [&](const std::vector<double>& x, int row, int d) { return x[o + static_cast<size_t>(row) * D + d]; };
+    for (int t = 0; t < T; ++t) {
+      double mx = -INFINITY;
+      for (int s = 0; s < T; ++s) {
+        double sc = -INFINITY;
+        if (visible(p, b, t, s)) {
+          sc = 0;
+          for (int d = 0; d < D; ++d) sc += at(q, t, d) * at(k, s, d);
+          sc *= p.scale;
+        }
+        P[static_cast<size_t>(t) * T + s] = sc;
+        mx = std::max(mx, sc);
+      }
+      double sum = 0;
+      for (int s = 0; s < T; ++s) {
+        double& x = P[static_cast<size_t>(t) * T + s];
+        x = x == -INFINITY ? 0.0 : std::exp(x - mx);
+        sum += x;
+      }
+      for (int s = 0; s < T; ++s) P[static_cast<size_t>(t) * T + s] = sum > 0 ? P[static_cast<size_t>(t) * T + s] / sum : 0.0;
+      double row = 0;
+      for (int s = 0; s < T; ++s) {
+        double x = 0;
+        for (int d = 0; d < D; ++d) x += at(dout, t, d) * at(v, s, d);
+        dP[static_cast<size_t>(t) * T + s] = x;
+        row += x * P[static_cast<size_t>(t) * T + s];
+      }
+      for (int s = 0; s < T; ++s) {
+        const double pts = P[static_cast<size_t>(t) * T + s];
+        const double ds = pts * (dP[static_cast<size_t>(t) * T + s] - row);
+        for (int d = 0; d < D; ++d) {
+          g.dq[o + static_cast<size_t>(t) * D + d] += p.scale * ds * at(k, s, d);
+          g.dk[o + static_cast<size_t>(s) * D + d] += p.scale * ds * at(q, t, d);
+          g.dv[o + static_cast<size_t>(s) * D + d] += pts * at(dout, t, d);
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// Values drawn in [-1, 1), none zero, as stored in 16 bits, and widened.
+struct Input {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+};
+Input random_input(size_t n, uint64_t seed, DType dt, float spread = 1.f) {
+  Input x;
+  for (float f : hr::test::random_nonzero(n, seed, -spread, spread)) {
+    const uint16_t b = dt == DType::f16 ? hr::float_to_half_bits(f) : hr::float_to_bf16_bits(f);
+    x.bits.push_back(b);
+    x.values.push_back(dt == DType::f16 ? hr::half_bits_to_float(b) : hr::bf16_bits_to_float(b));
+  }
+  return x;
+}
+std::vector<float> widen(const std::vector<uint16_t>& bits, DType dt) {
+  std::vector<float> out;
+  for (uint16_t b : bits) out.push_back(dt == DType::f16 ? hr::half_bits_to_float(b) : hr::bf16_bits_to_float(b));
+  return out;
+}
+
+// The float64 gradient of this file against central finite differences of the
+// float64 forward reference: the oracle of the backward checks below is right.
+TEST(AttentionTensorCoreEmulated, TheBackwardReferenceMatchesFiniteDifferences) {
+  for (Mask mk : kMasks) {
+    const Problem p = make_problem(2, 1, 9, 3, mk);
+    const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
+    const Input q = random_input(n, 11, DType::bf16), k = random_input(n, 12, DType::bf16),
+                v = random_input(n, 13, DType::bf16), g = random_input(n, 14, DType::bf16);
+    const hr::ref::AttentionShape sh{p.B, p.H, p.T, p.D};
+    auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+      return hr::test::dot(hr::ref::attention_forward(qq, kk, vv, sh, p.causal, p.kv_len, p.seg, p.scale), g.values);
+    };
+    const Grads want = reference_backward(p, q.values, k.values, v.values, g.values);
+    const auto fq = hr::test::finite_diff_grad([&](const std::vector<double>& x) { return loss(x, k.values, v.values); },
+                                               q.values);
+    const auto fk = hr::test::finite_diff_grad([&](const std::vector<double>& x) { return loss(q.values, x, v.values); },
+                                               k.values);
+    const auto fv = hr::test::finite_diff_grad([&](const std::vector<double>& x) { return loss(q.values, k.values, x); },
+                                               v.values);
+    const std::vector<float> dq(want.dq.begin(), want.dq.end()), dk(want.dk.begin(), want.dk.end()),
+        dv(want.dv.begin(), want.dv.end());
+    // float64 on both sides: the differences' own truncation, well under fp32's bound.
+    const double bound = hr::tol::kAttentionGradNmse(DType::f32);
+    EXPECT_TRUE(hr::test::nmse_within(dq, fq, bound, fmt::format("dq {}", mask_name(mk))));
+    EXPECT_TRUE(hr::test::nmse_within(dk, fk, bound, fmt::format("dk {}", mask_name(mk))));
+    EXPECT_TRUE(hr::test::nmse_within(dv, fv, bound, fmt::format("dv {}", mask_name(mk))));
+  }
+}
+
+#if HEADROOM_HAVE_CUDA
+
+namespace tc = hr::ops::cuda::attn_tc;
+namespace emu = hr::warp_emu;
+
+struct KernelOutputs {
+  std::vector<uint16_t> out, dq, dk, dv;
+  std::vector<float> lse;
+};
+
+// The three kernels on emulated warps, launched as the dispatcher launches them
+// (grid: one block per head and tile of 64 rows), with D_i = rowsum(dO * O) between.
+template <typename S, int kD>
+KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout) {
+  const size_t n = q.bits.size(), rows = static_cast<size_t>(p.B) * p.H * p.T;
+  KernelOutputs r{std::vector<uint16_t>(n), std::vector<uint16_t>(n), std::vector<uint16_t>(n),
+                  std::vector<uint16_t>(n), std::vector<float>(rows)};
+  const tc::MaskArgs m{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(), p.seg.empty() ? nullptr : p.seg.data()};
+  auto in = [](const Input& x) { return reinterpret_cast<const S*>(x.bits.data()); };
+  auto out = [](std::vector<uint16_t>& x) { return reinterpret_cast<S*>(x.data()); };
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + tc::kTile - 1) / tc::kTile));
+  emu::launch(grid, tc::kThreads, tc::forward_smem_bytes<kD>(), [&] {
+    tc::tc_forward_kernel<S, kD>(in(q), in(k), in(v), m, p.H, p.T, p.D, p.scale, out(r.out), r.lse.data());
+  });
+  std::vector<float> row_dot(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    float s = 0.f;
+    for (int d = 0; d < p.D; ++d) {
+      const size_t e = i * static_cast<size_t>(p.D) + static_cast<size_t>(d);
+      s += hr::to_float(reinterpret_cast<const S*>(dout.bits.data())[e]) * hr::to_float(out(r.out)[e]);
+    }
+    row_dot[i] = s;
+  }
+  emu::launch(grid, tc::kThreads, tc::dq_smem_bytes<kD>(), [&] {
+    tc::tc_dq_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D, p.scale,
+                            out(r.dq));
+  });
+  emu::launch(grid, tc::kThreads, tc::dkv_smem_bytes<kD>(), [&] {
+    tc::tc_dkv_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D, p.scale,
+                             out(r.dk), out(r.dv));
+  });
+  return r;
+}
+
+template <int kD>
+KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g) {
+  return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g) : run_kernels<bfloat16_t, kD>(p, q, k, v, g);
+}
+
+struct Case {
+  int T, D;
+};
+
+// Forward and backward of one dtype over shapes that cross the tiles' edges (T 1,
+// 70, 130: three query tiles and key steps, the last partial), every head-dim
+// bucket (D 16, 40 and 64, 100 not a multiple of 8 and 128), under every mask.
+void check_dtype(DType dt) {
+  uint64_t seed = 100;
+  double worst_fwd = 0, worst_bwd = 0;
+  for (const Case c : {Case{130, 64}, Case{70, 128}, Case{70, 40}, Case{1, 16}, Case{66, 100}})
+    for (Mask mk : kMasks) {
+      const Problem p = make_problem(2, 1, c.T, c.D, mk);
+      const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
+      const Input q = random_input(n, seed += 4, dt), k = random_input(n, seed + 1, dt),
+                  v = random_input(n, seed + 2, dt), g = random_input(n, seed + 3, dt);
+      KernelOutputs got;
+      if (c.D <= 32)
+        got = run_for<32>(dt, p, q, k, v, g);
+      else if (c.D <= 64)
+        got = run_for<64>(dt, p, q, k, v, g);
+      else
+        got = run_for<128>(dt, p, q, k, v, g);
+      const std::string what = fmt::format("{} T {} D {} mask {}", hr::dtype_name(dt), c.T, c.D, mask_name(mk));
+      const auto want_out = hr::ref::attention_forward(q.values, k.values, v.values, {p.B, p.H, p.T, p.D}, p.causal,
+                                                       p.kv_len, p.seg, p.scale);
+      EXPECT_TRUE(hr::test::nmse_within(widen(got.out, dt), want_out, hr::tol::kAttentionNmse(dt), "out " + what));
+      worst_fwd = std::max(worst_fwd, hr::test::nmse(widen(got.out, dt), want_out));
+      const Grads want = reference_backward(p, q.values, k.values, v.values, g.values);
+      const double bound = hr::tol::kAttentionGradNmse(dt);
+      EXPECT_TRUE(hr::test::nmse_within(widen(got.dq, dt), want.dq, bound, "dq " + what));
+      EXPECT_TRUE(hr::test::nmse_within(widen(got.dk, dt), want.dk, bound, "dk " + what));
+      EXPECT_TRUE(hr::test::nmse_within(widen(got.dv, dt), want.dv, bound, "dv " + what));
+      worst_bwd = std::max({worst_bwd, hr::test::nmse(widen(got.dq, dt), want.dq),
+                            hr::test::nmse(widen(got.dk, dt), want.dk), hr::test::nmse(widen(got.dv, dt), want.dv)});
+    }
+  testing::Test::RecordProperty("worst_nmse", fmt::format("{:.3g}", worst_fwd));
+  testing::Test::RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", worst_bwd));
+}
+
+TEST(AttentionTensorCoreEmulated, Bf16ForwardAndBackwardMatchFloat64UnderEveryMask) { check_dtype(DType::bf16); }
+TEST(AttentionTensorCoreEmulated, Fp16ForwardAndBackwardMatchFloat64UnderEveryMask) { check_dtype(DType::f16); }
+
+#else
+
+TEST(AttentionTensorCoreEmulated, Bf16ForwardAndBackwardMatchFloat64UnderEveryMask) {
+  GTEST_SKIP() << "built without the CUDA toolkit: the kernels' headers are not here";
+}
+
+#endif
+
+}  // namespace

@@ -47,8 +47,9 @@ struct AttnProbDropout {
 //   what it takes; elsewhere the scalar kernels run). A library kernel timed beside
 //   the own ones; they stay the reference it is checked against.
 // fp32 and the CPU always take the scalar form. The conformance tests run every
-// form; the default is tensor_core (checked on an H100: every conformance case
-// passed), where a run's device cannot take it the scalar kernels
+// form (the tensor-core kernels' code also on emulated warps, on any machine); the
+// default is tensor_core (their WMMA predecessor passed every conformance case on
+// an H100), where a run's device cannot take it the scalar kernels
 // (require_attention_kernel in the CLI). The environment's
 // HEADROOM_ATTENTION_KERNEL=scalar|tensor_core|cudnn sets the starting value.
 enum class GpuAttentionKernel { scalar, tensor_core, cudnn };

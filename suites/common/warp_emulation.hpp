@@ -69,11 +69,14 @@ class Barrier {
   std::condition_variable cv_;
 };
 
-// What the lanes of one warp exchange in a collective: up to 12 words each.
+// What the lanes of one warp exchange in a collective: up to 8 words each, in one
+// of two sets by the collective's parity (one barrier a collective: a lane writes a
+// set again only two collectives later, past a barrier that every lane reaches
+// after reading it).
 struct Warp {
   Barrier barrier{32};
-  uint32_t words[32][12] = {};
-  const void* address[32] = {};
+  uint32_t words[2][32][8] = {};
+  const void* address[2][32] = {};
 };
 
 struct Block {
@@ -90,6 +93,7 @@ struct ThreadState {
   uint3 thread{}, block{};
   dim3 grid{}, block_dim{};
   Block* blk = nullptr;
+  unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
 };
 inline thread_local ThreadState tls;
 
@@ -98,14 +102,14 @@ inline Warp& warp() { return *tls.blk->warps[tls.thread.x / 32]; }
 inline unsigned char* shared_memory() { return tls.blk->smem; }
 
 // Every lane leaves n words; after the barrier each reads what it needs of all
-// lanes' (`read`), and a second barrier keeps the words until every lane has.
+// lanes' (`read(words)`, words[lane][i]).
 template <typename Read>
 void collective(const uint32_t* mine, int n, Read read) {
   Warp& w = warp();
-  std::memcpy(w.words[lane()], mine, static_cast<size_t>(n) * 4);
+  const unsigned set = tls.collectives++ & 1u;
+  std::memcpy(w.words[set][lane()], mine, static_cast<size_t>(n) * 4);
   w.barrier.wait();
-  read(w);
-  w.barrier.wait();
+  read(w.words[set]);
 }
 
 inline float f32_of(uint32_t u) {
@@ -125,7 +129,7 @@ T shfl_xor(T v, int mask) {
   uint32_t mine;
   std::memcpy(&mine, &v, 4);
   uint32_t got = 0;
-  collective(&mine, 1, [&](Warp& w) { got = w.words[lane() ^ mask][0]; });
+  collective(&mine, 1, [&](const uint32_t(&words)[32][8]) { got = words[lane() ^ mask][0]; });
   T out;
   std::memcpy(&out, &got, 4);
   return out;
@@ -139,19 +143,19 @@ T shfl_xor(T v, int mask) {
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   Warp& w = warp();
   const int L = lane();
-  w.address[L] = p;
+  const unsigned set = tls.collectives++ & 1u;
+  w.address[set][L] = p;
   w.barrier.wait();
   for (int i = 0; i < 4; ++i) {
     auto at = [&](int row, int col) {
       uint16_t e;
-      std::memcpy(&e, static_cast<const unsigned char*>(w.address[8 * i + row]) + 2 * col, 2);
+      std::memcpy(&e, static_cast<const unsigned char*>(w.address[set][8 * i + row]) + 2 * col, 2);
       return static_cast<uint32_t>(e);
     };
     const uint32_t lo = trans ? at(2 * (L % 4), L / 4) : at(L / 4, 2 * (L % 4));
     const uint32_t hi = trans ? at(2 * (L % 4) + 1, L / 4) : at(L / 4, 2 * (L % 4) + 1);
     r[i] = lo | (hi << 16);
   }
-  w.barrier.wait();
 }
 
 // A 16-bit element of a register of type M (its low or high half) as a float.
@@ -167,33 +171,24 @@ float element(uint32_t reg, int high) {
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, D = A B + C:
 // lane 4 g + c holds A's (g, 2c..2c+1) in a[0], (g + 8, 2c..) in a[1], (g, 2c + 8..)
 // in a[2], (g + 8, 2c + 8..) in a[3]; B's (k 2c..2c+1, n g) in b0 and (k 2c + 8..,
-// n g) in b1; C's and D's (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1). The
-// products are exact and summed in double, then rounded once.
+// n g) in b1; C's and D's (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1). So A's
+// (r, k) is in lane 4 (r % 8) + (k % 8) / 2, register (r >= 8) + 2 (k >= 8), half k % 2,
+// and B's (k, n) in lane 4 n + (k % 8) / 2, register b0 or b1 by k >= 8, half k % 2.
+// The products are exact and summed in double, then rounded once.
 template <typename M>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  float A[16][16], B[16][8];
-  collective(mine, 6, [&](Warp& w) {
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, c = l % 4;
-      const uint32_t* x = w.words[l];
-      for (int h = 0; h < 2; ++h) {
-        A[g][2 * c + h] = element<M>(x[0], h);
-        A[g + 8][2 * c + h] = element<M>(x[1], h);
-        A[g][2 * c + 8 + h] = element<M>(x[2], h);
-        A[g + 8][2 * c + 8 + h] = element<M>(x[3], h);
-        B[2 * c + h][g] = element<M>(x[4], h);
-        B[2 * c + 8 + h][g] = element<M>(x[5], h);
-      }
+  const int g = lane() / 4, c = lane() % 4;
+  collective(mine, 6, [&](const uint32_t(&words)[32][8]) {
+    auto A = [&](int r, int k) { return element<M>(words[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
+    auto B = [&](int k, int n) { return element<M>(words[4 * n + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
+      double s = d[e];
+      for (int k = 0; k < 16; ++k) s += static_cast<double>(A(row, k)) * B(k, col);
+      d[e] = static_cast<float>(s);
     }
   });
-  const int g = lane() / 4, c = lane() % 4;
-  for (int e = 0; e < 4; ++e) {
-    const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
-    double s = d[e];
-    for (int k = 0; k < 16; ++k) s += static_cast<double>(A[row][k]) * B[k][col];
-    d[e] = static_cast<float>(s);
-  }
 }
 
 // Runs kernel() (a kernel with its arguments bound) over grid.x * grid.y blocks of

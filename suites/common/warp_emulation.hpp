@@ -20,14 +20,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -41,32 +40,36 @@
 
 namespace hr::warp_emu {
 
-// n threads meet; a wait that lasts past a minute means a thread that never
-// arrives (a barrier inside divergent code), reported and fatal rather than a hang.
+// n threads meet. A waiting thread yields its core rather than sleeping (the other
+// threads of the block are what it waits for, and a sleep and wake-up per barrier
+// cost more than the rounds of yields); a wait that lasts past a minute means a
+// thread that never arrives (a barrier inside divergent code), reported and fatal
+// rather than a hang.
 class Barrier {
  public:
   explicit Barrier(int n) : n_(n) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
+    const uint64_t gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.store(gen + 1, std::memory_order_release);
       return;
     }
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return gen_ != gen; })) {
-      std::fprintf(stderr, "warp emulation: %d of %d threads reached a barrier; the rest never did\n", count_, n_);
-      std::abort();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (unsigned i = 1; gen_.load(std::memory_order_acquire) == gen; ++i) {
+      std::this_thread::yield();
+      if (i % 4096 == 0 && std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "warp emulation: %d of %d threads reached a barrier; the rest never did\n",
+                     count_.load(), n_);
+        std::abort();
+      }
     }
   }
 
  private:
   const int n_;
-  int count_ = 0;
-  uint64_t gen_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  std::atomic<int> count_{0};
+  std::atomic<uint64_t> gen_{0};
 };
 
 // What the lanes of one warp exchange in a collective: up to 8 words each, in one

@@ -90,6 +90,7 @@ bool visible(const Problem& p, int b, int t, int s) {
 
 struct Grads {
   std::vector<double> dq, dk, dv;
+  double max_ds = 0;  // the largest |P (dP - rowsum(P dP))|, before the scale
 };
 
 // The float64 gradient of sum(out * dout) from the definition, per head.
@@ -131,6 +132,7 @@ Grads reference_backward(const Problem& p, const std::vector<double>& q, const s
       for (int s = 0; s < T; ++s) {
         const double pts = P[static_cast<size_t>(t) * T + s];
         const double ds = pts * (dP[static_cast<size_t>(t) * T + s] - row);
+        g.max_ds = std::max(g.max_ds, std::fabs(ds));
         for (int d = 0; d < D; ++d) {
           g.dq[o + static_cast<size_t>(t) * D + d] += p.scale * ds * at(k, s, d);
           g.dk[o + static_cast<size_t>(s) * D + d] += p.scale * ds * at(q, t, d);
@@ -292,6 +294,39 @@ TEST(AttentionTensorCoreEmulated, Bf16PaddedHeadDimsMatchFloat64UnderEveryMask) 
 }
 // fp16: its rounding, and dS taken times a power of two (ds_prescale).
 TEST(AttentionTensorCoreEmulated, Fp16MatchesFloat64UnderEveryMask) { check(DType::f16, {Case{130, 64}, Case{66, 100}}); }
+
+// fp16 where dS passes fp16's range: near-uniform attention (small q, k) over large
+// values, so that dS = P (dP - D) grows with |v| while dQ and dK stay small, and dO
+// scaled by powers of two until the float64 dS reaches 1.25 x 65504 while every
+// gradient stays under half of it. Rounding dS as it is would give inf; the kernels
+// round it times 2^-e and stay finite.
+TEST(AttentionTensorCoreEmulated, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange) {
+  const Problem p = make_problem(2, 1, 97, 128, Mask::causal);
+  const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
+  const Input q = random_input(n, 71, DType::f16, 0.25f), k = random_input(n, 72, DType::f16, 0.25f),
+              v = random_input(n, 73, DType::f16, 8.f);
+  float spread = 1.f;
+  Input g;
+  Grads want;
+  for (;;) {
+    g = random_input(n, 74, DType::f16, spread);
+    want = reference_backward(p, q.values, k.values, v.values, g.values);
+    if (want.max_ds >= 1.25 * 65504 || spread >= 16384.f) break;
+    spread *= 2.f;
+  }
+  ASSERT_GE(want.max_ds, 1.25 * 65504) << "no dO scale drives dS past fp16's range";
+  double largest = 0;
+  for (const auto* x : {&want.dq, &want.dk, &want.dv})
+    for (double e : *x) largest = std::max(largest, std::fabs(e));
+  ASSERT_LT(largest, 65504.0 / 2) << "at dO's spread " << spread << " the gradients themselves leave fp16's range";
+  const KernelOutputs got = run_kernels<half_t, 128>(p, q, k, v, g);
+  const double bound = hr::tol::kAttentionGradNmse(DType::f16);
+  EXPECT_TRUE(hr::test::nmse_within(widen(got.dq, DType::f16), want.dq, bound, fmt::format("dq, dO spread {}", spread)));
+  EXPECT_TRUE(hr::test::nmse_within(widen(got.dk, DType::f16), want.dk, bound, fmt::format("dk, dO spread {}", spread)));
+  EXPECT_TRUE(hr::test::nmse_within(widen(got.dv, DType::f16), want.dv, bound, fmt::format("dv, dO spread {}", spread)));
+  testing::Test::RecordProperty("dout_spread", fmt::format("{}", spread));
+  testing::Test::RecordProperty("max_ds", fmt::format("{:.4g}", want.max_ds));
+}
 
 #else
 

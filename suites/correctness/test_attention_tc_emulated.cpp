@@ -21,6 +21,7 @@
 #include "harness/tolerances.hpp"
 #include "kernels/attention/attention_ref.hpp"
 #include "kernels/common/float16.hpp"
+#include "suites/common/attention_masks.hpp"
 #include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
 #include "suites/common/test_support.hpp"
@@ -37,19 +38,9 @@ using hr::bfloat16_t;
 using hr::DType;
 using hr::half_t;
 
-enum class Mask { none, causal, causal_padding, causal_packed, padding_packed };
-const char* mask_name(Mask m) {
-  switch (m) {
-    case Mask::none: return "none";
-    case Mask::causal: return "causal";
-    case Mask::causal_padding: return "causal+padding";
-    case Mask::causal_packed: return "causal+packed";
-    case Mask::padding_packed: return "padding+packed";
-  }
-  return "?";
-}
-constexpr Mask kMasks[] = {Mask::none, Mask::causal, Mask::causal_padding, Mask::causal_packed,
-                           Mask::padding_packed};
+using hr::test::kAllMasks;
+using hr::test::mask_name;
+using Mask = hr::test::MaskKind;
 
 struct Problem {
   int B, H, T, D;
@@ -61,10 +52,10 @@ struct Problem {
 
 Problem make_problem(int B, int H, int T, int D, Mask mk) {
   Problem p{B, H, T, D, 1.f / std::sqrt(static_cast<float>(D))};
-  p.causal = mk == Mask::causal || mk == Mask::causal_padding || mk == Mask::causal_packed;
-  if (mk == Mask::causal_padding || mk == Mask::padding_packed)
+  p.causal = hr::test::is_causal(mk);
+  if (hr::test::has_key_lengths(mk))
     for (int b = 0; b < B; ++b) p.kv_len.push_back(b % 2 == 0 ? T - 1 : T / 2 + 3);  // one key short, about half
-  if (mk == Mask::causal_packed || mk == Mask::padding_packed) {
+  if (hr::test::has_segments(mk)) {
     const int lens[] = {37, 5, 70, 1, 19};  // documents across the 64-row tiles
     for (int b = 0; b < B; ++b) {
       int id = 0, used = 0, li = b;
@@ -167,7 +158,7 @@ std::vector<float> widen(const std::vector<uint16_t>& bits, DType dt) {
 // The float64 gradient of this file against central finite differences of the
 // float64 forward reference: the oracle of the backward checks below is right.
 TEST(AttentionTensorCoreEmulated, TheBackwardReferenceMatchesFiniteDifferences) {
-  for (Mask mk : kMasks) {
+  for (Mask mk : kAllMasks) {
     const Problem p = make_problem(2, 1, 9, 3, mk);
     const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
     const Input q = random_input(n, 11, DType::bf16), k = random_input(n, 12, DType::bf16),
@@ -251,7 +242,7 @@ void check(DType dt, std::initializer_list<Case> cases) {
   uint64_t seed = 100;
   double worst_fwd = 0, worst_bwd = 0;
   for (const Case c : cases)
-    for (Mask mk : kMasks) {
+    for (Mask mk : kAllMasks) {
       const Problem p = make_problem(2, 1, c.T, c.D, mk);
       const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
       const Input q = random_input(n, seed += 4, dt), k = random_input(n, seed + 1, dt),

@@ -27,6 +27,7 @@
 #endif
 #include "suites/common/finite_diff.hpp"
 #include "suites/common/op_check.hpp"
+#include "suites/common/attention_masks.hpp"
 #include "suites/common/test_support.hpp"
 #include "harness/tolerances.hpp"
 
@@ -36,18 +37,9 @@ namespace {
 using ops::AttentionImpl;
 using test::BackendDType;
 
-enum class MaskKind { none, causal, causal_padding, causal_packed, padding_packed };
-const char* mask_name(MaskKind m) {
-  switch (m) {
-    case MaskKind::none: return "none";
-    case MaskKind::causal: return "causal";
-    case MaskKind::causal_padding: return "causal+padding";
-    case MaskKind::causal_packed: return "causal+packed";
-    default: return "padding+packed";
-  }
-}
-constexpr MaskKind kAllMasks[] = {MaskKind::none, MaskKind::causal, MaskKind::causal_padding, MaskKind::causal_packed,
-                                  MaskKind::padding_packed};
+using test::kAllMasks;
+using test::mask_name;
+using test::MaskKind;
 
 // A mask on the device and the same mask as host vectors for the reference.
 struct Mask {
@@ -60,13 +52,13 @@ struct Mask {
 // sequences of lengths 5, 7, 1, 9, ... (a length-1 sequence sees only itself).
 Mask make_mask(Device& dev, MaskKind kind, int64_t B, int64_t T) {
   Mask m;
-  m.causal = kind == MaskKind::causal || kind == MaskKind::causal_padding || kind == MaskKind::causal_packed;
+  m.causal = test::is_causal(kind);
   m.dev.causal = m.causal;
-  if (kind == MaskKind::causal_padding || kind == MaskKind::padding_packed) {
+  if (test::has_key_lengths(kind)) {
     for (int64_t b = 0; b < B; ++b) m.kv_len.push_back(static_cast<int32_t>(std::max<int64_t>(1, T - 3 * b - 1)));
     m.dev.key_valid_len = Tensor::from_host_i32(dev, m.kv_len, {B}, Consumer::activations);
   }
-  if (kind == MaskKind::causal_packed || kind == MaskKind::padding_packed) {
+  if (test::has_segments(kind)) {
     const int lens[] = {5, 7, 1, 9, 3};
     for (int64_t b = 0; b < B; ++b) {
       int32_t id = 0;

@@ -82,10 +82,11 @@ constexpr size_t dkv_smem_bytes() {  // K and V; Q and dO twice, with their rows
 // lane each).
 constexpr int kDkvPart = 32;
 // The blocks per SM the kernels' registers are designed for (a lane holds its
-// accumulators, a step's scores and the operands in flight): four forward blocks
-// at head dim 32 (128 registers a thread), three up to 64 (168) and at 128; three
-// backward blocks up to 64, two at 128 (255). At 128 the forward's shared memory
-// holds it to two. ptxas, sm_90: no spills at these bounds.
+// accumulators, a step's scores and the operands in flight): the forward four at
+// head dim 32 (128 registers a thread) and three above (168), the backward three
+// up to 64 and two at 128 (255). At head dim 128 the forward's shared memory holds
+// it to two as well. ptxas, sm_90: 128 registers for the forward at 32, 155 at 64,
+// 178 at 128; 128-168 for the backward up to 64, 240-243 at 128; no spills.
 template <int kD>
 constexpr int kForwardRegBlocks = kD <= 32 ? 4 : 3;
 template <int kD>

@@ -223,6 +223,21 @@ void register_all() {
       std::fprintf(stderr, "bench_matmul: cuDNN attention cases (%s backward) not registered: %s\n",
                    deterministic ? "deterministic" : "non-deterministic", no_cudnn[deterministic].c_str());
   }
+  // The micro-batch sweep's step shape (BM-MB at the full preset, micro-batch 32: 32
+  // sequences of 1024 tokens, 16 heads of 64), where the series below, at 32 heads,
+  // leave an H100's SMs part idle at T 1024: what attention costs inside that step.
+  // Naive and cuDNN's first, the tensor-core kernels' after every other case.
+  auto register_step_shape = [&](const Form& f) {
+    if (f.kernel == ops::GpuAttentionKernel::scalar && f.impl == ops::AttentionImpl::memory_efficient) return;
+    if (f.kernel == ops::GpuAttentionKernel::cudnn && (!f.cudnn_deterministic || !no_cudnn[1].empty())) return;
+    hr::bench::register_case(std::string("attention_cuda_step/") + f.name, bm_attention, BackendKind::cuda, f.impl,
+                             int64_t{32}, int64_t{16}, int64_t{64}, f.kernel, f.cudnn_deterministic)
+        ->Arg(1024)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  };
+  for (const Form& f : forms)
+    if (f.kernel != ops::GpuAttentionKernel::tensor_core) register_step_shape(f);
   for (const Form& f : forms)
     for (const int64_t D : {int64_t{64}, int64_t{128}}) {
       if (f.kernel == ops::GpuAttentionKernel::cudnn && !no_cudnn[f.cudnn_deterministic].empty()) continue;
@@ -237,6 +252,8 @@ void register_all() {
         c->RangeMultiplier(2)->Range(512, 8192);
       c->UseManualTime()->Unit(benchmark::kMillisecond);
     }
+  for (const Form& f : forms)
+    if (f.kernel == ops::GpuAttentionKernel::tensor_core) register_step_shape(f);
 #endif
 }
 

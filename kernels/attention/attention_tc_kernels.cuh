@@ -82,9 +82,10 @@ struct MmaType<bfloat16_t> {
 //   C, 16 x 8 fp32:      c[0], c[1] = (g, 2c), (g, 2c + 1); c[2], c[3] = (g + 8, 2c), (g + 8, 2c + 1)
 // So the C tiles of columns [16 k, 16 k + 16), rounded in pairs, are element for
 // element the A operand of those 16 columns (to_a): a product's result feeds the
-// next without leaving its registers. ldmatrix .x4 gives register i the 8 x 8
-// matrix whose rows lanes 8 i .. 8 i + 7 address, each lane (row r / 4, columns
-// 2 (r % 4), +1) of it, or with .trans (rows 2 (r % 4), +1, column r / 4).
+// next without leaving its registers. ldmatrix .x4 gives register i of lane r the
+// elements (r / 4, 2 (r % 4)) and (r / 4, 2 (r % 4) + 1) of the 8 x 8 matrix whose
+// rows lanes 8 i .. 8 i + 7 address, or with .trans its (2 (r % 4), r / 4) and
+// (2 (r % 4) + 1, r / 4).
 
 // The fp32 accumulators of a 16 x kN result: n-tile j holds columns [8 j, 8 j + 8).
 template <int kN>

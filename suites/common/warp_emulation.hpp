@@ -1,7 +1,9 @@
 // A host emulation of the CUDA features the tensor-core attention kernels
 // (kernels/attention/attention_tc_kernels.cuh) use, so that their own code runs on
-// a CPU and is checked where no GPU is: one host thread per CUDA thread of a block,
-// the blocks one after another; __syncthreads and __syncwarp as barriers; shuffles,
+// a CPU and is checked where no GPU is: one fiber (ucontext) per CUDA thread of a
+// block, all on the calling thread, the blocks one after another, so that a
+// barrier costs user-space switches and not the host's scheduler (which a parallel
+// ctest keeps busy); __syncthreads and __syncwarp as barriers; shuffles,
 // ldmatrix and mma.sync m16n8k16 as warp collectives whose results are computed
 // from the PTX ISA's definition of their operands ("Matrix Fragments for
 // mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
@@ -20,14 +22,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <chrono>
+#include <ucontext.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -40,36 +41,40 @@
 
 namespace hr::warp_emu {
 
-// n threads meet. A waiting thread yields its core rather than sleeping (the other
-// threads of the block are what it waits for, and a sleep and wake-up per barrier
-// cost more than the rounds of yields); a wait that lasts past a minute means a
-// thread that never arrives (a barrier inside divergent code), reported and fatal
-// rather than a hang.
+// The fibers of the block being run, on this host thread.
+struct Scheduler {
+  ucontext_t main{};
+  std::vector<ucontext_t> contexts;
+  std::vector<bool> done;
+  int current = 0;
+  uint64_t progress = 0;  // barriers released and fibers finished: a round without any is a deadlock
+  const void* body = nullptr;
+  void (*run_body)(const void*) = nullptr;
+};
+inline thread_local Scheduler* scheduler = nullptr;
+
+// Back to the scheduler until it resumes this fiber.
+inline void yield_fiber() { swapcontext(&scheduler->contexts[static_cast<size_t>(scheduler->current)], &scheduler->main); }
+
+// n fibers meet: each but the last yields until the last releases them.
 class Barrier {
  public:
   explicit Barrier(int n) : n_(n) {}
   void wait() {
-    const uint64_t gen = gen_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.store(gen + 1, std::memory_order_release);
+    const uint64_t gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      ++scheduler->progress;
       return;
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (unsigned i = 1; gen_.load(std::memory_order_acquire) == gen; ++i) {
-      std::this_thread::yield();
-      if (i % 4096 == 0 && std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "warp emulation: %d of %d threads reached a barrier; the rest never did\n",
-                     count_.load(), n_);
-        std::abort();
-      }
-    }
+    while (gen_ == gen) yield_fiber();
   }
 
  private:
   const int n_;
-  std::atomic<int> count_{0};
-  std::atomic<uint64_t> gen_{0};
+  int count_ = 0;
+  uint64_t gen_ = 0;
 };
 
 // What the lanes of one warp exchange in a collective: up to 8 words each, in one
@@ -91,25 +96,25 @@ struct Block {
   unsigned char* smem = nullptr;
 };
 
-// The CUDA thread this host thread is.
+// A CUDA thread: what its fiber sees as threadIdx, blockIdx, ...
 struct ThreadState {
   uint3 thread{}, block{};
   dim3 grid{}, block_dim{};
   Block* blk = nullptr;
   unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
 };
-inline thread_local ThreadState tls;
+inline thread_local ThreadState* running = nullptr;  // the fiber's, set before each resume
 
-inline int lane() { return static_cast<int>(tls.thread.x % 32); }
-inline Warp& warp() { return *tls.blk->warps[tls.thread.x / 32]; }
-inline unsigned char* shared_memory() { return tls.blk->smem; }
+inline int lane() { return static_cast<int>(running->thread.x % 32); }
+inline Warp& warp() { return *running->blk->warps[running->thread.x / 32]; }
+inline unsigned char* shared_memory() { return running->blk->smem; }
 
 // Every lane leaves n words; after the barrier each reads what it needs of all
 // lanes' (`read(words)`, words[lane][i]).
 template <typename Read>
 void collective(const uint32_t* mine, int n, Read read) {
   Warp& w = warp();
-  const unsigned set = tls.collectives++ & 1u;
+  const unsigned set = running->collectives++ & 1u;
   std::memcpy(w.words[set][lane()], mine, static_cast<size_t>(n) * 4);
   w.barrier.wait();
   read(w.words[set]);
@@ -146,7 +151,7 @@ T shfl_xor(T v, int mask) {
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   Warp& w = warp();
   const int L = lane();
-  const unsigned set = tls.collectives++ & 1u;
+  const unsigned set = running->collectives++ & 1u;
   w.address[set][L] = p;
   w.barrier.wait();
   for (int i = 0; i < 4; ++i) {
@@ -194,40 +199,77 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   });
 }
 
+inline void fiber_entry() {
+  scheduler->run_body(scheduler->body);
+  scheduler->done[static_cast<size_t>(scheduler->current)] = true;
+  ++scheduler->progress;
+}  // returns to the scheduler (uc_link)
+
 // Runs kernel() (a kernel with its arguments bound) over grid.x * grid.y blocks of
 // `threads` threads with `smem_bytes` of dynamic shared memory, which starts as
 // 0xff bytes (16-bit NaNs) each block so that a read of what was never staged shows.
+// The fibers of a block run in turn, each until it waits at a barrier or ends; a
+// round in which none gets past a barrier or ends is a deadlock (a barrier inside
+// divergent code), reported and fatal rather than a hang.
 template <typename Kernel>
 void launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel) {
+  constexpr size_t kStackBytes = size_t{256} << 10;
   std::vector<uint64_t> smem((smem_bytes + 7) / 8);  // no slack: a sanitizer sees a read past the end
+  std::vector<std::unique_ptr<char[]>> stacks(static_cast<size_t>(threads));
+  for (auto& st : stacks) st = std::make_unique<char[]>(kStackBytes);
+  std::vector<ThreadState> states(static_cast<size_t>(threads));
+  Scheduler sched;
+  sched.body = &kernel;
+  sched.run_body = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
+  Scheduler* const outer = scheduler;
+  ThreadState* const outer_running = running;
+  scheduler = &sched;
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       Block blk(threads);
       std::memset(smem.data(), 0xff, smem.size() * 8);
       blk.smem = reinterpret_cast<unsigned char*>(smem.data());
-      std::vector<std::thread> pool;
-      pool.reserve(static_cast<size_t>(threads));
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          tls.thread = make_uint3(static_cast<unsigned>(t), 0, 0);
-          tls.block = make_uint3(bx, by, 0);
-          tls.grid = grid;
-          tls.block_dim = dim3(static_cast<unsigned>(threads));
-          tls.blk = &blk;
-          kernel();
-        });
-      for (std::thread& th : pool) th.join();
+      sched.contexts.assign(static_cast<size_t>(threads), ucontext_t{});
+      sched.done.assign(static_cast<size_t>(threads), false);
+      for (int t = 0; t < threads; ++t) {
+        ucontext_t& c = sched.contexts[static_cast<size_t>(t)];
+        getcontext(&c);
+        c.uc_stack.ss_sp = stacks[static_cast<size_t>(t)].get();
+        c.uc_stack.ss_size = kStackBytes;
+        c.uc_link = &sched.main;
+        makecontext(&c, fiber_entry, 0);
+        states[static_cast<size_t>(t)] =
+            ThreadState{make_uint3(static_cast<unsigned>(t), 0, 0), make_uint3(bx, by, 0), grid,
+                        dim3(static_cast<unsigned>(threads)), &blk, 0};
+      }
+      for (int live = threads; live > 0;) {
+        const uint64_t before = sched.progress;
+        for (int t = 0; t < threads; ++t) {
+          if (sched.done[static_cast<size_t>(t)]) continue;
+          sched.current = t;
+          running = &states[static_cast<size_t>(t)];
+          swapcontext(&sched.main, &sched.contexts[static_cast<size_t>(t)]);
+          if (sched.done[static_cast<size_t>(t)]) --live;
+        }
+        if (live > 0 && sched.progress == before) {
+          std::fprintf(stderr, "warp emulation: block (%u, %u): every live thread waits at a barrier that the "
+                               "others never reach\n", bx, by);
+          std::abort();
+        }
+      }
     }
+  scheduler = outer;
+  running = outer_running;
 }
 
 }  // namespace hr::warp_emu
 
 // The CUDA names the kernels use, on the emulated thread.
-#define threadIdx (::hr::warp_emu::tls.thread)
-#define blockIdx (::hr::warp_emu::tls.block)
-#define gridDim (::hr::warp_emu::tls.grid)
-#define blockDim (::hr::warp_emu::tls.block_dim)
-inline void __syncthreads() { ::hr::warp_emu::tls.blk->barrier.wait(); }
+#define threadIdx (::hr::warp_emu::running->thread)
+#define blockIdx (::hr::warp_emu::running->block)
+#define gridDim (::hr::warp_emu::running->grid)
+#define blockDim (::hr::warp_emu::running->block_dim)
+inline void __syncthreads() { ::hr::warp_emu::running->blk->barrier.wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::hr::warp_emu::warp().barrier.wait(); }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -310,14 +311,20 @@ TEST(Optim8bitAdamW, BothCudaKernelsFollowTheCpuCuda) {
   expect_follows_cpu(gpu, cpu, 2048, 0, DType::f16, DType::f32);
 }
 
-TEST(Optim8bitOptimizer, SmallTensorsKeepFp32State) {
-  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
-  hr::ParamSet ps(dev, hr::ParamStorage{}, 3);
+// 8-bit AdamW over two parameters: "big", just large enough for 8-bit state
+// (4096 elements), and "small", one element short of it.
+std::unique_ptr<hr::Optimizer> adamw8bit_over_big_and_small(hr::ParamSet& ps) {
   ps.add_normal("big", {4096}, 0.02f);
   ps.add_normal("small", {4095}, 0.02f);
   hr::OptimizerConfig oc;
   oc.kind = hr::OptimizerKind::adamw8bit;
-  const auto o = hr::make_optimizer(oc, ps);
+  return hr::make_optimizer(oc, ps);
+}
+
+TEST(Optim8bitOptimizer, SmallTensorsKeepFp32State) {
+  HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
+  hr::ParamSet ps(dev, hr::ParamStorage{}, 3);
+  const auto o = adamw8bit_over_big_and_small(ps);
   std::vector<std::string> names;
   for (const auto& [name, t] : o->state()) names.push_back(name + ":" + hr::dtype_name(t.dtype()));
   EXPECT_EQ(names, (std::vector<std::string>{"big.exp_avg.codes:uint8", "big.exp_avg.absmax:fp32",
@@ -332,16 +339,11 @@ TEST(Optim8bitOptimizer, SmallTensorsKeepFp32State) {
 TEST(Optim8bitOptimizer, ABadSmallTensorRefusesTheStepBeforeTheLargeOnesMove) {
   HR_TEST_DEVICE(dev, hr::BackendKind::cpu);
   hr::ParamSet ps(dev, hr::ParamStorage{}, 5);
-  ps.add_normal("big", {4096}, 0.02f);
-  ps.add_normal("small", {4095}, 0.02f);
-  hr::OptimizerConfig oc;
-  oc.kind = hr::OptimizerKind::adamw8bit;
-  const auto o = hr::make_optimizer(oc, ps);
-  for (hr::Param& p : ps.all()) {
-    std::vector<float> g(static_cast<size_t>(p.master.numel()));
-    for (size_t i = 0; i < g.size(); ++i) g[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 17) - 8);
-    p.grad = hr::Tensor::from_host(dev, g, p.master.shape(), hr::DType::f32, hr::Consumer::gradients);
-  }
+  const auto o = adamw8bit_over_big_and_small(ps);
+  uint64_t seed = 50;
+  for (hr::Param& p : ps.all())
+    p.grad = hr::Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(p.master.numel()), ++seed, -1e-2f, 1e-2f),
+                                   p.master.shape(), hr::DType::f32, hr::Consumer::gradients);
   const auto big_before = ps.at("big").master.to_host_bytes();
   hr::Param& small = ps.at("small");
   const hr::Tensor good_grad = small.grad;

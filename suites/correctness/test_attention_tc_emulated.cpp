@@ -257,15 +257,22 @@ void check(DType dt, std::initializer_list<Case> cases) {
       const std::string what = fmt::format("{} T {} D {} mask {}", hr::dtype_name(dt), c.T, c.D, mask_name(mk));
       const auto want_out = hr::ref::attention_forward(q.values, k.values, v.values, {p.B, p.H, p.T, p.D}, p.causal,
                                                        p.kv_len, p.seg, p.scale);
-      EXPECT_TRUE(hr::test::nmse_within(widen(got.out, dt), want_out, hr::tol::kAttentionNmse(dt), "out " + what));
-      worst_fwd = std::max(worst_fwd, hr::test::nmse(widen(got.out, dt), want_out));
+      const std::vector<float> out = widen(got.out, dt);
+      EXPECT_TRUE(hr::test::nmse_within(out, want_out, hr::tol::kAttentionNmse(dt), "out " + what));
+      worst_fwd = std::max(worst_fwd, hr::test::nmse(out, want_out));
       const Grads want = reference_backward(p, q.values, k.values, v.values, g.values);
       const double bound = hr::tol::kAttentionGradNmse(dt);
-      EXPECT_TRUE(hr::test::nmse_within(widen(got.dq, dt), want.dq, bound, "dq " + what));
-      EXPECT_TRUE(hr::test::nmse_within(widen(got.dk, dt), want.dk, bound, "dk " + what));
-      EXPECT_TRUE(hr::test::nmse_within(widen(got.dv, dt), want.dv, bound, "dv " + what));
-      worst_bwd = std::max({worst_bwd, hr::test::nmse(widen(got.dq, dt), want.dq),
-                            hr::test::nmse(widen(got.dk, dt), want.dk), hr::test::nmse(widen(got.dv, dt), want.dv)});
+      struct Gradient {
+        const char* name;
+        const std::vector<uint16_t>& got;
+        const std::vector<double>& want;
+      };
+      for (const Gradient& x : {Gradient{"dq", got.dq, want.dq}, Gradient{"dk", got.dk, want.dk},
+                                Gradient{"dv", got.dv, want.dv}}) {
+        const std::vector<float> values = widen(x.got, dt);
+        EXPECT_TRUE(hr::test::nmse_within(values, x.want, bound, fmt::format("{} {}", x.name, what)));
+        worst_bwd = std::max(worst_bwd, hr::test::nmse(values, x.want));
+      }
     }
   testing::Test::RecordProperty("worst_nmse", fmt::format("{:.3g}", worst_fwd));
   testing::Test::RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", worst_bwd));

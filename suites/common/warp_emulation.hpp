@@ -7,11 +7,16 @@
 // ldmatrix and mma.sync m16n8k16 as warp collectives whose results are computed
 // from the PTX ISA's definition of their operands ("Matrix Fragments for
 // mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
-// reading of it; cp.async as a plain copy. It checks the kernels' indexing, masks,
-// pipelines and arithmetic; their speed and the hardware's own rounding of a
-// product's sum are a GPU's to show. Include it before the kernels' header, in a
-// host-compiled file: it defines HR_WARP_EMULATION, which swaps the kernels' inline
-// assembly and launch code for these.
+// reading of it; cp.async as copies in groups that land when the thread waits for
+// them, or at once (Schedule). A launch runs under a schedule, one of the orders a
+// GPU may run a block's warps in, so that running a kernel under two and comparing
+// the bits shows a missing barrier or wait. Addresses are checked as the hardware
+// checks them (alignment, shared memory's bounds), and each ldmatrix counts the
+// shared-memory wavefronts its rows take (bank conflicts). It checks the kernels'
+// indexing, masks, pipelines and arithmetic; their speed and the hardware's own
+// rounding of a product's sum are a GPU's to show. Include it before the kernels'
+// header, in a host-compiled file: it defines HR_WARP_EMULATION, which swaps the
+// kernels' inline assembly and launch code for these.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -24,11 +29,13 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -41,6 +48,36 @@
 
 namespace hr::warp_emu {
 
+// Where a fault of the kernel under emulation is found: said, then fatal, as on a GPU.
+[[noreturn]] inline void fail(const char* what) {
+  std::fprintf(stderr, "warp emulation: %s\n", what);
+  std::abort();
+}
+
+// How a launch orders a block's threads, and when its cp.async copies land. Every
+// schedule is one a GPU may run, so a kernel must give the same bits under each.
+struct Schedule {
+  enum class Warps {
+    interleaved,       // every thread in turn up to its next barrier or collective
+    // A warp runs until each of its threads waits at a block barrier, then the next;
+    // the warp that releases a barrier goes on first, so the order turns step by step.
+    one_at_a_time,
+    one_at_a_time_reversed,  // the same, from the last warp
+  };
+  enum class Copies {
+    at_issue,  // a copy lands as it is issued: a prefetch into a tile still being read shows
+    at_wait,   // a copy lands when its thread waits for its group: a read before the wait shows
+  };
+  Warps warps = Warps::interleaved;
+  Copies copies = Copies::at_issue;
+};
+
+// What a launch did that a kernel's speed depends on.
+struct LaunchStats {
+  uint64_t ldmatrix = 0;             // ldmatrix .x4, a warp's each
+  uint64_t ldmatrix_wavefronts = 0;  // shared-memory wavefronts they took: 4 each without bank conflicts
+};
+
 // The fibers of the block being run, on this host thread.
 struct Scheduler {
   ucontext_t main{};
@@ -50,6 +87,8 @@ struct Scheduler {
   uint64_t progress = 0;  // barriers released and fibers finished: a round without any is a deadlock
   const void* body = nullptr;
   void (*run_body)(const void*) = nullptr;
+  Schedule schedule;
+  LaunchStats stats;
 };
 inline thread_local Scheduler* scheduler = nullptr;
 
@@ -94,6 +133,14 @@ struct Block {
   Barrier barrier;
   std::vector<std::unique_ptr<Warp>> warps;
   unsigned char* smem = nullptr;
+  size_t smem_bytes = 0;
+};
+
+// A cp.async copy a thread has issued and not yet waited for, with what it read.
+struct PendingCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+  unsigned n;
 };
 
 // A CUDA thread: what its fiber sees as threadIdx, blockIdx, ...
@@ -102,12 +149,33 @@ struct ThreadState {
   dim3 grid{}, block_dim{};
   Block* blk = nullptr;
   unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
+  std::vector<PendingCopy> copies;  // oldest first
+  std::vector<size_t> groups;       // the end in `copies` of each committed group, oldest first
 };
 inline thread_local ThreadState* running = nullptr;  // the fiber's, set before each resume
 
 inline int lane() { return static_cast<int>(running->thread.x % 32); }
 inline Warp& warp() { return *running->blk->warps[running->thread.x / 32]; }
 inline unsigned char* shared_memory() { return running->blk->smem; }
+
+// The offset in the block's shared memory of n bytes at p, which must lie within it
+// and be aligned to `align` (what ldmatrix and cp.async require).
+inline size_t shared_offset(const void* p, size_t n, size_t align, const char* what) {
+  const Block& blk = *running->blk;
+  const auto at = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(blk.smem);
+  char msg[200];
+  if (at < base || at + n > base + blk.smem_bytes) {
+    std::snprintf(msg, sizeof msg, "%s: %zu bytes at %+lld from shared memory's %zu, thread %u", what, n,
+                  static_cast<long long>(at - base), blk.smem_bytes, running->thread.x);
+    fail(msg);
+  }
+  if ((at - base) % align != 0) {
+    std::snprintf(msg, sizeof msg, "%s: shared offset %zu is not %zu-byte aligned, thread %u", what,
+                  static_cast<size_t>(at - base), align, running->thread.x);
+    fail(msg);
+  }
+  return at - base;
+}
 
 // Every lane leaves n words; after the barrier each reads what it needs of all
 // lanes' (`read(words)`, words[lane][i]).
@@ -148,12 +216,32 @@ T shfl_xor(T v, int mask) {
 // the elements (L / 4, 2 (L % 4)) and (L / 4, 2 (L % 4) + 1) of matrix i, or with
 // .trans its elements (2 (L % 4), L / 4) and (2 (L % 4) + 1, L / 4); the first in the
 // low half.
+// Each 8 x 8 matrix is one shared-memory wavefront when its 8 rows of 16 bytes fall
+// in different groups of 4 banks, and one more for each further distinct row in the
+// most shared group.
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   Warp& w = warp();
   const int L = lane();
   const unsigned set = running->collectives++ & 1u;
+  shared_offset(p, 16, 16, "ldmatrix row address");
   w.address[set][L] = p;
   w.barrier.wait();
+  if (L == 0) {
+    LaunchStats& st = scheduler->stats;
+    ++st.ldmatrix;
+    const auto base = reinterpret_cast<uintptr_t>(running->blk->smem);
+    for (int i = 0; i < 4; ++i) {
+      size_t rows[8];
+      int in_group[8] = {}, most = 0;
+      for (int j = 0; j < 8; ++j) {
+        rows[j] = reinterpret_cast<uintptr_t>(w.address[set][8 * i + j]) - base;
+        bool again = false;
+        for (int m = 0; m < j; ++m) again = again || rows[m] == rows[j];
+        if (!again) most = std::max(most, ++in_group[rows[j] / 16 % 8]);
+      }
+      st.ldmatrix_wavefronts += static_cast<uint64_t>(most);
+    }
+  }
   for (int i = 0; i < 4; ++i) {
     auto at = [&](int row, int col) {
       uint16_t e;
@@ -199,36 +287,81 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   });
 }
 
+// cp.async of n bytes (4, 8 or 16) from global memory into shared memory, both
+// aligned to n: landed now or at the wait for its group, as the schedule says; its
+// source is read now (the kernels' sources do not change while they run).
+inline void copy_async(void* dst, const void* src, size_t n) {
+  if (n != 4 && n != 8 && n != 16) fail("cp.async copies 4, 8 or 16 bytes");
+  shared_offset(dst, n, n, "cp.async destination");
+  const auto from = reinterpret_cast<uintptr_t>(src), base = reinterpret_cast<uintptr_t>(running->blk->smem);
+  if (from % n != 0) fail("cp.async source is not aligned to its size");
+  if (from + n > base && from < base + running->blk->smem_bytes) fail("cp.async source is in shared memory");
+  PendingCopy c{static_cast<unsigned char*>(dst), {}, static_cast<unsigned>(n)};
+  std::memcpy(c.bytes, src, n);
+  if (scheduler->schedule.copies == Schedule::Copies::at_issue) std::memcpy(dst, src, n);
+  running->copies.push_back(c);
+}
+
+// The copies issued since the last commit become a group.
+inline void commit_copies() { running->groups.push_back(running->copies.size()); }
+
+// Every committed group but the newest n has landed (uncommitted copies are not waited for).
+inline void wait_copies(size_t n) {
+  ThreadState& t = *running;
+  if (t.groups.size() <= n) return;
+  const size_t k = t.groups.size() - n, end = t.groups[k - 1];
+  if (scheduler->schedule.copies == Schedule::Copies::at_wait)
+    for (size_t i = 0; i < end; ++i) std::memcpy(t.copies[i].dst, t.copies[i].bytes, t.copies[i].n);
+  t.copies.erase(t.copies.begin(), t.copies.begin() + static_cast<std::ptrdiff_t>(end));
+  t.groups.erase(t.groups.begin(), t.groups.begin() + static_cast<std::ptrdiff_t>(k));
+  for (size_t& g : t.groups) g -= end;
+}
+
 inline void fiber_entry() {
   scheduler->run_body(scheduler->body);
+  if (!running->copies.empty()) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "thread %u of block (%u, %u) ends with %zu cp.async copies it never waited for",
+                  running->thread.x, running->block.x, running->block.y, running->copies.size());
+    fail(msg);
+  }
   scheduler->done[static_cast<size_t>(scheduler->current)] = true;
   ++scheduler->progress;
 }  // returns to the scheduler (uc_link)
 
 // Runs kernel() (a kernel with its arguments bound) over grid.x * grid.y blocks of
-// `threads` threads with `smem_bytes` of dynamic shared memory, which starts as
-// 0xff bytes (16-bit NaNs) each block so that a read of what was never staged shows.
-// The fibers of a block run in turn, each until it waits at a barrier or ends; a
-// round in which none gets past a barrier or ends is a deadlock (a barrier inside
-// divergent code), reported and fatal rather than a hang.
+// `threads` threads with `smem_bytes` of dynamic shared memory (128-byte aligned, as
+// the kernels declare it), which starts as 0xff bytes (16-bit NaNs) each block so
+// that a read of what was never staged shows. The fibers of a block run as the
+// schedule orders them, each until it waits at a barrier or ends; a round in which
+// none gets past a barrier or ends is a deadlock (a barrier inside divergent code),
+// reported and fatal rather than a hang.
 template <typename Kernel>
-void launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel) {
+LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Schedule schedule = {}) {
   constexpr size_t kStackBytes = size_t{256} << 10;
-  std::vector<uint64_t> smem((smem_bytes + 7) / 8);  // no slack: a sanitizer sees a read past the end
+  struct Aligned {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
+  };
+  // No slack past the end: a sanitizer sees a read past it.
+  const std::unique_ptr<unsigned char[], Aligned> smem(
+      static_cast<unsigned char*>(::operator new[](std::max<size_t>(smem_bytes, 1), std::align_val_t{128})));
   std::vector<std::unique_ptr<char[]>> stacks(static_cast<size_t>(threads));
   for (auto& st : stacks) st = std::make_unique<char[]>(kStackBytes);
   std::vector<ThreadState> states(static_cast<size_t>(threads));
   Scheduler sched;
   sched.body = &kernel;
   sched.run_body = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
+  sched.schedule = schedule;
   Scheduler* const outer = scheduler;
   ThreadState* const outer_running = running;
   scheduler = &sched;
+  const int warps = (threads + 31) / 32;
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       Block blk(threads);
-      std::memset(smem.data(), 0xff, smem.size() * 8);
-      blk.smem = reinterpret_cast<unsigned char*>(smem.data());
+      std::memset(smem.get(), 0xff, smem_bytes);
+      blk.smem = smem.get();
+      blk.smem_bytes = smem_bytes;
       sched.contexts.assign(static_cast<size_t>(threads), ucontext_t{});
       sched.done.assign(static_cast<size_t>(threads), false);
       for (int t = 0; t < threads; ++t) {
@@ -238,28 +371,48 @@ void launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel) {
         c.uc_stack.ss_size = kStackBytes;
         c.uc_link = &sched.main;
         makecontext(&c, fiber_entry, 0);
-        states[static_cast<size_t>(t)] =
-            ThreadState{make_uint3(static_cast<unsigned>(t), 0, 0), make_uint3(bx, by, 0), grid,
-                        dim3(static_cast<unsigned>(threads)), &blk, 0};
+        ThreadState& s = states[static_cast<size_t>(t)];
+        s = ThreadState{};
+        s.thread = make_uint3(static_cast<unsigned>(t), 0, 0);
+        s.block = make_uint3(bx, by, 0);
+        s.grid = grid;
+        s.block_dim = dim3(static_cast<unsigned>(threads));
+        s.blk = &blk;
       }
-      for (int live = threads; live > 0;) {
+      int live = threads;
+      // Resumes the live threads [t0, t1) once each; whether any got past a barrier or ended.
+      auto round = [&](int t0, int t1) {
         const uint64_t before = sched.progress;
-        for (int t = 0; t < threads; ++t) {
+        for (int t = t0; t < t1; ++t) {
           if (sched.done[static_cast<size_t>(t)]) continue;
           sched.current = t;
           running = &states[static_cast<size_t>(t)];
           swapcontext(&sched.main, &sched.contexts[static_cast<size_t>(t)]);
           if (sched.done[static_cast<size_t>(t)]) --live;
         }
-        if (live > 0 && sched.progress == before) {
-          std::fprintf(stderr, "warp emulation: block (%u, %u): every live thread waits at a barrier that the "
-                               "others never reach\n", bx, by);
-          std::abort();
+        return sched.progress != before;
+      };
+      while (live > 0) {
+        bool moved = false;
+        if (schedule.warps == Schedule::Warps::interleaved) {
+          moved = round(0, threads);
+        } else {
+          for (int i = 0; i < warps; ++i) {
+            const int w = schedule.warps == Schedule::Warps::one_at_a_time ? i : warps - 1 - i;
+            while (round(32 * w, std::min(threads, 32 * w + 32))) moved = true;
+          }
+        }
+        if (live > 0 && !moved) {
+          char msg[160];
+          std::snprintf(msg, sizeof msg, "block (%u, %u): every live thread waits at a barrier that the others "
+                                         "never reach", bx, by);
+          fail(msg);
         }
       }
     }
   scheduler = outer;
   running = outer_running;
+  return sched.stats;
 }
 
 }  // namespace hr::warp_emu
@@ -275,8 +428,8 @@ template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask) {
   return ::hr::warp_emu::shfl_xor(v, mask);
 }
-inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
-inline void __pipeline_commit() {}
-inline void __pipeline_wait_prior(size_t) {}
+inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) { ::hr::warp_emu::copy_async(dst, src, n); }
+inline void __pipeline_commit() { ::hr::warp_emu::commit_copies(); }
+inline void __pipeline_wait_prior(size_t n) { ::hr::warp_emu::wait_copies(n); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -7,15 +7,19 @@
 // dQ = scale dS K, dK = scale dS^T Q) with its own mask predicate; that gradient is
 // itself held to finite differences of the reference on a small shape. Shapes cross
 // the tiles' edges and take the steps wholly inside the allowed keys (which skip the
-// per-element mask test) and the others, under every mask, at each head-dim bucket.
+// per-element mask test) and the others, under every mask, at each head-dim bucket;
+// each runs under two schedules that must give the same bits (a missing barrier or
+// cp.async wait shows), and the ldmatrix loads are held free of bank conflicts.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "harness/tolerances.hpp"
@@ -192,22 +196,34 @@ namespace emu = hr::warp_emu;
 struct KernelOutputs {
   std::vector<uint16_t> out, dq, dk, dv;
   std::vector<float> lse;
+  emu::LaunchStats forward, dq_stats, dkv_stats;  // each kernel's
 };
+
+// The two schedules every case runs under. Both are orders a GPU may run a block
+// in, so a kernel gives the same bits under each, and a missing barrier or wait
+// shows as a difference: the first runs each warp to its next block barrier in
+// turn and lands a cp.async copy only at its thread's wait (a tile read before its
+// wait or barrier is stale); the second runs the warps from the last and lands
+// copies as they are issued (a prefetch into a tile other warps still read shows).
+const emu::Schedule kFirstSchedule{emu::Schedule::Warps::one_at_a_time, emu::Schedule::Copies::at_wait};
+const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue};
 
 // The three kernels on emulated warps, launched as the dispatcher launches them
 // (grid: one block per head and tile of 64 rows), with D_i = rowsum(dO * O) between.
 template <typename S, int kD>
-KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout) {
+KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
+                          const emu::Schedule& schedule) {
   const size_t n = q.bits.size(), rows = static_cast<size_t>(p.B) * p.H * p.T;
   KernelOutputs r{std::vector<uint16_t>(n), std::vector<uint16_t>(n), std::vector<uint16_t>(n),
-                  std::vector<uint16_t>(n), std::vector<float>(rows)};
+                  std::vector<uint16_t>(n), std::vector<float>(rows), {}, {}, {}};
   const tc::MaskArgs m{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(), p.seg.empty() ? nullptr : p.seg.data()};
   auto in = [](const Input& x) { return reinterpret_cast<const S*>(x.bits.data()); };
   auto out = [](std::vector<uint16_t>& x) { return reinterpret_cast<S*>(x.data()); };
   const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + tc::kTile - 1) / tc::kTile));
-  emu::launch(grid, tc::kThreads, tc::forward_smem_bytes<kD>(), [&] {
-    tc::tc_forward_kernel<S, kD>(in(q), in(k), in(v), m, p.H, p.T, p.D, p.scale, out(r.out), r.lse.data());
-  });
+  r.forward = emu::launch(
+      grid, tc::kThreads, tc::forward_smem_bytes<kD>(),
+      [&] { tc::tc_forward_kernel<S, kD>(in(q), in(k), in(v), m, p.H, p.T, p.D, p.scale, out(r.out), r.lse.data()); },
+      schedule);
   std::vector<float> row_dot(rows);
   for (size_t i = 0; i < rows; ++i) {
     float s = 0.f;
@@ -217,20 +233,48 @@ KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, cons
     }
     row_dot[i] = s;
   }
-  emu::launch(grid, tc::kThreads, tc::dq_smem_bytes<kD>(), [&] {
-    tc::tc_dq_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D, p.scale,
-                            out(r.dq));
-  });
-  emu::launch(grid, tc::kThreads, tc::dkv_smem_bytes<kD>(), [&] {
-    tc::tc_dkv_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D, p.scale,
-                             out(r.dk), out(r.dv));
-  });
+  r.dq_stats = emu::launch(
+      grid, tc::kThreads, tc::dq_smem_bytes<kD>(),
+      [&] {
+        tc::tc_dq_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D,
+                                p.scale, out(r.dq));
+      },
+      schedule);
+  r.dkv_stats = emu::launch(
+      grid, tc::kThreads, tc::dkv_smem_bytes<kD>(),
+      [&] {
+        tc::tc_dkv_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D,
+                                 p.scale, out(r.dk), out(r.dv));
+      },
+      schedule);
   return r;
 }
 
-template <int kD>
-KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g) {
-  return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g) : run_kernels<bfloat16_t, kD>(p, q, k, v, g);
+// The kernels of the head-dim bucket that takes D, as the dispatcher picks it.
+KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g,
+                      const emu::Schedule& schedule) {
+  auto at = [&](auto kd) {
+    constexpr int kD = decltype(kd)::value;
+    return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g, schedule)
+                            : run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule);
+  };
+  if (p.D <= 32) return at(std::integral_constant<int, 32>{});
+  if (p.D <= 64) return at(std::integral_constant<int, 64>{});
+  return at(std::integral_constant<int, 128>{});
+}
+
+// The same bits under the second schedule as under the first (kFirstSchedule).
+void expect_same_bits(const KernelOutputs& first, const KernelOutputs& second, const std::string& what) {
+  auto differ = [](const auto& a, const auto& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof a[i]) != 0;
+    return n;
+  };
+  EXPECT_EQ(differ(first.out, second.out), 0u) << "outputs differ between the schedules, " << what;
+  EXPECT_EQ(differ(first.lse, second.lse), 0u) << "log-sum-exps differ between the schedules, " << what;
+  EXPECT_EQ(differ(first.dq, second.dq), 0u) << "dQ differs between the schedules, " << what;
+  EXPECT_EQ(differ(first.dk, second.dk), 0u) << "dK differs between the schedules, " << what;
+  EXPECT_EQ(differ(first.dv, second.dv), 0u) << "dV differs between the schedules, " << what;
 }
 
 struct Case {
@@ -247,14 +291,9 @@ void check(DType dt, std::initializer_list<Case> cases) {
       const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
       const Input q = random_input(n, seed += 4, dt), k = random_input(n, seed + 1, dt),
                   v = random_input(n, seed + 2, dt), g = random_input(n, seed + 3, dt);
-      KernelOutputs got;
-      if (c.D <= 32)
-        got = run_for<32>(dt, p, q, k, v, g);
-      else if (c.D <= 64)
-        got = run_for<64>(dt, p, q, k, v, g);
-      else
-        got = run_for<128>(dt, p, q, k, v, g);
+      const KernelOutputs got = run_for(dt, p, q, k, v, g, kFirstSchedule);
       const std::string what = fmt::format("{} T {} D {} mask {}", hr::dtype_name(dt), c.T, c.D, mask_name(mk));
+      expect_same_bits(got, run_for(dt, p, q, k, v, g, kSecondSchedule), what);
       const auto want_out = hr::ref::attention_forward(q.values, k.values, v.values, {p.B, p.H, p.T, p.D}, p.causal,
                                                        p.kv_len, p.seg, p.scale);
       const std::vector<float> out = widen(got.out, dt);
@@ -317,13 +356,41 @@ TEST(AttentionTensorCoreEmulated, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange
   for (const auto* x : {&want.dq, &want.dk, &want.dv})
     for (double e : *x) largest = std::max(largest, std::fabs(e));
   ASSERT_LT(largest, 65504.0 / 2) << "at dO's spread " << spread << " the gradients themselves leave fp16's range";
-  const KernelOutputs got = run_kernels<half_t, 128>(p, q, k, v, g);
+  const KernelOutputs got = run_kernels<half_t, 128>(p, q, k, v, g, kFirstSchedule);
+  expect_same_bits(got, run_kernels<half_t, 128>(p, q, k, v, g, kSecondSchedule), "fp16 past its range");
   const double bound = hr::tol::kAttentionGradNmse(DType::f16);
   EXPECT_TRUE(hr::test::nmse_within(widen(got.dq, DType::f16), want.dq, bound, fmt::format("dq, dO spread {}", spread)));
   EXPECT_TRUE(hr::test::nmse_within(widen(got.dk, DType::f16), want.dk, bound, fmt::format("dk, dO spread {}", spread)));
   EXPECT_TRUE(hr::test::nmse_within(widen(got.dv, DType::f16), want.dv, bound, fmt::format("dv, dO spread {}", spread)));
   testing::Test::RecordProperty("dout_spread", fmt::format("{}", spread));
   testing::Test::RecordProperty("max_ds", fmt::format("{:.4g}", want.max_ds));
+}
+
+// Every ldmatrix of the three kernels takes one shared-memory wavefront per 8 x 8
+// matrix: the 16-byte rows a matrix gathers fall in 8 different groups of 4 banks,
+// which the tiles' row stride of kD + 8 elements gives (a stride of kD would put a
+// matrix's 8 rows in one group at kD 64 and 128: 8 wavefronts). Each head-dim bucket.
+TEST(AttentionTensorCoreEmulated, LdmatrixLoadsAreFreeOfBankConflicts) {
+  for (const int D : {32, 64, 128}) {
+    const Problem p = make_problem(1, 1, 130, D, Mask::causal);
+    const size_t n = static_cast<size_t>(p.T) * p.D;
+    const Input q = random_input(n, 31, DType::bf16), k = random_input(n, 32, DType::bf16),
+                v = random_input(n, 33, DType::bf16), g = random_input(n, 34, DType::bf16);
+    const KernelOutputs got = run_for(DType::bf16, p, q, k, v, g, kFirstSchedule);
+    struct Kernel {
+      const char* name;
+      const emu::LaunchStats& stats;
+    };
+    for (const Kernel& x : {Kernel{"forward", got.forward}, Kernel{"dq", got.dq_stats}, Kernel{"dkv", got.dkv_stats}}) {
+      ASSERT_GT(x.stats.ldmatrix, 0u) << x.name << " D " << D << " ran no ldmatrix";
+      EXPECT_EQ(x.stats.ldmatrix_wavefronts, 4 * x.stats.ldmatrix)
+          << x.name << " D " << D << ": " << x.stats.ldmatrix << " ldmatrix .x4 took " << x.stats.ldmatrix_wavefronts
+          << " wavefronts, 4 each without bank conflicts";
+      testing::Test::RecordProperty(fmt::format("{}_d{}_wavefronts_per_ldmatrix", x.name, D),
+                                    fmt::format("{:.3g}", static_cast<double>(x.stats.ldmatrix_wavefronts) /
+                                                              static_cast<double>(x.stats.ldmatrix)));
+    }
+  }
 }
 
 #else

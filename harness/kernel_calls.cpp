@@ -18,6 +18,10 @@ std::map<std::string, uint64_t, std::less<>>& counts() {
   static auto& c = *new std::map<std::string, uint64_t, std::less<>>;
   return c;
 }
+std::map<std::string, KernelFallback, std::less<>>& fallbacks() {
+  static auto& f = *new std::map<std::string, KernelFallback, std::less<>>;
+  return f;
+}
 }  // namespace
 
 void count_kernel_call(const char* name) {
@@ -41,6 +45,30 @@ std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, co
     if (ran > 0 && runs > 0) per_run[name] = static_cast<double>(ran) / runs;
   }
   return per_run;
+}
+
+void count_kernel_fallback(const char* asked, const std::string& why) {
+  const std::string_view key(asked);
+  const std::lock_guard<std::mutex> lock(mu());
+  auto it = fallbacks().find(key);
+  if (it == fallbacks().end()) it = fallbacks().emplace(std::string(key), KernelFallback{}).first;
+  ++it->second.calls;
+  if (it->second.why != why) it->second.why = why;
+}
+
+KernelFallbacks kernel_fallbacks() {
+  const std::lock_guard<std::mutex> lock(mu());
+  return KernelFallbacks(fallbacks().begin(), fallbacks().end());
+}
+
+std::map<std::string, std::string> kernel_fallbacks_between(const KernelFallbacks& before,
+                                                            const KernelFallbacks& after) {
+  std::map<std::string, std::string> fell;
+  for (const auto& [name, f] : after) {
+    const auto was = before.find(name);
+    if (f.calls > (was == before.end() ? 0 : was->second.calls)) fell[name] = f.why;
+  }
+  return fell;
 }
 
 }  // namespace hr

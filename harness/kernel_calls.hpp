@@ -1,8 +1,10 @@
 // Which kernels ran, counted by name, process-wide: "attention_forward:cudnn". A
 // form asked for that falls back call by call (cuDNN with no graph for a shape or a
 // mask it does not take, fp32 on the scalar kernels) shows as the kernels that did
-// run. time_region records the calls of each timed region (TimeStats::kernel_calls),
-// so every timed point says what it timed. Thread-safe.
+// run, and each such call also counts as a fallback of the kernel it asked for,
+// with why. time_region records the calls and fallbacks of each timed region
+// (TimeStats::kernel_calls, kernel_fallbacks), so every timed point says what it
+// timed and why that was not what it asked for. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +24,23 @@ KernelCalls kernel_calls();
 // What ran between two snapshots, per run of the work between them: the kernels
 // that ran at least once, each with its calls divided by `runs`.
 std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, const KernelCalls& after, double runs);
+
+// One call that asked for kernel `asked` ("attention_forward:cudnn") and ran
+// another (which count_kernel_call counts), and why, in a few words ("segment
+// masks (packing) take the own kernels").
+void count_kernel_fallback(const char* asked, const std::string& why);
+
+// Per kernel asked for: its fallbacks so far, and the reason of the latest.
+struct KernelFallback {
+  uint64_t calls = 0;
+  std::string why;
+};
+using KernelFallbacks = std::map<std::string, KernelFallback>;
+KernelFallbacks kernel_fallbacks();
+
+// The kernels asked for that fell back between two snapshots, each with the
+// latest reason.
+std::map<std::string, std::string> kernel_fallbacks_between(const KernelFallbacks& before,
+                                                            const KernelFallbacks& after);
 
 }  // namespace hr

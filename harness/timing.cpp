@@ -121,6 +121,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   std::vector<double> samples, cpu_samples, ref_cpu_samples;
   double total = 0;
   const KernelCalls calls0 = kernel_calls();
+  const KernelFallbacks fallbacks0 = kernel_fallbacks();
   while (static_cast<int>(samples.size()) < opt.max_reps &&
          (static_cast<int>(samples.size()) < opt.min_reps || total < opt.min_total_s)) {
     const double cpu0 = on_host ? thread_cpu_seconds() : 0.0;
@@ -153,6 +154,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   const double runs = static_cast<double>(samples.size()) * runs_per_rep;
   TimeStats t = summarize_times(std::move(samples));
   t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
+  t.kernel_fallbacks = kernel_fallbacks_between(fallbacks0, kernel_fallbacks());
   // Where the region's time goes: one more run under an op profile, after the
   // counts above and outside the samples (its events cost time of their own).
   if (op_profile_requested() && !OpProfile::active()) {
@@ -180,6 +182,7 @@ void to_json(nlohmann::json& j, const TimeStats& t) {
   if (!t.ref_cpu_samples_s.empty()) j["ref_cpu_samples_s"] = t.ref_cpu_samples_s;
   if (!t.ref_work.empty()) j["ref_work"] = t.ref_work;
   if (!t.kernel_calls.empty()) j["kernel_calls"] = t.kernel_calls;
+  if (!t.kernel_fallbacks.empty()) j["kernel_fallbacks"] = t.kernel_fallbacks;
   if (!t.op_seconds.empty()) j["op_seconds"] = t.op_seconds;
 }
 

@@ -46,6 +46,11 @@ struct TimeStats {
   // the kernels counted there, and only those that ran; empty in files written
   // before they were recorded.
   std::map<std::string, double> kernel_calls;
+  // The kernels the region asked for and did not run (a form that falls back call
+  // by call), each with why: results.json "kernel_fallbacks", by the name asked
+  // for ("attention_forward:cudnn": "segment masks (packing) take the own
+  // kernels"). Empty where every call ran what it asked for.
+  std::map<std::string, std::string> kernel_fallbacks;
   // With HEADROOM_OP_PROFILE=1 (harness/op_profile.hpp): the device seconds of each
   // op in one more run of the region, after the timed ones and outside them
   // (results.json "op_seconds"); empty otherwise.

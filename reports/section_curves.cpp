@@ -273,7 +273,10 @@ std::string curve_seq(const Results& r) {
       const auto tps = num_of(p->metrics, {"useful_tokens_per_s"});
       const auto rel = num_of(p->metrics, {"useful_throughput_vs_pad_to_max"});
       const auto act = num_of(p->metrics, {"activation_peak_bytes"});
-      const std::string kernels = attention_kernels_label(*p);
+      // With why it is not the form asked for, where it is not.
+      std::string kernels = attention_kernels_label(*p);
+      if (const std::string fell = attention_fallbacks_label(*p); !kernels.empty() && !fell.empty())
+        kernels += " (" + fell + ")";
       s += fmt::format(
           R"(<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>)"
           R"(<td>{}</td></tr>)",

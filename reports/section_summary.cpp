@@ -188,6 +188,21 @@ std::string attention_kernels_timed(const Results& r) {
                      fmt::join(seen.second, ", "));
   return s;
 }
+// Why the timed points' attention did not run what they asked for, each reason
+// with its points and their sweeps; "" where every call ran what it asked for.
+std::string attention_fallbacks_timed(const Results& r) {
+  std::map<std::string, std::pair<int, std::set<std::string>>> by_reason;
+  for (const SweepPoint& p : r.sweep_points)
+    if (const std::string why = attention_fallbacks_label(p); !why.empty()) {
+      ++by_reason[why].first;
+      by_reason[why].second.insert(p.sweep);
+    }
+  std::string s;
+  for (const auto& [why, seen] : by_reason)
+    s += fmt::format("{}{} ({} point{}: {})", s.empty() ? "" : "; ", why, seen.first, seen.first == 1 ? "" : "s",
+                     fmt::join(seen.second, ", "));
+  return s;
+}
 }  // namespace
 
 std::string device_section(const Results& r) {
@@ -211,8 +226,9 @@ std::string device_section(const Results& r) {
   if (!r.only.empty()) run["--only"] = r.only;
   if (!r.attention_kernel.empty()) run["attention kernels"] = r.attention_kernel;
   if (const std::string timed = attention_kernels_timed(r); !timed.empty()) run["attention kernels timed"] = timed;
+  if (const std::string fell = attention_fallbacks_timed(r); !fell.empty()) run["attention fallbacks"] = fell;
   s += kv_table(run, {"started (UTC)", "duration", "preset", "backend", "attention kernels", "attention kernels timed",
-                      "seed", "--only", "schema"});
+                      "attention fallbacks", "seed", "--only", "schema"});
   s += "</div></div></section>";
   return s;
 }

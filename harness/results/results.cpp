@@ -289,6 +289,16 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
       t.kernel_calls[name] = v;
     }
   }
+  auto fell = j.find("kernel_fallbacks");
+  if (fell != j.end()) {
+    HR_ARG_CHECK(fell->is_object(), "{}: kernel_fallbacks must map the kernels asked for to why they did not run, got {}",
+                 where, fell->dump());
+    for (const auto& [name, why] : fell->items()) {
+      HR_ARG_CHECK(!name.empty() && why.is_string() && !why.get<std::string>().empty(),
+                   "{}: kernel_fallbacks[\"{}\"] must say why the kernel did not run, got {}", where, name, why.dump());
+      t.kernel_fallbacks[name] = why.get<std::string>();
+    }
+  }
   auto ops = j.find("op_seconds");
   if (ops != j.end()) {
     HR_ARG_CHECK(ops->is_object(), "{}: op_seconds must map op names to seconds, got {}", where, ops->dump());
@@ -329,6 +339,7 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
     s.ref_cpu_samples_s = std::move(t.ref_cpu_samples_s);
     s.ref_work = std::move(t.ref_work);
     s.kernel_calls = std::move(t.kernel_calls);
+    s.kernel_fallbacks = std::move(t.kernel_fallbacks);
     s.op_seconds = std::move(t.op_seconds);
     return s;
   }
@@ -462,6 +473,29 @@ std::string attention_kernels_label(const std::map<std::string, double>& kernel_
   if (!fwd.empty()) parts.push_back(fmt::format("forward {}", fmt::join(fwd, "+")));
   if (!bwd.empty()) parts.push_back(fmt::format("backward {}", fmt::join(bwd, "+")));
   return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string attention_fallbacks_label(const SweepPoint& p) {
+  if (!p.time) return "";
+  // variant asked -> why, per direction
+  std::map<std::string, std::string> fwd, bwd;
+  for (const auto& [name, why] : p.time->kernel_fallbacks) {
+    const auto take = [&, &name = name, &why = why](const std::string& prefix, std::map<std::string, std::string>& into) {
+      if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size()) into[name.substr(prefix.size())] = why;
+    };
+    take("attention_forward:", fwd);
+    take("attention_backward:", bwd);
+  }
+  auto say = [](const std::map<std::string, std::string>& m, const char* direction) {
+    std::vector<std::string> parts;
+    for (const auto& [variant, why] : m) parts.push_back(fmt::format("{}{} asked: {}", direction, variant, why));
+    return fmt::format("{}", fmt::join(parts, "; "));
+  };
+  if (fwd == bwd) return say(fwd, "");
+  std::vector<std::string> parts;
+  if (!fwd.empty()) parts.push_back(say(fwd, "forward "));
+  if (!bwd.empty()) parts.push_back(say(bwd, "backward "));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 nlohmann::json results_to_json(const Results& r) {

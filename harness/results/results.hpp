@@ -92,6 +92,11 @@ std::set<std::string> attention_variants(const SweepPoint& p);
 std::string attention_kernels_label(const SweepPoint& p);
 // The same from kernel calls by name (TimeStats::kernel_calls, kernel_calls_per_run).
 std::string attention_kernels_label(const std::map<std::string, double>& kernel_calls);
+// Why a timed point's attention did not run the kernels it asked for (its time's
+// kernel_fallbacks): "cudnn asked: segment masks (packing) take the own kernels",
+// by direction where the directions differ ("forward cudnn asked: ...; backward
+// ..."); "" where every call ran what it asked for.
+std::string attention_fallbacks_label(const SweepPoint& p);
 
 struct Results {
   std::string schema = kResultsSchema;

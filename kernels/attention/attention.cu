@@ -179,14 +179,24 @@ size_t tc_smem_bytes() {
 // kernels otherwise (fp32 always). cuDNN also needs every other operand 16-byte
 // aligned (cudnn_attention_available looks at q).
 enum class Form { scalar, tensor_core, cudnn };
-Form form_of(const Tensor& q, const AttnMask& mask, std::initializer_list<const Tensor*> others) {
+// The form a call of `op` ("attention_forward") runs in; where that is not the form
+// asked for, the fallback is counted with why (kernel_calls.hpp).
+Form form_of(const char* op, const Tensor& q, const AttnMask& mask, std::initializer_list<const Tensor*> others) {
+  std::string why;
   switch (ops::gpu_attention_kernel()) {
     case ops::GpuAttentionKernel::tensor_core:
-      return tensor_core_attention_available(q) ? Form::tensor_core : Form::scalar;
+      if (tensor_core_attention_available(q, &why)) return Form::tensor_core;
+      count_kernel_fallback(fmt::format("{}:tensor_core", op).c_str(), why);
+      return Form::scalar;
     case ops::GpuAttentionKernel::cudnn:
       for (const Tensor* t : others)
-        if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return Form::scalar;
-      return cudnn_attention_available(q, mask) ? Form::cudnn : Form::scalar;
+        if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) {
+          count_kernel_fallback(fmt::format("{}:cudnn", op).c_str(), "an operand not 16-byte aligned");
+          return Form::scalar;
+        }
+      if (cudnn_attention_available(q, mask, &why)) return Form::cudnn;
+      count_kernel_fallback(fmt::format("{}:cudnn", op).c_str(), why);
+      return Form::scalar;
     case ops::GpuAttentionKernel::scalar: break;
   }
   return Form::scalar;
@@ -249,11 +259,15 @@ void attention_mem_efficient_forward(const Tensor& q, const Tensor& k, const Ten
                                      float scale, Tensor& out, Tensor& lse) {
   if (q.numel() == 0) return;
   const Launch l = launch_of(q);
-  const Form form = form_of(q, mask, {&k, &v, &out});
-  if (form == Form::cudnn && cudnn_attention_forward(q, k, v, mask, scale, out, lse)) {
-    count_kernel_call("attention_forward:cudnn");
-    if (mask.key_valid_len.defined()) clear_keyless_batches("attention_forward", mask.key_valid_len, {&out}, &lse);
-    return;
+  const Form form = form_of("attention_forward", q, mask, {&k, &v, &out});
+  if (form == Form::cudnn) {
+    std::string why;
+    if (cudnn_attention_forward(q, k, v, mask, scale, out, lse, &why)) {
+      count_kernel_call("attention_forward:cudnn");
+      if (mask.key_valid_len.defined()) clear_keyless_batches("attention_forward", mask.key_valid_len, {&out}, &lse);
+      return;
+    }
+    count_kernel_fallback("attention_forward:cudnn", why);
   }
   const MaskArgs m = mask_args(mask);
   const bool tc = form == Form::tensor_core;
@@ -274,12 +288,16 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv) {
   if (q.numel() == 0) return;
-  const Form form = form_of(q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
-  if (form == Form::cudnn && cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv)) {
-    count_kernel_call("attention_backward:cudnn");
-    if (mask.key_valid_len.defined())
-      clear_keyless_batches("attention_backward", mask.key_valid_len, {&dq, &dk, &dv}, nullptr);
-    return;
+  const Form form = form_of("attention_backward", q, mask, {&k, &v, &out, &dout, &dq, &dk, &dv});
+  if (form == Form::cudnn) {
+    std::string why;
+    if (cudnn_attention_backward(q, k, v, out, dout, mask, scale, lse, dq, dk, dv, &why)) {
+      count_kernel_call("attention_backward:cudnn");
+      if (mask.key_valid_len.defined())
+        clear_keyless_batches("attention_backward", mask.key_valid_len, {&dq, &dk, &dv}, nullptr);
+      return;
+    }
+    count_kernel_fallback("attention_backward:cudnn", why);
   }
   const Launch l = launch_of(q);
   const MaskArgs m = mask_args(mask);

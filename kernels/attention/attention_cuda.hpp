@@ -91,13 +91,13 @@ uint64_t cudnn_attention_executions();
 uint64_t cudnn_attention_deterministic_backwards();
 // As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
 // checked cudnn_attention_available. False, having run nothing, where cuDNN builds
-// no graph for this shape, mask and scale (said once on stderr): the caller runs
-// the scalar kernels instead.
+// no graph for this shape, mask and scale (said once on stderr, and in *why): the
+// caller runs the scalar kernels instead.
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
-                             Tensor& out, Tensor& lse);
+                             Tensor& out, Tensor& lse, std::string* why = nullptr);
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
-                              Tensor& dk, Tensor& dv);
+                              Tensor& dk, Tensor& dv, std::string* why = nullptr);
 // The lengths cuDNN's padding mask reads, on the key lengths' stream: seq_q (int32
 // [B]) all T, seq_kv the key lengths clamped to [1, T].
 void cudnn_padding_lengths(const Tensor& key_valid_len, int64_t T, Tensor& seq_q, Tensor& seq_kv);

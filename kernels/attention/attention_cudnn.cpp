@@ -283,13 +283,17 @@ std::atomic<uint64_t> executions{0}, deterministic_backwards{0};
 // frontend pins, or its heuristics, may not take every shape the check above lets
 // through): said once per key on stderr, and the own scalar kernels run that
 // direction (either backward follows either forward). The failure is kept, so a
-// shape is not tried again at every call.
-const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
+// shape is not tried again at every call, and given in *why at each.
+const Built* graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why) {
   static std::mutex& mu = *new std::mutex;
   static std::map<Key, std::string>& failed = *new std::map<Key, std::string>;
   {
     const std::lock_guard<std::mutex> lock(mu);
-    if (failed.count(k) > 0) return nullptr;
+    auto it = failed.find(k);
+    if (it != failed.end()) {
+      if (why != nullptr) *why = it->second;
+      return nullptr;
+    }
   }
   try {
     return &graph_for(k, handle);
@@ -297,6 +301,7 @@ const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
     const std::lock_guard<std::mutex> lock(mu);
     if (failed.emplace(k, e.what()).second)
       std::fprintf(stderr, "headroom: %s; the scalar kernels run this shape instead\n", e.what());
+    if (why != nullptr) *why = e.what();
     return nullptr;
   }
 }
@@ -304,13 +309,14 @@ const Built* graph_or_null(const Key& k, cudnnHandle_t handle) {
 // Runs the built graph of a key on the tensors' stream; the workspace and the
 // lengths of the padding mask (cudnn_padding_lengths) come from the device's
 // allocator (Consumer::workspace), so the memory accounting sees them. False,
-// having run nothing, where cuDNN builds no graph for it.
-bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack) {
+// having run nothing, where cuDNN builds no graph for it (why in *why).
+bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered_map<int64_t, void*>& pack,
+             std::string* why) {
   // The tensors' device current while the graph is built (the frontend reads the
   // current device's architecture) and run.
   const ScopedCudaDevice on(k.device);
   const cudnnHandle_t h = handle_for(k.device);
-  const Built* built = graph_or_null(k, h);
+  const Built* built = graph_or_null(k, h, why);
   if (built == nullptr) return false;
   const Built& b = *built;
   Tensor seq_q, seq_kv;
@@ -375,21 +381,21 @@ bool cudnn_attention_available(const Tensor& q, const AttnMask& mask, std::strin
 }
 
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask, float scale,
-                             Tensor& out, Tensor& lse) {
+                             Tensor& out, Tensor& lse, std::string* why) {
   const Key key = key_of(q, mask, scale, false);
   std::unordered_map<int64_t, void*> pack{
       {kQ, ptr(q)}, {kK, ptr(k)}, {kV, ptr(v)}, {kO, out.data()}, {kStats, lse.data()}};
-  return execute(key, q, mask, pack);
+  return execute(key, q, mask, pack, why);
 }
 
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse, Tensor& dq,
-                              Tensor& dk, Tensor& dv) {
+                              Tensor& dk, Tensor& dv, std::string* why) {
   const Key key = key_of(q, mask, scale, true);
   std::unordered_map<int64_t, void*> pack{{kQ, ptr(q)},      {kK, ptr(k)},       {kV, ptr(v)},
                                           {kO, ptr(out)},    {kDO, ptr(dout)},   {kStats, ptr(lse)},
                                           {kDQ, dq.data()},  {kDK, dk.data()},   {kDV, dv.data()}};
-  return execute(key, q, mask, pack);
+  return execute(key, q, mask, pack, why);
 }
 
 #else  // built without CUDA or without the cuDNN frontend's headers
@@ -409,13 +415,14 @@ bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why)
   return false;
 }
 
-bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttnMask&, float, Tensor&, Tensor&) {
+bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttnMask&, float, Tensor&, Tensor&,
+                             std::string*) {
   HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
   return false;
 }
 
 bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const AttnMask&, float, const Tensor&, Tensor&, Tensor&, Tensor&) {
+                              const AttnMask&, float, const Tensor&, Tensor&, Tensor&, Tensor&, std::string*) {
   HR_CHECK(false, "cuDNN attention: {}", kNoCudnn);
   return false;
 }

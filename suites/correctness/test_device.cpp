@@ -1,6 +1,8 @@
 // Device records and backend selection.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include <utility>
@@ -150,6 +152,26 @@ TEST(Timing, TimeRegionRecordsTheKernelsItRan) {
   const auto twice = hr::time_region(*dev, region, opt);
   EXPECT_EQ(twice.kernel_calls, (std::map<std::string, double>{{"timing_test:a", 2.0}, {"timing_test:b", 1.0}}));
   EXPECT_TRUE(hr::time_region(*dev, [] {}, opt).kernel_calls.empty());
+}
+
+// A timed region records the kernels it asked for and did not run, each with the
+// latest reason, and only those of its own runs: not a fallback before it, not
+// one of another name.
+TEST(Timing, TimeRegionRecordsTheFallbacksOfItsRuns) {
+  auto dev = hr::make_cpu_device();
+  hr::count_kernel_fallback("timing_test:before", "not in the region");
+  hr::TimingOptions opt;
+  opt.min_reps = opt.max_reps = 3;
+  int runs = 0;
+  auto region = [&] {
+    hr::count_kernel_call("timing_test:ran");
+    hr::count_kernel_fallback("timing_test:asked", fmt::format("reason {}", ++runs % 2 == 1 ? "odd" : "even"));
+  };
+  const hr::props::OneBlasThread one_blas_thread(*dev);
+  const auto t = hr::time_region(*dev, region, opt);
+  // Two warm-up runs and three timed: the fifth run's reason is the latest.
+  EXPECT_EQ(t.kernel_fallbacks, (std::map<std::string, std::string>{{"timing_test:asked", "reason odd"}}));
+  EXPECT_TRUE(hr::time_region(*dev, [] { hr::count_kernel_call("timing_test:ran"); }, opt).kernel_fallbacks.empty());
 }
 
 }  // namespace

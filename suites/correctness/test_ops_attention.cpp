@@ -17,6 +17,7 @@
 #include "harness/check.hpp"
 #include "harness/compare.hpp"
 #include "harness/fit.hpp"
+#include "harness/kernel_calls.hpp"
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/attention_ref.hpp"
@@ -1108,9 +1109,18 @@ TEST_P(AttentionCudnn, SegmentMasksTakeTheScalarKernels) {
 #endif
   Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12503), {B, H, T, D},
                                dt, Consumer::activations);
+  const KernelFallbacks fell0 = kernel_fallbacks();
   const CudnnPass scalar = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::scalar, K::scalar);
+  EXPECT_TRUE(kernel_fallbacks_between(fell0, kernel_fallbacks()).empty()) << "the scalar kernels, asked for, fell back";
+  const KernelFallbacks fell1 = kernel_fallbacks();
   const CudnnPass asked = cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 0.125f, K::cudnn, K::cudnn);
   EXPECT_EQ(asked.cudnn_runs, 0u) << "cuDNN ran under a segment mask";
+  // Each direction's fallback is counted with why (what a timed point records).
+  const auto fell = kernel_fallbacks_between(fell1, kernel_fallbacks());
+  for (const char* op : {"attention_forward:cudnn", "attention_backward:cudnn"}) {
+    ASSERT_EQ(fell.count(op), 1u) << op << " fell back uncounted";
+    EXPECT_NE(fell.at(op).find("segment"), std::string::npos) << fell.at(op);
+  }
   EXPECT_EQ(asked.out, scalar.out);
   EXPECT_EQ(asked.dq, scalar.dq);
   EXPECT_EQ(asked.dv, scalar.dv);

@@ -239,6 +239,19 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
   ASSERT_NE(packed, std::string::npos) << seq;
   EXPECT_NE(seq.find("<td>scalar</td></tr>", packed), std::string::npos) << seq;
   EXPECT_NE(seq.find("<td>cudnn</td></tr>"), std::string::npos) << seq;
+  // A point that fell back says why, beside its kernels and in the device section.
+  EXPECT_EQ(section(html, "device").find("attention fallbacks"), std::string::npos);
+  r.sweep_points[1].time->kernel_fallbacks = {{"attention_forward:cudnn", "segment masks take the own kernels"},
+                                              {"attention_backward:cudnn", "segment masks take the own kernels"}};
+  const std::string fell = hr::report::render_report(r);
+  EXPECT_NE(section(fell, "curve-seq").find("<td>scalar (cudnn asked: segment masks take the own kernels)</td>"),
+            std::string::npos)
+      << section(fell, "curve-seq");
+  EXPECT_NE(section(fell, "device").find("attention fallbacks</td><td>cudnn asked: segment masks take the own "
+                                         "kernels (1 point: BM-PK)"),
+            std::string::npos)
+      << section(fell, "device");
+  r.sweep_points[1].time->kernel_fallbacks.clear();
   // A backward that fell back where the forward did not is said by direction.
   r.sweep_points[0].time->kernel_calls["attention_backward:scalar"] = 4;
   r.sweep_points[0].time->kernel_calls.erase("attention_backward:cudnn");

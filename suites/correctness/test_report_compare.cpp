@@ -132,6 +132,15 @@ TEST(ReportCompare, APointTimedOnOtherAttentionKernelsIsSaidSo) {
     });
   };
   EXPECT_EQ(warned(other), 1);
+  // Where this run says why it fell back, its row says so too.
+  auto fell = with_kernels({{"attention_forward:scalar", 2}, {"attention_backward:scalar", 2}});
+  fell.sweep_points[0].time->kernel_fallbacks = {{"attention_forward:cudnn", "no graph for this shape"},
+                                                 {"attention_backward:cudnn", "no graph for this shape"}};
+  const auto said = hr::compare_results(base, fell);
+  ASSERT_NE(row(said, "step time"), nullptr);
+  EXPECT_NE(row(said, "step time")->note.find("this run scalar (cudnn asked: no graph for this shape)"),
+            std::string::npos)
+      << row(said, "step time")->note;
   // One direction on another kernel is enough to differ, and so are the same two
   // kernels in the other directions.
   EXPECT_EQ(warned(hr::compare_results(

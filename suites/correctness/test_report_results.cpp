@@ -271,6 +271,35 @@ TEST(ReportResults, KernelCallsRoundTripAndAreChecked) {
   }
 }
 
+// Why a timed point fell back travels with its time; a file from before has none,
+// and a reason that is not a non-empty string, or a field that is not a map, is
+// refused, naming it. The label says each direction's reason where they differ.
+TEST(ReportResults, KernelFallbacksRoundTripAndAreChecked) {
+  hr::Results r = sample_results();
+  ASSERT_TRUE(r.sweep_points[0].time.has_value());
+  EXPECT_FALSE(hr::results_to_json(r)["sweep_points"][0]["time"].contains("kernel_fallbacks"));
+  EXPECT_EQ(hr::attention_fallbacks_label(r.sweep_points[0]), "");
+  r.sweep_points[0].time->kernel_fallbacks = {{"attention_forward:cudnn", "segment masks take the own kernels"},
+                                              {"attention_backward:cudnn", "segment masks take the own kernels"}};
+  const hr::Results back = hr::results_from_json(hr::results_to_json(r));
+  EXPECT_EQ(back.sweep_points[0].time->kernel_fallbacks, r.sweep_points[0].time->kernel_fallbacks);
+  EXPECT_EQ(hr::attention_fallbacks_label(back.sweep_points[0]), "cudnn asked: segment masks take the own kernels");
+  r.sweep_points[0].time->kernel_fallbacks["attention_backward:cudnn"] = "no graph";
+  EXPECT_EQ(hr::attention_fallbacks_label(r.sweep_points[0]),
+            "forward cudnn asked: segment masks take the own kernels; backward cudnn asked: no graph");
+  for (const char* bad : {R"({"attention_forward:cudnn": ""})", R"({"attention_forward:cudnn": 1})",
+                          R"({"": "why"})", R"(["why"])"}) {
+    auto j = hr::results_to_json(r);
+    j["sweep_points"][0]["time"]["kernel_fallbacks"] = nlohmann::json::parse(bad);
+    try {
+      hr::results_from_json(j, "x.json");
+      ADD_FAILURE() << bad;
+    } catch (const hr::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("kernel_fallbacks"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Adds specs to the registries for one test and takes them out again, so the
 // process-wide registries are as they were for every other test.
 struct ScopedSpecs {

@@ -12,7 +12,8 @@
 // GPU may run a block's warps in, so that running a kernel under two and comparing
 // the bits shows a missing barrier or wait. Addresses are checked as the hardware
 // checks them (alignment, shared memory's bounds), and each ldmatrix counts the
-// shared-memory wavefronts its rows take (bank conflicts). It checks the kernels'
+// shared-memory wavefronts its rows take (bank conflicts). Faults of the emulated
+// hardware (Fault) are the controls of the checks made on it. It checks the kernels'
 // indexing, masks, pipelines and arithmetic; their speed and the hardware's own
 // rounding of a product's sum are a GPU's to show. Include it before the kernels'
 // header, in a host-compiled file: it defines HR_WARP_EMULATION, which swaps the
@@ -72,6 +73,17 @@ struct Schedule {
   Copies copies = Copies::at_issue;
 };
 
+// Faults of the emulated hardware, for the controls of the checks run on it: a
+// tensor core whose products are off, or a block barrier that lets its threads on.
+struct Fault {
+  // Each mma.sync result element's sum of products times 1 + r, r = +-mma_rel_error
+  // alternating by element.
+  double mma_rel_error = 0;
+  // __syncthreads that returns without waiting: the n-th of each thread of each
+  // block (1-based), or every one (-1); 0: none.
+  int skip_block_barrier = 0;
+};
+
 // What a launch did that a kernel's speed depends on.
 struct LaunchStats {
   uint64_t ldmatrix = 0;             // ldmatrix .x4, a warp's each
@@ -88,6 +100,7 @@ struct Scheduler {
   const void* body = nullptr;
   void (*run_body)(const void*) = nullptr;
   Schedule schedule;
+  Fault fault;
   LaunchStats stats;
 };
 inline thread_local Scheduler* scheduler = nullptr;
@@ -149,6 +162,7 @@ struct ThreadState {
   dim3 grid{}, block_dim{};
   Block* blk = nullptr;
   unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
+  int block_barriers = 0;    // __syncthreads so far
   std::vector<PendingCopy> copies;  // oldest first
   std::vector<size_t> groups;       // the end in `copies` of each committed group, oldest first
 };
@@ -278,11 +292,12 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   collective(mine, 6, [&](const uint32_t(&words)[32][8]) {
     auto A = [&](int r, int k) { return element<M>(words[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
     auto B = [&](int k, int n) { return element<M>(words[4 * n + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+    const double r = scheduler->fault.mma_rel_error;
     for (int e = 0; e < 4; ++e) {
       const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
-      double s = d[e];
+      double s = 0;
       for (int k = 0; k < 16; ++k) s += static_cast<double>(A(row, k)) * B(k, col);
-      d[e] = static_cast<float>(s);
+      d[e] = static_cast<float>(d[e] + s * (1 + (e % 2 == 0 ? r : -r)));
     }
   });
 }
@@ -337,7 +352,7 @@ inline void fiber_entry() {
 // none gets past a barrier or ends is a deadlock (a barrier inside divergent code),
 // reported and fatal rather than a hang.
 template <typename Kernel>
-LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Schedule schedule = {}) {
+LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Schedule schedule = {}, Fault fault = {}) {
   constexpr size_t kStackBytes = size_t{256} << 10;
   struct Aligned {
     void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
@@ -352,6 +367,7 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
   sched.body = &kernel;
   sched.run_body = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
   sched.schedule = schedule;
+  sched.fault = fault;
   Scheduler* const outer = scheduler;
   ThreadState* const outer_running = running;
   scheduler = &sched;
@@ -422,7 +438,11 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
 #define blockIdx (::hr::warp_emu::running->block)
 #define gridDim (::hr::warp_emu::running->grid)
 #define blockDim (::hr::warp_emu::running->block_dim)
-inline void __syncthreads() { ::hr::warp_emu::running->blk->barrier.wait(); }
+inline void __syncthreads() {
+  const int n = ++::hr::warp_emu::running->block_barriers, skip = ::hr::warp_emu::scheduler->fault.skip_block_barrier;
+  if (skip == -1 || skip == n) return;
+  ::hr::warp_emu::running->blk->barrier.wait();
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { ::hr::warp_emu::warp().barrier.wait(); }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask) {

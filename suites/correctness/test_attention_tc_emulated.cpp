@@ -9,7 +9,8 @@
 // the tiles' edges and take the steps wholly inside the allowed keys (which skip the
 // per-element mask test) and the others, under every mask, at each head-dim bucket;
 // each runs under two schedules that must give the same bits (a missing barrier or
-// cp.async wait shows), and the ldmatrix loads are held free of bank conflicts.
+// cp.async wait shows), and the ldmatrix loads are held free of bank conflicts. The
+// checks' controls are faults of the emulated hardware (emu::Fault).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -212,7 +213,7 @@ const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed
 // (grid: one block per head and tile of 64 rows), with D_i = rowsum(dO * O) between.
 template <typename S, int kD>
 KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
-                          const emu::Schedule& schedule) {
+                          const emu::Schedule& schedule, const emu::Fault& fault = {}) {
   const size_t n = q.bits.size(), rows = static_cast<size_t>(p.B) * p.H * p.T;
   KernelOutputs r{std::vector<uint16_t>(n), std::vector<uint16_t>(n), std::vector<uint16_t>(n),
                   std::vector<uint16_t>(n), std::vector<float>(rows), {}, {}, {}};
@@ -223,7 +224,7 @@ KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, cons
   r.forward = emu::launch(
       grid, tc::kThreads, tc::forward_smem_bytes<kD>(),
       [&] { tc::tc_forward_kernel<S, kD>(in(q), in(k), in(v), m, p.H, p.T, p.D, p.scale, out(r.out), r.lse.data()); },
-      schedule);
+      schedule, fault);
   std::vector<float> row_dot(rows);
   for (size_t i = 0; i < rows; ++i) {
     float s = 0.f;
@@ -239,42 +240,53 @@ KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, cons
         tc::tc_dq_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D,
                                 p.scale, out(r.dq));
       },
-      schedule);
+      schedule, fault);
   r.dkv_stats = emu::launch(
       grid, tc::kThreads, tc::dkv_smem_bytes<kD>(),
       [&] {
         tc::tc_dkv_kernel<S, kD>(in(q), in(k), in(v), in(dout), r.lse.data(), row_dot.data(), m, p.H, p.T, p.D,
                                  p.scale, out(r.dk), out(r.dv));
       },
-      schedule);
+      schedule, fault);
   return r;
 }
 
 // The kernels of the head-dim bucket that takes D, as the dispatcher picks it.
 KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g,
-                      const emu::Schedule& schedule) {
+                      const emu::Schedule& schedule, const emu::Fault& fault = {}) {
   auto at = [&](auto kd) {
     constexpr int kD = decltype(kd)::value;
-    return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g, schedule)
-                            : run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule);
+    return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g, schedule, fault)
+                            : run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule, fault);
   };
   if (p.D <= 32) return at(std::integral_constant<int, 32>{});
   if (p.D <= 64) return at(std::integral_constant<int, 64>{});
   return at(std::integral_constant<int, 128>{});
 }
 
-// The same bits under the second schedule as under the first (kFirstSchedule).
-void expect_same_bits(const KernelOutputs& first, const KernelOutputs& second, const std::string& what) {
+// How many elements of each output differ in their bits between two runs.
+struct BitDiffs {
+  size_t out, lse, dq, dk, dv;
+  size_t total() const { return out + lse + dq + dk + dv; }
+};
+BitDiffs bit_diffs(const KernelOutputs& first, const KernelOutputs& second) {
   auto differ = [](const auto& a, const auto& b) {
     size_t n = 0;
     for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof a[i]) != 0;
     return n;
   };
-  EXPECT_EQ(differ(first.out, second.out), 0u) << "outputs differ between the schedules, " << what;
-  EXPECT_EQ(differ(first.lse, second.lse), 0u) << "log-sum-exps differ between the schedules, " << what;
-  EXPECT_EQ(differ(first.dq, second.dq), 0u) << "dQ differs between the schedules, " << what;
-  EXPECT_EQ(differ(first.dk, second.dk), 0u) << "dK differs between the schedules, " << what;
-  EXPECT_EQ(differ(first.dv, second.dv), 0u) << "dV differs between the schedules, " << what;
+  return {differ(first.out, second.out), differ(first.lse, second.lse), differ(first.dq, second.dq),
+          differ(first.dk, second.dk), differ(first.dv, second.dv)};
+}
+
+// The same bits under the second schedule as under the first (kFirstSchedule).
+void expect_same_bits(const KernelOutputs& first, const KernelOutputs& second, const std::string& what) {
+  const BitDiffs d = bit_diffs(first, second);
+  EXPECT_EQ(d.out, 0u) << "outputs differ between the schedules, " << what;
+  EXPECT_EQ(d.lse, 0u) << "log-sum-exps differ between the schedules, " << what;
+  EXPECT_EQ(d.dq, 0u) << "dQ differs between the schedules, " << what;
+  EXPECT_EQ(d.dk, 0u) << "dK differs between the schedules, " << what;
+  EXPECT_EQ(d.dv, 0u) << "dV differs between the schedules, " << what;
 }
 
 struct Case {
@@ -364,6 +376,60 @@ TEST(AttentionTensorCoreEmulated, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange
   EXPECT_TRUE(hr::test::nmse_within(widen(got.dv, DType::f16), want.dv, bound, fmt::format("dv, dO spread {}", spread)));
   testing::Test::RecordProperty("dout_spread", fmt::format("{}", spread));
   testing::Test::RecordProperty("max_ds", fmt::format("{:.4g}", want.max_ds));
+}
+
+// The controls of the checks above, each made by a fault of the emulated hardware
+// the kernels run on: a tensor core whose sums of products are off (the float64
+// checks of the output and of each gradient, grossly at 100% and subtly at a
+// relative error whose NMSE lands 10-100x over each dtype's bound), and block
+// barriers that let threads on (the check that both schedules give the same bits:
+// every barrier, grossly, and only the second of each thread, subtly).
+TEST(AttentionTensorCoreEmulated, HardwareFaultsFailTheChecks) {
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    const Problem p = make_problem(2, 1, 130, 64, Mask::causal);
+    const size_t n = static_cast<size_t>(p.B) * p.H * p.T * p.D;
+    const Input q = random_input(n, 41, dt), k = random_input(n, 42, dt), v = random_input(n, 43, dt),
+                g = random_input(n, 44, dt);
+    const auto want_out =
+        hr::ref::attention_forward(q.values, k.values, v.values, {p.B, p.H, p.T, p.D}, p.causal, p.kv_len, p.seg, p.scale);
+    const Grads want = reference_backward(p, q.values, k.values, v.values, g.values);
+    const double fwd_bound = hr::tol::kAttentionNmse(dt), bwd_bound = hr::tol::kAttentionGradNmse(dt);
+    // A relative error r in every sum gives an NMSE near r^2 on the output and about
+    // three times that on the gradients: r = sqrt(20 x bound), about 20x and 60x.
+    for (const double r : {1.0, std::sqrt(20 * fwd_bound)}) {
+      const KernelOutputs got = run_for(dt, p, q, k, v, g, kFirstSchedule, emu::Fault{r, 0});
+      struct Output {
+        const char* name;
+        std::vector<float> got;
+        const std::vector<double>& want;
+        double bound;
+      };
+      const std::vector<double> want_out64(want_out.begin(), want_out.end());
+      for (const Output& o : {Output{"out", widen(got.out, dt), want_out64, fwd_bound},
+                              Output{"dq", widen(got.dq, dt), want.dq, bwd_bound},
+                              Output{"dk", widen(got.dk, dt), want.dk, bwd_bound},
+                              Output{"dv", widen(got.dv, dt), want.dv, bwd_bound}}) {
+        const double ratio = hr::test::nmse(o.got, o.want) / o.bound;
+        EXPECT_FALSE(hr::test::nmse_within(o.got, o.want, o.bound, o.name))
+            << hr::dtype_name(dt) << " " << o.name << " passed with the products " << r << " off";
+        if (r < 1)  // the subtle control is near the bound, not far past it
+          EXPECT_LT(ratio, 100) << hr::dtype_name(dt) << " " << o.name << ": NMSE " << ratio << "x the bound";
+        testing::Test::RecordProperty(fmt::format("{}_{}_nmse_over_bound_at_r_{:.3g}", hr::dtype_name(dt), o.name, r),
+                                      fmt::format("{:.3g}", ratio));
+      }
+    }
+    const KernelOutputs first = run_for(dt, p, q, k, v, g, kFirstSchedule);
+    for (const int skip : {-1, 2}) {
+      const emu::Fault fault{0, skip};
+      const BitDiffs d = bit_diffs(run_for(dt, p, q, k, v, g, kFirstSchedule, fault),
+                                   run_for(dt, p, q, k, v, g, kSecondSchedule, fault));
+      EXPECT_GT(d.total(), 0u) << hr::dtype_name(dt) << ": both schedules gave the same bits with block barrier "
+                               << skip << " skipped";
+      testing::Test::RecordProperty(fmt::format("{}_elements_differing_skip_{}", hr::dtype_name(dt), skip),
+                                    fmt::format("{}", d.total()));
+    }
+    expect_same_bits(first, run_for(dt, p, q, k, v, g, kSecondSchedule), "no fault");
+  }
 }
 
 // Every ldmatrix of the three kernels takes one shared-memory wavefront per 8 x 8

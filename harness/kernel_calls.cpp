@@ -18,8 +18,8 @@ std::map<std::string, uint64_t, std::less<>>& counts() {
   static auto& c = *new std::map<std::string, uint64_t, std::less<>>;
   return c;
 }
-std::map<std::string, KernelFallback, std::less<>>& fallbacks() {
-  static auto& f = *new std::map<std::string, KernelFallback, std::less<>>;
+std::map<std::string, std::map<std::string, uint64_t>, std::less<>>& fallbacks() {
+  static auto& f = *new std::map<std::string, std::map<std::string, uint64_t>, std::less<>>;
   return f;
 }
 }  // namespace
@@ -51,9 +51,8 @@ void count_kernel_fallback(const char* asked, const std::string& why) {
   const std::string_view key(asked);
   const std::lock_guard<std::mutex> lock(mu());
   auto it = fallbacks().find(key);
-  if (it == fallbacks().end()) it = fallbacks().emplace(std::string(key), KernelFallback{}).first;
-  ++it->second.calls;
-  if (it->second.why != why) it->second.why = why;
+  if (it == fallbacks().end()) it = fallbacks().emplace(std::string(key), std::map<std::string, uint64_t>{}).first;
+  ++it->second[why];
 }
 
 KernelFallbacks kernel_fallbacks() {
@@ -64,9 +63,16 @@ KernelFallbacks kernel_fallbacks() {
 std::map<std::string, std::string> kernel_fallbacks_between(const KernelFallbacks& before,
                                                             const KernelFallbacks& after) {
   std::map<std::string, std::string> fell;
-  for (const auto& [name, f] : after) {
+  for (const auto& [name, reasons] : after) {
     const auto was = before.find(name);
-    if (f.calls > (was == before.end() ? 0 : was->second.calls)) fell[name] = f.why;
+    std::string why;
+    for (const auto& [reason, n] : reasons) {
+      uint64_t n0 = 0;
+      if (was != before.end())
+        if (auto r = was->second.find(reason); r != was->second.end()) n0 = r->second;
+      if (n > n0) why += (why.empty() ? "" : "; ") + reason;
+    }
+    if (!why.empty()) fell[name] = why;
   }
   return fell;
 }

@@ -30,16 +30,12 @@ std::map<std::string, double> kernel_calls_per_run(const KernelCalls& before, co
 // masks (packing) take the own kernels").
 void count_kernel_fallback(const char* asked, const std::string& why);
 
-// Per kernel asked for: its fallbacks so far, and the reason of the latest.
-struct KernelFallback {
-  uint64_t calls = 0;
-  std::string why;
-};
-using KernelFallbacks = std::map<std::string, KernelFallback>;
+// Per kernel asked for, per reason: its fallbacks so far.
+using KernelFallbacks = std::map<std::string, std::map<std::string, uint64_t>>;
 KernelFallbacks kernel_fallbacks();
 
 // The kernels asked for that fell back between two snapshots, each with the
-// latest reason.
+// reasons it fell back for there, joined by "; " in the order of their text.
 std::map<std::string, std::string> kernel_fallbacks_between(const KernelFallbacks& before,
                                                             const KernelFallbacks& after);
 

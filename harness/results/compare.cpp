@@ -722,9 +722,12 @@ Comparison compare_results(const Results& base, const Results& cur, const Compar
     // directions apart wherever they differ.
     const std::string kb = attention_kernels_label(b), kc = attention_kernels_label(*c);
     if (!kb.empty() && !kc.empty() && kb != kc) {
-      const std::string fell = attention_fallbacks_label(*c);
-      const std::string what = fmt::format("attention kernels: baseline {}; this run {}{}", kb, kc,
-                                           fell.empty() ? "" : " (" + fell + ")");
+      // With why, where a run says why it did not run what it asked for.
+      auto why = [](const SweepPoint& p) {
+        const std::string fell = attention_fallbacks_label(p);
+        return fell.empty() ? fell : " (" + fell + ")";
+      };
+      const std::string what = fmt::format("attention kernels: baseline {}{}; this run {}{}", kb, why(b), kc, why(*c));
       if (cmp.rows.size() > rows0) cmp.rows[rows0].note += "; the runs timed other " + what;
       if (other_kernels++ == 0) other_kernels_first = fmt::format("{}: {}", describe_point(*c), what);
     }

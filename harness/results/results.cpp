@@ -294,8 +294,16 @@ TimeStats time_from_json(const nlohmann::json& j, const std::string& where) {
     HR_ARG_CHECK(fell->is_object(), "{}: kernel_fallbacks must map the kernels asked for to why they did not run, got {}",
                  where, fell->dump());
     for (const auto& [name, why] : fell->items()) {
-      HR_ARG_CHECK(!name.empty() && why.is_string() && !why.get<std::string>().empty(),
+      HR_ARG_CHECK(why.is_string() && !why.get<std::string>().empty(),
                    "{}: kernel_fallbacks[\"{}\"] must say why the kernel did not run, got {}", where, name, why.dump());
+      // "op:variant", of an op whose calls ran another variant.
+      const auto colon = name.find(':');
+      HR_ARG_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < name.size(),
+                   "{}: kernel_fallbacks[\"{}\"]: a kernel asked for is named op:variant", where, name);
+      const std::string op = name.substr(0, colon + 1);
+      const bool ran = std::any_of(t.kernel_calls.begin(), t.kernel_calls.end(),
+                                   [&](const auto& c) { return c.first.rfind(op, 0) == 0; });
+      HR_ARG_CHECK(ran, "{}: kernel_fallbacks[\"{}\"]: no kernel_calls of {}* say what ran instead", where, name, op);
       t.kernel_fallbacks[name] = why.get<std::string>();
     }
   }

@@ -60,10 +60,10 @@ namespace hr::warp_emu {
 struct Schedule {
   enum class Warps {
     interleaved,       // every thread in turn up to its next barrier or collective
-    // A warp runs until each of its threads waits at a block barrier, then the next;
-    // the warp that releases a barrier goes on first, so the order turns step by step.
+    // Between two block barriers, warp 0 runs until each of its threads waits at
+    // the next, then warp 1, and so on: every phase in the same order.
     one_at_a_time,
-    one_at_a_time_reversed,  // the same, from the last warp
+    one_at_a_time_reversed,  // the same, from the last warp to the first
   };
   enum class Copies {
     at_issue,  // a copy lands as it is issued: a prefetch into a tile still being read shows
@@ -82,6 +82,10 @@ struct Fault {
   // __syncthreads that returns without waiting: the n-th of each thread of each
   // block (1-based), or every one (-1); 0: none.
   int skip_block_barrier = 0;
+  // __pipeline_wait_prior that returns without waiting: the n-th of each thread of
+  // each block (1-based); 0: none. Copies a thread then never waits for land as it
+  // ends, so that what sees the fault is a kernel's output, not the check below.
+  int skip_copy_wait = 0;
 };
 
 // What a launch did that a kernel's speed depends on.
@@ -102,22 +106,29 @@ struct Scheduler {
   Schedule schedule;
   Fault fault;
   LaunchStats stats;
+  bool phase_ended = false;  // a block barrier released, one warp at a time: the next phase starts from the first warp
 };
 inline thread_local Scheduler* scheduler = nullptr;
 
 // Back to the scheduler until it resumes this fiber.
 inline void yield_fiber() { swapcontext(&scheduler->contexts[static_cast<size_t>(scheduler->current)], &scheduler->main); }
 
-// n fibers meet: each but the last yields until the last releases them.
+// n fibers meet: each but the last yields until the last releases them. A block's
+// barrier, when warps run one at a time, ends the phase: the last also yields, and
+// the scheduler starts the next phase from the first warp of its order.
 class Barrier {
  public:
-  explicit Barrier(int n) : n_(n) {}
+  Barrier(int n, bool block) : n_(n), block_(block) {}
   void wait() {
     const uint64_t gen = gen_;
     if (++count_ == n_) {
       count_ = 0;
       ++gen_;
       ++scheduler->progress;
+      if (block_ && scheduler->schedule.warps != Schedule::Warps::interleaved) {
+        scheduler->phase_ended = true;
+        yield_fiber();
+      }
       return;
     }
     while (gen_ == gen) yield_fiber();
@@ -125,6 +136,7 @@ class Barrier {
 
  private:
   const int n_;
+  const bool block_;
   int count_ = 0;
   uint64_t gen_ = 0;
 };
@@ -134,13 +146,17 @@ class Barrier {
 // set again only two collectives later, past a barrier that every lane reaches
 // after reading it).
 struct Warp {
-  Barrier barrier{32};
+  Barrier barrier{32, false};
   uint32_t words[2][32][8] = {};
   const void* address[2][32] = {};
+  // An ldmatrix's 32 rows of 16 bytes, read at once by the first lane past its
+  // barrier (as the hardware reads them), and which collective they are of.
+  unsigned char rows[2][32][16] = {};
+  unsigned rows_of[2] = {~0u, ~0u};
 };
 
 struct Block {
-  explicit Block(int threads) : barrier(threads), warps(static_cast<size_t>((threads + 31) / 32)) {
+  explicit Block(int threads) : barrier(threads, true), warps(static_cast<size_t>((threads + 31) / 32)) {
     for (auto& w : warps) w = std::make_unique<Warp>();
   }
   Barrier barrier;
@@ -163,6 +179,7 @@ struct ThreadState {
   Block* blk = nullptr;
   unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
   int block_barriers = 0;    // __syncthreads so far
+  int copy_waits = 0;        // __pipeline_wait_prior so far
   std::vector<PendingCopy> copies;  // oldest first
   std::vector<size_t> groups;       // the end in `copies` of each committed group, oldest first
 };
@@ -236,10 +253,14 @@ T shfl_xor(T v, int mask) {
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   Warp& w = warp();
   const int L = lane();
-  const unsigned set = running->collectives++ & 1u;
+  const unsigned id = running->collectives++, set = id & 1u;
   shared_offset(p, 16, 16, "ldmatrix row address");
   w.address[set][L] = p;
   w.barrier.wait();
+  if (w.rows_of[set] != id) {  // the first lane past the barrier: every row at once
+    for (int j = 0; j < 32; ++j) std::memcpy(w.rows[set][j], w.address[set][j], 16);
+    w.rows_of[set] = id;
+  }
   if (L == 0) {
     LaunchStats& st = scheduler->stats;
     ++st.ldmatrix;
@@ -259,7 +280,7 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   for (int i = 0; i < 4; ++i) {
     auto at = [&](int row, int col) {
       uint16_t e;
-      std::memcpy(&e, static_cast<const unsigned char*>(w.address[set][8 * i + row]) + 2 * col, 2);
+      std::memcpy(&e, w.rows[set][8 * i + row] + 2 * col, 2);
       return static_cast<uint32_t>(e);
     };
     const uint32_t lo = trans ? at(2 * (L % 4), L / 4) : at(L / 4, 2 * (L % 4));
@@ -323,6 +344,7 @@ inline void commit_copies() { running->groups.push_back(running->copies.size());
 // Every committed group but the newest n has landed (uncommitted copies are not waited for).
 inline void wait_copies(size_t n) {
   ThreadState& t = *running;
+  if (++t.copy_waits == scheduler->fault.skip_copy_wait) return;
   if (t.groups.size() <= n) return;
   const size_t k = t.groups.size() - n, end = t.groups[k - 1];
   if (scheduler->schedule.copies == Schedule::Copies::at_wait)
@@ -334,6 +356,13 @@ inline void wait_copies(size_t n) {
 
 inline void fiber_entry() {
   scheduler->run_body(scheduler->body);
+  if (scheduler->fault.skip_copy_wait != 0) {  // what the fault left waiting lands now
+    ThreadState& t = *running;
+    if (scheduler->schedule.copies == Schedule::Copies::at_wait)
+      for (const PendingCopy& c : t.copies) std::memcpy(c.dst, c.bytes, c.n);
+    t.copies.clear();
+    t.groups.clear();
+  }
   if (!running->copies.empty()) {
     char msg[160];
     std::snprintf(msg, sizeof msg, "thread %u of block (%u, %u) ends with %zu cp.async copies it never waited for",
@@ -396,10 +425,11 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
         s.blk = &blk;
       }
       int live = threads;
-      // Resumes the live threads [t0, t1) once each; whether any got past a barrier or ended.
+      // Resumes the live threads [t0, t1) once each, up to the end of a phase; whether
+      // any got past a barrier or ended.
       auto round = [&](int t0, int t1) {
         const uint64_t before = sched.progress;
-        for (int t = t0; t < t1; ++t) {
+        for (int t = t0; t < t1 && !sched.phase_ended; ++t) {
           if (sched.done[static_cast<size_t>(t)]) continue;
           sched.current = t;
           running = &states[static_cast<size_t>(t)];
@@ -413,9 +443,10 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
         if (schedule.warps == Schedule::Warps::interleaved) {
           moved = round(0, threads);
         } else {
-          for (int i = 0; i < warps; ++i) {
+          sched.phase_ended = false;
+          for (int i = 0; i < warps && !sched.phase_ended; ++i) {
             const int w = schedule.warps == Schedule::Warps::one_at_a_time ? i : warps - 1 - i;
-            while (round(32 * w, std::min(threads, 32 * w + 32))) moved = true;
+            while (!sched.phase_ended && round(32 * w, std::min(threads, 32 * w + 32))) moved = true;
           }
         }
         if (live > 0 && !moved) {

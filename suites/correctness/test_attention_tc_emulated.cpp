@@ -202,10 +202,12 @@ struct KernelOutputs {
 
 // The two schedules every case runs under. Both are orders a GPU may run a block
 // in, so a kernel gives the same bits under each, and a missing barrier or wait
-// shows as a difference: the first runs each warp to its next block barrier in
-// turn and lands a cp.async copy only at its thread's wait (a tile read before its
-// wait or barrier is stale); the second runs the warps from the last and lands
-// copies as they are issued (a prefetch into a tile other warps still read shows).
+// shows as a difference: the first runs the warps one at a time from the first to
+// the last between two block barriers and lands a cp.async copy only at its
+// thread's wait (a tile read before its wait or barrier is stale); the second runs
+// them from the last to the first and lands copies as they are issued (a prefetch
+// into a tile other warps still read shows). Every pair of warps runs in one order
+// under the first and in the other under the second, in every phase.
 const emu::Schedule kFirstSchedule{emu::Schedule::Warps::one_at_a_time, emu::Schedule::Copies::at_wait};
 const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue};
 
@@ -381,9 +383,11 @@ TEST(AttentionTensorCoreEmulated, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange
 // The controls of the checks above, each made by a fault of the emulated hardware
 // the kernels run on: a tensor core whose sums of products are off (the float64
 // checks of the output and of each gradient, grossly at 100% and subtly at a
-// relative error whose NMSE lands 10-100x over each dtype's bound), and block
-// barriers that let threads on (the check that both schedules give the same bits:
-// every barrier, grossly, and only the second of each thread, subtly).
+// relative error whose NMSE lands 10-100x over each dtype's bound); block barriers
+// that let threads on (the check that both schedules give the same bits: every
+// barrier, grossly, and only the second of each thread, subtly); and one
+// cp.async wait of each thread that does not wait (the first, before the first
+// step, and the second, before the second).
 TEST(AttentionTensorCoreEmulated, HardwareFaultsFailTheChecks) {
   for (const DType dt : {DType::bf16, DType::f16}) {
     const Problem p = make_problem(2, 1, 130, 64, Mask::causal);
@@ -419,13 +423,17 @@ TEST(AttentionTensorCoreEmulated, HardwareFaultsFailTheChecks) {
       }
     }
     const KernelOutputs first = run_for(dt, p, q, k, v, g, kFirstSchedule);
-    for (const int skip : {-1, 2}) {
-      const emu::Fault fault{0, skip};
-      const BitDiffs d = bit_diffs(run_for(dt, p, q, k, v, g, kFirstSchedule, fault),
-                                   run_for(dt, p, q, k, v, g, kSecondSchedule, fault));
-      EXPECT_GT(d.total(), 0u) << hr::dtype_name(dt) << ": both schedules gave the same bits with block barrier "
-                               << skip << " skipped";
-      testing::Test::RecordProperty(fmt::format("{}_elements_differing_skip_{}", hr::dtype_name(dt), skip),
+    struct Skip {
+      const char* what;
+      emu::Fault fault;
+    };
+    for (const Skip& x : {Skip{"every_block_barrier", emu::Fault{0, -1, 0}}, Skip{"block_barrier_2", emu::Fault{0, 2, 0}},
+                          Skip{"copy_wait_1", emu::Fault{0, 0, 1}}, Skip{"copy_wait_2", emu::Fault{0, 0, 2}}}) {
+      const BitDiffs d = bit_diffs(run_for(dt, p, q, k, v, g, kFirstSchedule, x.fault),
+                                   run_for(dt, p, q, k, v, g, kSecondSchedule, x.fault));
+      EXPECT_GT(d.total(), 0u) << hr::dtype_name(dt) << ": both schedules gave the same bits with " << x.what
+                               << " skipped";
+      testing::Test::RecordProperty(fmt::format("{}_elements_differing_skip_{}", hr::dtype_name(dt), x.what),
                                     fmt::format("{}", d.total()));
     }
     expect_same_bits(first, run_for(dt, p, q, k, v, g, kSecondSchedule), "no fault");
@@ -435,14 +443,17 @@ TEST(AttentionTensorCoreEmulated, HardwareFaultsFailTheChecks) {
 // Every ldmatrix of the three kernels takes one shared-memory wavefront per 8 x 8
 // matrix: the 16-byte rows a matrix gathers fall in 8 different groups of 4 banks,
 // which the tiles' row stride of kD + 8 elements gives (a stride of kD would put a
-// matrix's 8 rows in one group at kD 64 and 128: 8 wavefronts). Each head-dim bucket.
+// matrix's 8 rows in one group at kD 64 and 128: 8 wavefronts). Each head-dim
+// bucket, run with every thread in turn (the emulation's third schedule), which
+// must also give the first schedule's bits.
 TEST(AttentionTensorCoreEmulated, LdmatrixLoadsAreFreeOfBankConflicts) {
   for (const int D : {32, 64, 128}) {
     const Problem p = make_problem(1, 1, 130, D, Mask::causal);
     const size_t n = static_cast<size_t>(p.T) * p.D;
     const Input q = random_input(n, 31, DType::bf16), k = random_input(n, 32, DType::bf16),
                 v = random_input(n, 33, DType::bf16), g = random_input(n, 34, DType::bf16);
-    const KernelOutputs got = run_for(DType::bf16, p, q, k, v, g, kFirstSchedule);
+    const KernelOutputs got = run_for(DType::bf16, p, q, k, v, g, emu::Schedule{});
+    expect_same_bits(run_for(DType::bf16, p, q, k, v, g, kFirstSchedule), got, fmt::format("interleaved, D {}", D));
     struct Kernel {
       const char* name;
       const emu::LaunchStats& stats;
@@ -457,6 +468,53 @@ TEST(AttentionTensorCoreEmulated, LdmatrixLoadsAreFreeOfBankConflicts) {
                                                               static_cast<double>(x.stats.ldmatrix)));
     }
   }
+}
+
+// The wavefront count itself, on one warp's ldmatrix over rows a stride apart:
+// 16-byte rows 144 bytes apart fall in 8 groups of banks (1 wavefront a matrix),
+// 128 bytes apart all in one (8), 64 apart in two (4), and one row given by all 8
+// lanes of a matrix is read once (1).
+TEST(AttentionTensorCoreEmulated, LdmatrixWavefrontsAreCountedFromTheRowAddresses) {
+  struct Layout {
+    int stride;  // bytes between the rows of lanes 0-31; 0: one row for all
+    uint64_t per_matrix;
+  };
+  for (const Layout l : {Layout{144, 1}, Layout{128, 8}, Layout{64, 4}, Layout{0, 1}}) {
+    const emu::LaunchStats st = emu::launch(dim3(1), 32, 32 * 144, [&] {
+      uint32_t r[4];
+      emu::ldmatrix_x4(r, emu::shared_memory() + static_cast<int>(threadIdx.x) * l.stride, false);
+    });
+    EXPECT_EQ(st.ldmatrix, 1u);
+    EXPECT_EQ(st.ldmatrix_wavefronts, 4 * l.per_matrix) << "rows " << l.stride << " bytes apart";
+  }
+}
+
+// What the hardware refuses stops the emulated kernel too, saying what and where:
+// an ldmatrix row past shared memory, a cp.async off its alignment, copies never
+// waited for, and a barrier that some threads never reach.
+TEST(AttentionTensorCoreEmulatedDeathTest, WhatTheHardwareRefusesStopsTheKernel) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  static uint16_t global[64] alignas(16) = {};
+  EXPECT_DEATH(emu::launch(dim3(1), 32, 256,
+                           [] {
+                             uint32_t r[4];
+                             emu::ldmatrix_x4(r, emu::shared_memory() + 256 - 16 + 16 * (threadIdx.x == 5), false);
+                           }),
+               "ldmatrix row address: 16 bytes at \\+256 from shared memory's 256, thread 5");
+  EXPECT_DEATH(emu::launch(dim3(1), 32, 256,
+                           [] { __pipeline_memcpy_async(emu::shared_memory() + 8, global, 16); }),
+               "cp.async destination: shared offset 8 is not 16-byte aligned");
+  EXPECT_DEATH(emu::launch(dim3(1), 32, 256,
+                           [] {
+                             __pipeline_memcpy_async(emu::shared_memory() + 16 * threadIdx.x % 256, global, 16);
+                             __pipeline_commit();
+                           }),
+               "ends with 1 cp.async copies it never waited for");
+  EXPECT_DEATH(emu::launch(dim3(1), 64, 0,
+                           [] {
+                             if (threadIdx.x < 32) __syncthreads();
+                           }),
+               "every live thread waits at a barrier that the others never reach");
 }
 
 #else

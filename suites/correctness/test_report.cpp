@@ -251,6 +251,11 @@ TEST(Report, SaysWhichAttentionKernelsTheTimedPointsRan) {
                                          "kernels (1 point: BM-PK)"),
             std::string::npos)
       << section(fell, "device");
+  // A reason is text, escaped (a library's error may hold markup).
+  r.sweep_points[1].time->kernel_fallbacks = {{"attention_forward:cudnn", "<b>no</b> engine & no graph"}};
+  const std::string marked = hr::report::render_report(r);
+  EXPECT_NE(marked.find("cudnn asked: &lt;b&gt;no&lt;/b&gt; engine &amp; no graph"), std::string::npos);
+  EXPECT_EQ(marked.find("<b>no</b> engine"), std::string::npos);
   r.sweep_points[1].time->kernel_fallbacks.clear();
   // A backward that fell back where the forward did not is said by direction.
   r.sweep_points[0].time->kernel_calls["attention_backward:scalar"] = 4;

@@ -141,6 +141,13 @@ TEST(ReportCompare, APointTimedOnOtherAttentionKernelsIsSaidSo) {
   EXPECT_NE(row(said, "step time")->note.find("this run scalar (cudnn asked: no graph for this shape)"),
             std::string::npos)
       << row(said, "step time")->note;
+  // And where the baseline fell back, so does the baseline's.
+  const auto before = hr::compare_results(fell, base);
+  ASSERT_NE(row(before, "step time"), nullptr);
+  EXPECT_NE(row(before, "step time")->note.find(
+                "baseline scalar (cudnn asked: no graph for this shape); this run cudnn"),
+            std::string::npos)
+      << row(before, "step time")->note;
   // One direction on another kernel is enough to differ, and so are the same two
   // kernels in the other directions.
   EXPECT_EQ(warned(hr::compare_results(

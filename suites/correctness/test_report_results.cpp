@@ -281,6 +281,14 @@ TEST(ReportResults, KernelFallbacksRoundTripAndAreChecked) {
   EXPECT_EQ(hr::attention_fallbacks_label(r.sweep_points[0]), "");
   r.sweep_points[0].time->kernel_fallbacks = {{"attention_forward:cudnn", "segment masks take the own kernels"},
                                               {"attention_backward:cudnn", "segment masks take the own kernels"}};
+  // What ran instead is said by the kernel calls: a fallback without them is refused.
+  try {
+    hr::results_from_json(hr::results_to_json(r), "x.json");
+    ADD_FAILURE() << "fallbacks without kernel calls were taken";
+  } catch (const hr::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("no kernel_calls of attention_"), std::string::npos) << e.what();
+  }
+  r.sweep_points[0].time->kernel_calls = {{"attention_forward:scalar", 1}, {"attention_backward:scalar", 1}};
   const hr::Results back = hr::results_from_json(hr::results_to_json(r));
   EXPECT_EQ(back.sweep_points[0].time->kernel_fallbacks, r.sweep_points[0].time->kernel_fallbacks);
   EXPECT_EQ(hr::attention_fallbacks_label(back.sweep_points[0]), "cudnn asked: segment masks take the own kernels");
@@ -288,7 +296,8 @@ TEST(ReportResults, KernelFallbacksRoundTripAndAreChecked) {
   EXPECT_EQ(hr::attention_fallbacks_label(r.sweep_points[0]),
             "forward cudnn asked: segment masks take the own kernels; backward cudnn asked: no graph");
   for (const char* bad : {R"({"attention_forward:cudnn": ""})", R"({"attention_forward:cudnn": 1})",
-                          R"({"": "why"})", R"(["why"])"}) {
+                          R"({"": "why"})", R"({"attention_forward": "why"})", R"({":cudnn": "why"})",
+                          R"({"matmul:cublas": "why"})", R"(["why"])"}) {
     auto j = hr::results_to_json(r);
     j["sweep_points"][0]["time"]["kernel_fallbacks"] = nlohmann::json::parse(bad);
     try {

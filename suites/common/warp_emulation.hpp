@@ -46,6 +46,14 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
+// A kernel's static shared memory: one object for every thread of the block, as a
+// function's static is for every fiber on the thread that runs the block (blocks
+// run one after another). It keeps what the last block left, as shared memory
+// holds whatever it held.
+#undef __shared__
+#define __shared__ static
+#undef __grid_constant__
+#define __grid_constant__
 
 namespace hr::warp_emu {
 
@@ -86,6 +94,9 @@ struct Fault {
   // each block (1-based); 0: none. Copies a thread then never waits for land as it
   // ends, so that what sees the fault is a kernel's output, not the check below.
   int skip_copy_wait = 0;
+  // __shfl_xor_sync with this lane mask (or any, -1) that gives the caller its own
+  // value: a broken reduction.
+  int stuck_shuffle_mask = 0;
 };
 
 // What a launch did that a kernel's speed depends on.
@@ -236,7 +247,9 @@ T shfl_xor(T v, int mask) {
   uint32_t mine;
   std::memcpy(&mine, &v, 4);
   uint32_t got = 0;
-  collective(&mine, 1, [&](const uint32_t(&words)[32][8]) { got = words[lane() ^ mask][0]; });
+  const int stuck = scheduler->fault.stuck_shuffle_mask;
+  const int from = stuck == -1 || stuck == mask ? lane() : lane() ^ mask;
+  collective(&mine, 1, [&](const uint32_t(&words)[32][8]) { got = words[from][0]; });
   T out;
   std::memcpy(&out, &got, 4);
   return out;
@@ -482,5 +495,11 @@ T __shfl_xor_sync(unsigned, T v, int mask) {
 inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) { ::hr::warp_emu::copy_async(dst, src, n); }
 inline void __pipeline_commit() { ::hr::warp_emu::commit_copies(); }
 inline void __pipeline_wait_prior(size_t n) { ::hr::warp_emu::wait_copies(n); }
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+inline float __uint_as_float(unsigned u) { return ::hr::warp_emu::f32_of(u); }
+inline unsigned __float_as_uint(float f) { return ::hr::warp_emu::bits_of(f); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -82,7 +82,8 @@ struct Schedule {
 };
 
 // Faults of the emulated hardware, for the controls of the checks run on it: a
-// tensor core whose products are off, or a block barrier that lets its threads on.
+// tensor core whose products are off, a barrier or a copy wait that lets its
+// threads on, a shuffle that gives a lane its own value, threads that never run.
 struct Fault {
   // Each mma.sync result element's sum of products times 1 + r, r = +-mma_rel_error
   // alternating by element.
@@ -97,6 +98,9 @@ struct Fault {
   // __shfl_xor_sync with this lane mask (or any, -1) that gives the caller its own
   // value: a broken reduction.
   int stuck_shuffle_mask = 0;
+  // > 0: only the first threads_run threads of each block run, the others are lost
+  // (for kernels without block barriers, which the lost ones would never reach).
+  int threads_run = 0;
 };
 
 // What a launch did that a kernel's speed depends on.
@@ -438,6 +442,8 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
         s.blk = &blk;
       }
       int live = threads;
+      if (fault.threads_run > 0)
+        for (int t = fault.threads_run; t < threads; ++t, --live) sched.done[static_cast<size_t>(t)] = true;
       // Resumes the live threads [t0, t1) once each, up to the end of a phase; whether
       // any got past a barrier or ended.
       auto round = [&](int t0, int t1) {

@@ -13,15 +13,7 @@ using namespace optk;
 using gpu::kThreads;
 
 bool adamw_many_takes(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v) {
-  constexpr int N = 4;
-  bool ok = false;
-  dispatch_float2(param.dtype(), grad.dtype(), "adamw_many_takes", [&](auto tp, auto tg) {
-    using TP = decltype(tp);
-    using TG = decltype(tg);
-    ok = aligned_for<TP>(param.data(), N) && aligned_for<TG>(grad.data(), N) && aligned_for<float>(m.data(), N) &&
-         aligned_for<float>(v.data(), N);
-  });
-  return ok;
+  return packs_of_4(param, grad, m, v);
 }
 
 void adamw_step_many(const std::vector<AdamWArgs>& ts) {
@@ -36,9 +28,7 @@ void adamw_step_many(const std::vector<AdamWArgs>& ts) {
     using TP = decltype(tp);
     using TG = decltype(tg);
     std::vector<AdamWTensorArg> args;
-    for (const AdamWArgs& a : ts)
-      args.push_back(
-          AdamWTensorArg{a.param->data(), a.grad->data(), a.m->data_as<float>(), a.v->data_as<float>(), a.param->numel(), a.s});
+    for (const AdamWArgs& a : ts) args.push_back(adamw_arg(a));
     for_each_adamw_launch(args, [&](const AdamWLaunch& L) {
       adamw_multi_kernel<TP, TG><<<static_cast<unsigned>(L.chunk_start[L.count]), kThreads, 0, stream>>>(L);
       HR_CUDA_CHECK_LAUNCH();

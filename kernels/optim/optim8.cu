@@ -84,8 +84,7 @@ void adamw8bit_step(Tensor& param, const Tensor& grad, Tensor& m_codes, Tensor& 
     uint8_t* mq = m_codes.data_as<uint8_t>();
     uint8_t* vq = v_codes.data_as<uint8_t>();
     if (tiles(block_size, p, g, mq, vq)) {
-      const auto grid = static_cast<unsigned>((n + kTileElems - 1) / kTileElems);
-      adamw8_tiled_kernel<TP, TG><<<grid, kTileThreads, 0, gpu::stream_of(param)>>>(
+      adamw8_tiled_kernel<TP, TG><<<tiled_grid(n), kTileThreads, 0, gpu::stream_of(param)>>>(
           p, g, mq, m_absmax.data_as<float>(), vq, v_absmax.data_as<float>(), n, static_cast<int>(block_size), maps,
           s);
     } else {
@@ -112,10 +111,7 @@ void adamw8bit_step_many(const std::vector<AdamW8bitArgs>& ts, int64_t block_siz
     using TP = decltype(tp);
     using TG = decltype(tg);
     std::vector<Q8TensorArg> args;
-    for (const AdamW8bitArgs& a : ts)
-      args.push_back(Q8TensorArg{a.param->data(), a.grad->data(), a.m_codes->data_as<uint8_t>(),
-                                 a.m_absmax->data_as<float>(), a.v_codes->data_as<uint8_t>(),
-                                 a.v_absmax->data_as<float>(), a.param->numel(), a.s});
+    for (const AdamW8bitArgs& a : ts) args.push_back(q8_arg(a));
     for_each_q8_launch(args, [&](const Q8Launch& L) {
       adamw8_multi_kernel<TP, TG><<<static_cast<unsigned>(L.tile_start[L.count]), kTileThreads, 0, stream>>>(
           L, static_cast<int>(block_size), maps);

@@ -15,6 +15,8 @@
 
 #include "harness/check.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/shared_memory.cuh"
+#include "kernels/optim/optim8_cuda.hpp"
 #include "kernels/optim/optim_math.hpp"
 #include "kernels/optim/quant8_math.hpp"
 
@@ -54,8 +56,8 @@ __device__ __forceinline__ void load_map(q8::Codebook& dst, int slot) {
 
 __global__ void quantize_kernel(const float* x, uint8_t* codes, float* absmax, int64_t n, int64_t block,
                                 int map) {
-  __shared__ q8::Codebook c;
-  __shared__ float scratch[32];
+  HR_SHARED(q8::Codebook, c);
+  HR_SHARED(float[32], scratch);
   load_map(c, map);
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
   const int64_t end = begin + block < n ? begin + block : n;
@@ -68,7 +70,7 @@ __global__ void quantize_kernel(const float* x, uint8_t* codes, float* absmax, i
 
 __global__ void dequantize_kernel(const uint8_t* codes, const float* absmax, float* out, int64_t n, int64_t block,
                                   int map) {
-  __shared__ q8::Codebook c;
+  HR_SHARED(q8::Codebook, c);
   load_map(c, map);
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -86,8 +88,8 @@ struct MapSlots {
 template <typename TP, typename TG>
 __global__ void adamw8_kernel(TP* param, const TG* grad, uint8_t* mq, float* ma, uint8_t* vq, float* va, int64_t n,
                               int64_t block, MapSlots maps, optim::AdamWScalars s) {
-  __shared__ Maps c;
-  __shared__ float scratch[32];
+  HR_SHARED(Maps, c);
+  HR_SHARED(float[32], scratch);
   load_map(c.m, maps.m);
   load_map(c.v, maps.v);
   __syncthreads();
@@ -283,8 +285,8 @@ template <typename TP, typename TG>
 __global__ void __launch_bounds__(kTileThreads) adamw8_tiled_kernel(TP* param, const TG* grad, uint8_t* mq, float* ma,
                                                                     uint8_t* vq, float* va, int64_t n, int block,
                                                                     MapSlots maps, optim::AdamWScalars s) {
-  __shared__ Maps c;
-  __shared__ float2 scratch[kTileThreads / 32];
+  HR_SHARED(Maps, c);
+  HR_SHARED(float2[kTileThreads / 32], scratch);
   load_map(c.m, maps.m);
   load_map(c.v, maps.v);
   adamw8_tile(param, grad, mq, ma, vq, va, n, block, blockIdx.x, c, scratch, s);
@@ -316,8 +318,8 @@ static_assert(sizeof(Q8Launch) + sizeof(int) + sizeof(MapSlots) <= 4096, "kernel
 template <typename TP, typename TG>
 __global__ void __launch_bounds__(kTileThreads) adamw8_multi_kernel(const __grid_constant__ Q8Launch L, int block,
                                                                     MapSlots maps) {
-  __shared__ Maps c;
-  __shared__ float2 scratch[kTileThreads / 32];
+  HR_SHARED(Maps, c);
+  HR_SHARED(float2[kTileThreads / 32], scratch);
   load_map(c.m, maps.m);
   load_map(c.v, maps.v);
   const int tile = static_cast<int>(blockIdx.x);
@@ -330,6 +332,21 @@ __global__ void __launch_bounds__(kTileThreads) adamw8_multi_kernel(const __grid
   const Q8TensorArg& a = L.t[lo];
   adamw8_tile(static_cast<TP*>(a.param), static_cast<const TG*>(a.grad), a.mq, a.ma, a.vq, a.va, a.n, block,
               tile - L.tile_start[lo], c, scratch, a.s);
+}
+
+// The grid of the tiled kernel over n elements: one thread block a tile.
+inline unsigned tiled_grid(int64_t n) { return static_cast<unsigned>((n + kTileElems - 1) / kTileElems); }
+
+// A many-tensor launch's arguments of one tensor.
+inline Q8TensorArg q8_arg(const AdamW8bitArgs& a) {
+  return Q8TensorArg{a.param->data(),
+                     a.grad->data(),
+                     a.m_codes->data_as<uint8_t>(),
+                     a.m_absmax->data_as<float>(),
+                     a.v_codes->data_as<uint8_t>(),
+                     a.v_absmax->data_as<float>(),
+                     a.param->numel(),
+                     a.s};
 }
 
 // Packs tensors (each stepping its tiles) into as few Q8Launch as the per-launch

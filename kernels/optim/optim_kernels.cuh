@@ -13,6 +13,8 @@
 #include "harness/check.hpp"
 #include "kernels/common/cuda_launch.cuh"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/optim/optim_cuda.hpp"
 #include "kernels/optim/optim_math.hpp"
 
 // In an unnamed namespace, as kernels of one translation unit: the emulated
@@ -133,6 +135,25 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
       for (int64_t j = i; j < end; ++j) adamw_element(param, grad, m, v, j, s);
     }
   }
+}
+
+// Whether a tensor's four pointers are aligned for packs of 4: what the
+// many-tensor launches take.
+inline bool packs_of_4(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v) {
+  bool ok = false;
+  dispatch_float2(param.dtype(), grad.dtype(), "adamw_many_takes", [&](auto tp, auto tg) {
+    using TP = decltype(tp);
+    using TG = decltype(tg);
+    ok = aligned_for<TP>(param.data(), 4) && aligned_for<TG>(grad.data(), 4) && aligned_for<float>(m.data(), 4) &&
+         aligned_for<float>(v.data(), 4);
+  });
+  return ok;
+}
+
+// A many-tensor launch's arguments of one tensor.
+inline AdamWTensorArg adamw_arg(const AdamWArgs& a) {
+  return AdamWTensorArg{a.param->data(), a.grad->data(), a.m->data_as<float>(), a.v->data_as<float>(),
+                        a.param->numel(), a.s};
 }
 
 // Packs tensors (each stepping its chunks) into as few AdamWLaunch as the

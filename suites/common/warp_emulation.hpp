@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -46,12 +47,11 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
-// A kernel's static shared memory: one object for every thread of the block, as a
-// function's static is for every fiber on the thread that runs the block (blocks
-// run one after another). It keeps what the last block left, as shared memory
-// holds whatever it held.
+// A kernel's static shared memory is declared through HR_SHARED
+// (kernels/common/shared_memory.cuh): storage of the block being run. A bare
+// __shared__ would be a variable of each thread here, so it does not compile.
 #undef __shared__
-#define __shared__ static
+#define __shared__ static_assert(false, "declare shared memory with HR_SHARED (kernels/common/shared_memory.cuh)");
 #undef __grid_constant__
 #define __grid_constant__
 
@@ -178,6 +178,12 @@ struct Block {
   std::vector<std::unique_ptr<Warp>> warps;
   unsigned char* smem = nullptr;
   size_t smem_bytes = 0;
+  // Static shared memory (HR_SHARED), by its declaration's tag: made at the first
+  // thread's use in this block, as 0xff bytes.
+  struct Bytes {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::map<const void*, std::unique_ptr<unsigned char[], Bytes>> statics;
 };
 
 // A cp.async copy a thread has issued and not yet waited for, with what it read.
@@ -203,6 +209,22 @@ inline thread_local ThreadState* running = nullptr;  // the fiber's, set before 
 inline int lane() { return static_cast<int>(running->thread.x % 32); }
 inline Warp& warp() { return *running->blk->warps[running->thread.x / 32]; }
 inline unsigned char* shared_memory() { return running->blk->smem; }
+
+// The block's object of an HR_SHARED declaration (its tag), of type T (an array
+// type or not), 0xff bytes when this block first uses it.
+template <typename T>
+T& static_shared(const void* tag) {
+  static_assert(alignof(T) <= 64, "shared objects aligned to at most 64 bytes");
+  auto& statics = running->blk->statics;
+  auto it = statics.find(tag);
+  if (it == statics.end()) {
+    std::unique_ptr<unsigned char[], Block::Bytes> p(
+        static_cast<unsigned char*>(::operator new[](sizeof(T), std::align_val_t{64})));
+    std::memset(p.get(), 0xff, sizeof(T));
+    it = statics.emplace(tag, std::move(p)).first;
+  }
+  return *reinterpret_cast<T*>(it->second.get());
+}
 
 // The offset in the block's shared memory of n bytes at p, which must lie within it
 // and be aligned to `align` (what ldmatrix and cp.async require).

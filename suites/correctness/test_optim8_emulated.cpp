@@ -5,7 +5,8 @@
 // per element, so any difference is the kernels' indexing, tails, block reductions
 // or the many-tensor launches' packing. Each case runs under two schedules (warps
 // one at a time, from the first and from the last). The controls are faults of the
-// emulated hardware: shuffles that give a lane its own value.
+// emulated hardware: shuffles that give a lane its own value, and a block barrier
+// (the one that publishes the codebooks) that lets its threads on.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -106,9 +107,8 @@ void emulated_step(State8& s, int64_t block, float weight_decay, bool tiled, con
     float* va = s.va.data_as<float>();
     if (tiled) {
       ASSERT_TRUE(q8k::tiles(block, p, g, mq, vq)) << "block " << block << " does not take the tiled kernel";
-      const auto grid = static_cast<unsigned>((n + q8k::kTileElems - 1) / q8k::kTileElems);
       emu::launch(
-          dim3(grid), q8k::kTileThreads, 0,
+          dim3(q8k::tiled_grid(n)), q8k::kTileThreads, 0,
           [&] { q8k::adamw8_tiled_kernel<TP, TG>(p, g, mq, ma, vq, va, n, static_cast<int>(block), kMaps, sc); },
           schedule, fault);
     } else {
@@ -159,13 +159,15 @@ void check_step(const Case& c, bool tiled, uint64_t seed) {
 
 // The tiled kernel (a power-of-two block of 8 to 2048, a tile of 2048 elements, 8 a
 // thread): the block's absmax by shuffles alone (8-256) or through the barrier
-// (2048); tails inside a thread's 8, a block and a tile; fewer elements than one
-// thread takes; every parameter and gradient dtype pair of a run.
+// (512, 2048); tails inside a thread's 8, a block and a tile; fewer elements than
+// one thread takes; the parameter and gradient dtypes a run steps (fp32 gradients
+// of fp32 masters or of 16-bit parameters) and 16-bit gradients.
 TEST(Optim8bitEmulated, TiledKernelMatchesTheCpuBitForBit) {
   uint64_t seed = 300;
   for (const Case& c : {Case{DType::f32, DType::f32, 5000, 256}, Case{DType::f32, DType::f32, 6147, 2048},
                         Case{DType::f32, DType::f32, 4099, 8}, Case{DType::f32, DType::f32, 7, 64},
-                        Case{DType::bf16, DType::bf16, 5000, 256}, Case{DType::f32, DType::bf16, 4096, 512},
+                        Case{DType::bf16, DType::f32, 5000, 256}, Case{DType::f16, DType::f32, 4103, 2048},
+                        Case{DType::bf16, DType::bf16, 3000, 256}, Case{DType::f32, DType::bf16, 4096, 512},
                         Case{DType::f16, DType::f16, 2053, 128}})
     check_step(c, true, seed += 4);
 }
@@ -176,46 +178,55 @@ TEST(Optim8bitEmulated, TiledKernelMatchesTheCpuBitForBit) {
 TEST(Optim8bitEmulated, PerBlockKernelMatchesTheCpuBitForBit) {
   uint64_t seed = 400;
   for (const Case& c : {Case{DType::f32, DType::f32, 1000, 100}, Case{DType::f32, DType::f32, 9000, 4096},
-                        Case{DType::bf16, DType::f32, 777, 256}, Case{DType::f16, DType::bf16, 33, 5}})
+                        Case{DType::bf16, DType::f32, 777, 256}, Case{DType::f16, DType::f32, 1001, 300},
+                        Case{DType::f16, DType::bf16, 33, 5}})
     check_step(c, false, seed += 4);
 }
 
-// The many-tensor launches: 44 tensors (5 empty, tails, several tiles, each its
-// own weight decay), packed by the launches' own packing (for_each_q8_launch) into
-// more than one launch of 36, each tile finding its tensor by the binary search;
-// every tensor as the CPU steps it alone.
+// The many-tensor launches: 44 tensors (5 empty, tails, several tiles, 5 weight
+// decays), their arguments made and packed as the GPU's launches make and pack them
+// (q8_arg, for_each_q8_launch) into more than one launch of 36, each tile finding
+// its tensor by the binary search; every tensor as the CPU steps it alone, under
+// each schedule.
 TEST(Optim8bitEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
   hr::Device& dev = cpu();
   const int64_t block = 256;
-  std::vector<State8> start, got, want;
+  std::vector<State8> start, want;
   const int64_t sizes[] = {0, 1, 7, 8, 255, 256, 2047, 2048, 2049, 5000};
   for (int i = 0; i < 44; ++i) {
     start.push_back(make_state(dev, DType::f32, DType::f32, sizes[i % 10] + 3 * (i / 10) * (sizes[i % 10] > 0), block,
                                500 + 4 * static_cast<uint64_t>(i)));
-    got.push_back(start.back().clone());
     want.push_back(start.back().clone());
   }
   const hr::ops::AdamWConfig base = config(0.f);
-  put_codebooks();
-  std::vector<q8k::Q8TensorArg> args;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float wd = 0.001f * static_cast<float>(i % 5);
-    cpu_step(want[i], block, wd);
-    State8& s = got[i];
-    args.push_back(q8k::Q8TensorArg{s.param.data(), s.grad.data(), s.mq.data_as<uint8_t>(), s.ma.data_as<float>(),
-                                    s.vq.data_as<uint8_t>(), s.va.data_as<float>(), s.param.numel(),
-                                    hr::optim::adamw_scalars(base.lr, base.beta1, base.beta2, base.eps, wd, kStep)});
+  std::vector<float> decay;
+  for (size_t i = 0; i < want.size(); ++i) {
+    decay.push_back(0.001f * static_cast<float>(i % 5));
+    cpu_step(want[i], block, decay.back());
   }
-  int launches = 0;
-  q8k::for_each_q8_launch(args, [&](const q8k::Q8Launch& L) {
-    ++launches;
-    emu::launch(
-        dim3(static_cast<unsigned>(L.tile_start[L.count])), q8k::kTileThreads, 0,
-        [&] { q8k::adamw8_multi_kernel<float, float>(L, static_cast<int>(block), kMaps); }, kSchedules[0]);
-  });
-  EXPECT_EQ(launches, 2) << "39 tensors with elements, in launches of " << q8k::kQ8MaxTensorsPerLaunch;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(bytes_differing(got[i], want[i]), 0u) << "tensor " << i << " of " << got[i].param.numel();
+  for (const emu::Schedule& schedule : kSchedules) {
+    put_codebooks();
+    std::vector<State8> got;
+    std::vector<q8k::Q8TensorArg> args;
+    for (size_t i = 0; i < start.size(); ++i) {
+      got.push_back(start[i].clone());
+      State8& s = got.back();
+      ASSERT_TRUE(q8k::tiles(block, s.param.data(), s.grad.data(), s.mq.data(), s.vq.data())) << "tensor " << i;
+      args.push_back(q8k::q8_arg(hr::ops::cuda::AdamW8bitArgs{
+          &s.param, &s.grad, &s.mq, &s.ma, &s.vq, &s.va,
+          hr::optim::adamw_scalars(base.lr, base.beta1, base.beta2, base.eps, decay[i], kStep)}));
+    }
+    int launches = 0;
+    q8k::for_each_q8_launch(args, [&](const q8k::Q8Launch& L) {
+      ++launches;
+      emu::launch(
+          dim3(static_cast<unsigned>(L.tile_start[L.count])), q8k::kTileThreads, 0,
+          [&] { q8k::adamw8_multi_kernel<float, float>(L, static_cast<int>(block), kMaps); }, schedule);
+    });
+    EXPECT_EQ(launches, 2) << "39 tensors with elements, in launches of " << q8k::kQ8MaxTensorsPerLaunch;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(bytes_differing(got[i], want[i]), 0u) << "tensor " << i << " of " << got[i].param.numel();
+  }
 }
 
 // quantize_blockwise's and dequantize_blockwise's kernels, as the CPU's.
@@ -230,37 +241,55 @@ TEST(Optim8bitEmulated, QuantizeAndDequantizeMatchTheCpuBitForBit) {
     Tensor want_q = Tensor::empty(dev, {n}, DType::u8, hr::Consumer::optimizer_state), got_q = want_q.clone();
     Tensor want_a = Tensor::empty(dev, {blocks}, DType::f32, hr::Consumer::optimizer_state), got_a = want_a.clone();
     hr::ops::quantize_blockwise(x, want_q, want_a, block, hr::q8::MapKind::dynamic_signed);
-    emu::launch(dim3(static_cast<unsigned>(blocks)), q8k::kQ8Threads, 0, [&] {
-      q8k::quantize_kernel(x.data_as<float>(), got_q.data_as<uint8_t>(), got_a.data_as<float>(), n, block, 0);
-    });
-    EXPECT_EQ(got_q.to_host_bytes(), want_q.to_host_bytes()) << "codes, block " << block;
-    EXPECT_EQ(got_a.to_host_bytes(), want_a.to_host_bytes()) << "absmax, block " << block;
     Tensor want_x = Tensor::empty(dev, {n}, DType::f32, hr::Consumer::optimizer_state), got_x = want_x.clone();
     hr::ops::dequantize_blockwise(want_q, want_a, want_x, block, hr::q8::MapKind::dynamic_signed);
-    emu::launch(dim3(4), 256, 0, [&] {  // a grid-stride loop over more elements than the grid's threads
-      q8k::dequantize_kernel(want_q.data_as<uint8_t>(), want_a.data_as<float>(), got_x.data_as<float>(), n, block, 0);
-    });
-    EXPECT_EQ(got_x.to_host_bytes(), want_x.to_host_bytes()) << "dequantised, block " << block;
+    for (const emu::Schedule& schedule : kSchedules) {
+      emu::launch(
+          dim3(static_cast<unsigned>(blocks)), q8k::kQ8Threads, 0,
+          [&] {
+            q8k::quantize_kernel(x.data_as<float>(), got_q.data_as<uint8_t>(), got_a.data_as<float>(), n, block, 0);
+          },
+          schedule);
+      EXPECT_EQ(got_q.to_host_bytes(), want_q.to_host_bytes()) << "codes, block " << block;
+      EXPECT_EQ(got_a.to_host_bytes(), want_a.to_host_bytes()) << "absmax, block " << block;
+      emu::launch(
+          dim3(4), 256, 0,  // a grid-stride loop over more elements than the grid's threads
+          [&] {
+            q8k::dequantize_kernel(want_q.data_as<uint8_t>(), want_a.data_as<float>(), got_x.data_as<float>(), n,
+                                   block, 0);
+          },
+          schedule);
+      EXPECT_EQ(got_x.to_host_bytes(), want_x.to_host_bytes()) << "dequantised, block " << block;
+    }
   }
 }
 
-// The controls: a block's absmax reduced by broken shuffles. Every shuffle giving
-// a lane its own value (gross), or only the one across half-warps (subtle: a block
+// The controls: a block's absmax reduced by broken shuffles, every shuffle giving
+// a lane its own value (gross) or only the one across half-warps (subtle: a block
 // of 256 elements is 32 threads of 8, whose two halves then keep their own
-// maximum), in both kernels; each check above then sees other bytes.
-TEST(Optim8bitEmulated, BrokenShufflesFailTheChecks) {
+// maximum); and the first block barrier, which publishes the codebooks, letting
+// its threads on (shared memory is 0xff bytes at each block, so a thread reads a
+// codebook entry another has not written yet). In both kernels, each check above
+// then sees other bytes.
+TEST(Optim8bitEmulated, HardwareFaultsFailTheChecks) {
   hr::Device& dev = cpu();
   for (const bool tiled : {true, false}) {
     const Case c{DType::f32, DType::f32, 5000, 256};
     const State8 start = make_state(dev, c.param, c.grad, c.n, c.block, 700);
     State8 want = start.clone();
     cpu_step(want, c.block, 0.01f);
-    for (const int mask : {-1, 16}) {
+    struct Control {
+      const char* what;
+      emu::Fault fault;
+    };
+    for (const Control& x : {Control{"every_shuffle_stuck", emu::Fault{0, 0, 0, -1}},
+                             Control{"half_warp_shuffle_stuck", emu::Fault{0, 0, 0, 16}},
+                             Control{"codebook_barrier_skipped", emu::Fault{0, 1, 0, 0}}}) {
       State8 got = start.clone();
-      emulated_step(got, c.block, 0.01f, tiled, kSchedules[0], emu::Fault{0, 0, 0, mask});
+      emulated_step(got, c.block, 0.01f, tiled, kSchedules[1], x.fault);
       const size_t differ = bytes_differing(got, want);
-      EXPECT_GT(differ, 0u) << (tiled ? "tiled" : "per block") << ": shuffle mask " << mask << " stuck, same bytes";
-      testing::Test::RecordProperty(fmt::format("{}_bytes_differing_stuck_{}", tiled ? "tiled" : "per_block", mask),
+      EXPECT_GT(differ, 0u) << (tiled ? "tiled" : "per block") << ": " << x.what << ", the same bytes";
+      testing::Test::RecordProperty(fmt::format("{}_bytes_differing_{}", tiled ? "tiled" : "per_block", x.what),
                                     fmt::format("{}", differ));
     }
   }

@@ -79,11 +79,13 @@ hr::optim::AdamWScalars scalars(float weight_decay) {
 
 // The per-tensor AdamW kernel in 4-element packs (and a tail) or element by
 // element, over a grid smaller than the tensor (each thread loops), as the CPU
-// steps it.
+// steps it: the dtypes a run steps (fp32 gradients of fp32 masters or of 16-bit
+// parameters) and 16-bit gradients.
 TEST(OptimEmulated, AdamWKernelMatchesTheCpuBitForBit) {
   uint64_t seed = 800;
   for (const int64_t n : {int64_t{4099}, int64_t{3}})
-    for (const auto& [tp, tg] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::bf16},
+    for (const auto& [tp, tg] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::f32},
+                                 std::pair{DType::f16, DType::f32}, std::pair{DType::bf16, DType::bf16},
                                  std::pair{DType::f32, DType::f16}}) {
       const State start = make_state(tp, tg, n, seed += 4);
       State want = start.clone();
@@ -166,10 +168,11 @@ TEST(OptimEmulated, SgdKernelMatchesTheCpuBitForBit) {
 }
 
 // The many-tensor launches of 4096-element chunks: 55 tensors (6 empty, tails in
-// a pack, a chunk and past several chunks, each its own weight decay), packed by
-// the launches' own packing (for_each_adamw_launch) into two launches of up to 48,
-// each chunk finding its tensor by the binary search; every tensor as the CPU
-// steps it alone. Blocks that run their first warp alone are the control.
+// a pack, a chunk and past several chunks, 4 weight decays), their arguments made
+// and packed as the GPU's launches make and pack them (adamw_arg,
+// for_each_adamw_launch) into two launches of up to 48, each chunk finding its
+// tensor by the binary search; every tensor as the CPU steps it alone. Blocks
+// that run their first warp alone are the control.
 TEST(OptimEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
   const int64_t sizes[] = {0, 1, 3, 4, 5, 1023, 4096, 4097, 9000, 12289};
   std::vector<State> start, want;
@@ -187,8 +190,8 @@ TEST(OptimEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
     for (size_t i = 0; i < start.size(); ++i) {
       got.push_back(start[i].clone());
       State& s = got.back();
-      args.push_back(optk::AdamWTensorArg{s.param.data(), s.grad.data(), s.m.data_as<float>(), s.v.data_as<float>(),
-                                          s.param.numel(), scalars(decay[i])});
+      ASSERT_TRUE(optk::packs_of_4(s.param, s.grad, s.m, s.v)) << "tensor " << i;
+      args.push_back(optk::adamw_arg(hr::ops::cuda::AdamWArgs{&s.param, &s.grad, &s.m, &s.v, scalars(decay[i])}));
     }
     int launches = 0;
     optk::for_each_adamw_launch(args, [&](const optk::AdamWLaunch& L) {

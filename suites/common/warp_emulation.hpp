@@ -1,6 +1,7 @@
 // A host emulation of the CUDA features the tensor-core attention kernels
-// (kernels/attention/attention_tc_kernels.cuh) use, so that their own code runs on
-// a CPU and is checked where no GPU is: one fiber (ucontext) per CUDA thread of a
+// (kernels/attention/attention_tc_kernels.cuh) and the optimizers' kernels
+// (kernels/optim/optim_kernels.cuh, optim8_kernels.cuh) use, so that their own code
+// runs on a CPU and is checked where no GPU is: one fiber (ucontext) per CUDA thread of a
 // block, all on the calling thread, the blocks one after another, so that a
 // barrier costs user-space switches and not the host's scheduler (which a parallel
 // ctest keeps busy); __syncthreads and __syncwarp as barriers; shuffles,
@@ -8,7 +9,8 @@
 // from the PTX ISA's definition of their operands ("Matrix Fragments for
 // mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
 // reading of it; cp.async as copies in groups that land when the thread waits for
-// them, or at once (Schedule). A launch runs under a schedule, one of the orders a
+// them, or at once (Schedule); shared memory, dynamic or static (HR_SHARED), as
+// 0xff bytes at each block. A launch runs under a schedule, one of the orders a
 // GPU may run a block's warps in, so that running a kernel under two and comparing
 // the bits shows a missing barrier or wait. Addresses are checked as the hardware
 // checks them (alignment, shared memory's bounds), and each ldmatrix counts the

@@ -1,5 +1,4 @@
 // CUDA optimizer steps: the launches of the kernels of optim_kernels.cuh.
-#include <limits>
 
 #include "harness/cuda_check.cuh"
 #include "kernels/common/cuda_launch.cuh"
@@ -30,7 +29,7 @@ void adamw_step_many(const std::vector<AdamWArgs>& ts) {
     std::vector<AdamWTensorArg> args;
     for (const AdamWArgs& a : ts) args.push_back(adamw_arg(a));
     for_each_adamw_launch(args, [&](const AdamWLaunch& L) {
-      adamw_multi_kernel<TP, TG><<<static_cast<unsigned>(L.chunk_start[L.count]), kThreads, 0, stream>>>(L);
+      adamw_multi_kernel<TP, TG><<<static_cast<unsigned>(L.start[L.count]), kThreads, 0, stream>>>(L);
       HR_CUDA_CHECK_LAUNCH();
     });
   });

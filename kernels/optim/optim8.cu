@@ -1,7 +1,6 @@
 // CUDA 8-bit optimizer state: the launches of the kernels of optim8_kernels.cuh,
 // and the codebooks each device holds.
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -113,7 +112,7 @@ void adamw8bit_step_many(const std::vector<AdamW8bitArgs>& ts, int64_t block_siz
     std::vector<Q8TensorArg> args;
     for (const AdamW8bitArgs& a : ts) args.push_back(q8_arg(a));
     for_each_q8_launch(args, [&](const Q8Launch& L) {
-      adamw8_multi_kernel<TP, TG><<<static_cast<unsigned>(L.tile_start[L.count]), kTileThreads, 0, stream>>>(
+      adamw8_multi_kernel<TP, TG><<<static_cast<unsigned>(L.start[L.count]), kTileThreads, 0, stream>>>(
           L, static_cast<int>(block_size), maps);
       HR_CUDA_CHECK_LAUNCH();
     });

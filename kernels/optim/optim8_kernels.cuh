@@ -10,11 +10,11 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "harness/check.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/many_tensor_launch.hpp"
 #include "kernels/common/shared_memory.cuh"
 #include "kernels/optim/optim8_cuda.hpp"
 #include "kernels/optim/optim_math.hpp"
@@ -308,11 +308,7 @@ struct Q8TensorArg {
   optim::AdamWScalars s;
 };
 constexpr int kQ8MaxTensorsPerLaunch = 36;
-struct Q8Launch {
-  Q8TensorArg t[kQ8MaxTensorsPerLaunch];
-  int tile_start[kQ8MaxTensorsPerLaunch + 1];  // tensor k's tiles: [tile_start[k], tile_start[k + 1])
-  int count;
-};
+using Q8Launch = gpu::ManyTensorLaunch<Q8TensorArg, kQ8MaxTensorsPerLaunch>;  // pieces: tiles
 static_assert(sizeof(Q8Launch) + sizeof(int) + sizeof(MapSlots) <= 4096, "kernel parameters within 4 KiB");
 
 template <typename TP, typename TG>
@@ -322,16 +318,10 @@ __global__ void __launch_bounds__(kTileThreads) adamw8_multi_kernel(const __grid
   HR_SHARED(float2[kTileThreads / 32], scratch);
   load_map(c.m, maps.m);
   load_map(c.v, maps.v);
-  const int tile = static_cast<int>(blockIdx.x);
-  int lo = 0, hi = L.count - 1;  // the last tensor whose first tile is at or before this one
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (L.tile_start[mid] <= tile) lo = mid;
-    else hi = mid - 1;
-  }
-  const Q8TensorArg& a = L.t[lo];
+  const int tile = static_cast<int>(blockIdx.x), k = gpu::tensor_of(L, tile);
+  const Q8TensorArg& a = L.t[k];
   adamw8_tile(static_cast<TP*>(a.param), static_cast<const TG*>(a.grad), a.mq, a.ma, a.vq, a.va, a.n, block,
-              tile - L.tile_start[lo], c, scratch, a.s);
+              tile - L.start[k], c, scratch, a.s);
 }
 
 // The grid of the tiled kernel over n elements: one thread block a tile.
@@ -349,31 +339,11 @@ inline Q8TensorArg q8_arg(const AdamW8bitArgs& a) {
                      a.s};
 }
 
-// Packs tensors (each stepping its tiles) into as few Q8Launch as the per-launch
-// count and the int tile index allow, calling launch(L) for each full one and the
-// last: the one packing the GPU's launches and the emulated ones share. Empty
-// tensors take no tile.
-template <typename Launch>
-void for_each_q8_launch(const std::vector<Q8TensorArg>& ts, Launch&& launch) {
-  Q8Launch L{};
-  auto flush = [&] {
-    if (L.count == 0) return;
-    launch(L);
-    L = Q8Launch{};
-  };
-  for (const Q8TensorArg& a : ts) {
-    if (a.n == 0) continue;
-    const int64_t tiles_of = (a.n + kTileElems - 1) / kTileElems;
-    HR_CHECK(tiles_of < std::numeric_limits<int>::max(), "adamw8bit_step_many: {} elements in one tensor", a.n);
-    if (L.count == kQ8MaxTensorsPerLaunch || L.tile_start[L.count] + tiles_of > std::numeric_limits<int>::max())
-      flush();
-    L.t[L.count] = a;
-    L.tile_start[L.count + 1] = L.tile_start[L.count] + static_cast<int>(tiles_of);
-    ++L.count;
-  }
-  flush();
+// Packs tensors into as few launches of the many-tensor kernel as it takes.
+template <typename Fn>
+void for_each_q8_launch(const std::vector<Q8TensorArg>& ts, Fn&& launch) {
+  gpu::for_each_launch<Q8Launch>(ts, kTileElems, "adamw8bit_step_many", launch);
 }
-
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 

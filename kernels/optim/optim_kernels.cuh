@@ -7,12 +7,12 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "harness/check.hpp"
 #include "kernels/common/cuda_launch.cuh"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/many_tensor_launch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/optim/optim_cuda.hpp"
 #include "kernels/optim/optim_math.hpp"
@@ -102,23 +102,13 @@ struct AdamWTensorArg {
   optim::AdamWScalars s;
 };
 constexpr int kAdamWMaxTensorsPerLaunch = 48;
-struct AdamWLaunch {
-  AdamWTensorArg t[kAdamWMaxTensorsPerLaunch];
-  int chunk_start[kAdamWMaxTensorsPerLaunch + 1];  // tensor k's chunks: [chunk_start[k], chunk_start[k + 1])
-  int count;
-};
+using AdamWLaunch = gpu::ManyTensorLaunch<AdamWTensorArg, kAdamWMaxTensorsPerLaunch>;  // pieces: chunks
 static_assert(sizeof(AdamWLaunch) <= 4096, "kernel parameters within 4 KiB");
 
 template <typename TP, typename TG>
 __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_constant__ AdamWLaunch L) {
   constexpr int N = 4;
-  const int chunk = static_cast<int>(blockIdx.x);
-  int lo = 0, hi = L.count - 1;  // the last tensor whose first chunk is at or before this one
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (L.chunk_start[mid] <= chunk) lo = mid;
-    else hi = mid - 1;
-  }
+  const int chunk = static_cast<int>(blockIdx.x), lo = gpu::tensor_of(L, chunk);
   // The tensor's arguments in registers (values, not references into the parameter bank).
   TP* const param = static_cast<TP*>(L.t[lo].param);
   const TG* const grad = static_cast<const TG*>(L.t[lo].grad);
@@ -126,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(const __grid_cons
   float* const v = L.t[lo].v;
   const int64_t n = L.t[lo].n;
   const optim::AdamWScalars s = L.t[lo].s;
-  const int64_t begin = static_cast<int64_t>(chunk - L.chunk_start[lo]) * kAdamWChunk;
+  const int64_t begin = static_cast<int64_t>(chunk - L.start[lo]) * kAdamWChunk;
   const int64_t end = begin + kAdamWChunk < n ? begin + kAdamWChunk : n;
   for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * N; i < end; i += static_cast<int64_t>(blockDim.x) * N) {
     if (i + N <= end) {
@@ -156,29 +146,10 @@ inline AdamWTensorArg adamw_arg(const AdamWArgs& a) {
                         a.param->numel(), a.s};
 }
 
-// Packs tensors (each stepping its chunks) into as few AdamWLaunch as the
-// per-launch count and the int chunk index allow, calling launch(L) for each full
-// one and the last: the one packing the GPU's launches and the emulated ones
-// share. Empty tensors take no chunk.
-template <typename Launch>
-void for_each_adamw_launch(const std::vector<AdamWTensorArg>& ts, Launch&& launch) {
-  AdamWLaunch L{};
-  auto flush = [&] {
-    if (L.count == 0) return;
-    launch(L);
-    L = AdamWLaunch{};
-  };
-  for (const AdamWTensorArg& a : ts) {
-    if (a.n == 0) continue;
-    const int64_t chunks = (a.n + kAdamWChunk - 1) / kAdamWChunk;
-    HR_CHECK(chunks < std::numeric_limits<int>::max(), "adamw_step_many: {} elements in one tensor", a.n);
-    if (L.count == kAdamWMaxTensorsPerLaunch || L.chunk_start[L.count] + chunks > std::numeric_limits<int>::max())
-      flush();
-    L.t[L.count] = a;
-    L.chunk_start[L.count + 1] = L.chunk_start[L.count] + static_cast<int>(chunks);
-    ++L.count;
-  }
-  flush();
+// Packs tensors into as few launches of the many-tensor kernel as it takes.
+template <typename Fn>
+void for_each_adamw_launch(const std::vector<AdamWTensorArg>& ts, Fn&& launch) {
+  gpu::for_each_launch<AdamWLaunch>(ts, kAdamWChunk, "adamw_step_many", launch);
 }
 
 }  // namespace

@@ -220,7 +220,7 @@ TEST(Optim8bitEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
     q8k::for_each_q8_launch(args, [&](const q8k::Q8Launch& L) {
       ++launches;
       emu::launch(
-          dim3(static_cast<unsigned>(L.tile_start[L.count])), q8k::kTileThreads, 0,
+          dim3(static_cast<unsigned>(L.start[L.count])), q8k::kTileThreads, 0,
           [&] { q8k::adamw8_multi_kernel<float, float>(L, static_cast<int>(block), kMaps); }, schedule);
     });
     EXPECT_EQ(launches, 2) << "39 tensors with elements, in launches of " << q8k::kQ8MaxTensorsPerLaunch;

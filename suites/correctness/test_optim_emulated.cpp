@@ -197,7 +197,7 @@ TEST(OptimEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
     optk::for_each_adamw_launch(args, [&](const optk::AdamWLaunch& L) {
       ++launches;
       emu::launch(
-          dim3(static_cast<unsigned>(L.chunk_start[L.count])), optk::kThreads, 0,
+          dim3(static_cast<unsigned>(L.start[L.count])), optk::kThreads, 0,
           [&] { optk::adamw_multi_kernel<hr::bfloat16_t, float>(L); }, {}, emu::Fault{0, 0, 0, 0, whole_blocks ? 0 : 32});
     });
     EXPECT_EQ(launches, 2) << "49 tensors with elements, in launches of " << optk::kAdamWMaxTensorsPerLaunch;

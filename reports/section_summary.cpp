@@ -172,16 +172,24 @@ std::string kv_table(const json& obj, const std::vector<std::string>& order) {
 }
 
 namespace {
+// Each label the sweep points carry (labels_of(p): a set of them), with how many
+// points carry it and their sweeps.
+template <typename LabelsOf>
+std::map<std::string, std::pair<int, std::set<std::string>>> points_by_label(const Results& r, LabelsOf labels_of) {
+  std::map<std::string, std::pair<int, std::set<std::string>>> by;
+  for (const SweepPoint& p : r.sweep_points)
+    for (const std::string& label : labels_of(p)) {
+      ++by[label].first;
+      by[label].second.insert(p.sweep);
+    }
+  return by;
+}
+
 // Which attention kernels the timed points ran: "cudnn in 30 points (BM-MB, BM-SEQ);
 // scalar in 6 points (BM-PK)", from each point's kernel calls; "" where none was
 // counted (no attention timed, or a file written before they were recorded).
 std::string attention_kernels_timed(const Results& r) {
-  std::map<std::string, std::pair<int, std::set<std::string>>> by_variant;
-  for (const SweepPoint& p : r.sweep_points)
-    for (const std::string& v : attention_variants(p)) {
-      ++by_variant[v].first;
-      by_variant[v].second.insert(p.sweep);
-    }
+  const auto by_variant = points_by_label(r, [](const SweepPoint& p) { return attention_variants(p); });
   std::string s;
   for (const auto& [variant, seen] : by_variant)
     s += fmt::format("{}{} in {} point{} ({})", s.empty() ? "" : "; ", variant, seen.first, seen.first == 1 ? "" : "s",
@@ -191,12 +199,10 @@ std::string attention_kernels_timed(const Results& r) {
 // Why the timed points' attention did not run what they asked for, each reason
 // with its points and their sweeps; "" where every call ran what it asked for.
 std::string attention_fallbacks_timed(const Results& r) {
-  std::map<std::string, std::pair<int, std::set<std::string>>> by_reason;
-  for (const SweepPoint& p : r.sweep_points)
-    if (const std::string why = attention_fallbacks_label(p); !why.empty()) {
-      ++by_reason[why].first;
-      by_reason[why].second.insert(p.sweep);
-    }
+  const auto by_reason = points_by_label(r, [](const SweepPoint& p) {
+    const std::string why = attention_fallbacks_label(p);
+    return why.empty() ? std::set<std::string>{} : std::set<std::string>{why};
+  });
   std::string s;
   for (const auto& [why, seen] : by_reason)
     s += fmt::format("{}{} ({} point{}: {})", s.empty() ? "" : "; ", why, seen.first, seen.first == 1 ? "" : "s",

@@ -6,7 +6,6 @@
 // a CUDA device answers; CPU cases are small and named "cpu" for the smoke run.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "harness/device.hpp"
 #include "harness/op_profile.hpp"
 #include "harness/tensor.hpp"
+#include "harness/timing.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/matmul/matmul.hpp"
 #include "suites/bench/bench_support.hpp"
@@ -171,11 +171,10 @@ void bm_attention(benchmark::State& state, BackendKind kind, ops::AttentionImpl 
   const double bhttd = static_cast<double>(B) * H * T * T * D;
   for (const auto& [op, counter, flops] : {std::tuple{"attention_forward", "forward_FLOP/s", 2.0 * bhttd},
                                            std::tuple{"attention_backward", "backward_FLOP/s", 4.0 * bhttd}}) {
-    auto it = seconds.find(op);
+    const auto it = seconds.find(op);
     if (it == seconds.end()) continue;
-    std::vector<double>& v = it->second;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    if (const double median = v[v.size() / 2]; median > 0) state.counters[counter] = flops / median;
+    if (const double median = summarize_times(it->second).median_s; median > 0)
+      state.counters[counter] = flops / median;
   }
 }
 

@@ -94,6 +94,9 @@ inline Device* shared_device(BackendKind kind, std::string* why_not) {
   return cuda.get();
 }
 
+// The process's CPU device (always there).
+inline Device& cpu_device() { return *shared_device(BackendKind::cpu, nullptr); }
+
 }  // namespace hr::test
 
 // Declares `hr::Device& var` for `kind`, or skips the test with the reason when the

@@ -379,6 +379,16 @@ inline void copy_async(void* dst, const void* src, size_t n) {
   running->copies.push_back(c);
 }
 
+// The oldest `end` copies of t landed (where they land at the wait) and forgotten,
+// with the oldest `groups` groups, which they close.
+inline void land_copies(ThreadState& t, size_t end, size_t groups) {
+  if (scheduler->schedule.copies == Schedule::Copies::at_wait)
+    for (size_t i = 0; i < end; ++i) std::memcpy(t.copies[i].dst, t.copies[i].bytes, t.copies[i].n);
+  t.copies.erase(t.copies.begin(), t.copies.begin() + static_cast<std::ptrdiff_t>(end));
+  t.groups.erase(t.groups.begin(), t.groups.begin() + static_cast<std::ptrdiff_t>(groups));
+  for (size_t& g : t.groups) g -= end;
+}
+
 // The copies issued since the last commit become a group.
 inline void commit_copies() { running->groups.push_back(running->copies.size()); }
 
@@ -387,23 +397,14 @@ inline void wait_copies(size_t n) {
   ThreadState& t = *running;
   if (++t.copy_waits == scheduler->fault.skip_copy_wait) return;
   if (t.groups.size() <= n) return;
-  const size_t k = t.groups.size() - n, end = t.groups[k - 1];
-  if (scheduler->schedule.copies == Schedule::Copies::at_wait)
-    for (size_t i = 0; i < end; ++i) std::memcpy(t.copies[i].dst, t.copies[i].bytes, t.copies[i].n);
-  t.copies.erase(t.copies.begin(), t.copies.begin() + static_cast<std::ptrdiff_t>(end));
-  t.groups.erase(t.groups.begin(), t.groups.begin() + static_cast<std::ptrdiff_t>(k));
-  for (size_t& g : t.groups) g -= end;
+  const size_t k = t.groups.size() - n;
+  land_copies(t, t.groups[k - 1], k);
 }
 
 inline void fiber_entry() {
   scheduler->run_body(scheduler->body);
-  if (scheduler->fault.skip_copy_wait != 0) {  // what the fault left waiting lands now
-    ThreadState& t = *running;
-    if (scheduler->schedule.copies == Schedule::Copies::at_wait)
-      for (const PendingCopy& c : t.copies) std::memcpy(c.dst, c.bytes, c.n);
-    t.copies.clear();
-    t.groups.clear();
-  }
+  // What the fault left waiting lands now.
+  if (scheduler->fault.skip_copy_wait != 0) land_copies(*running, running->copies.size(), running->groups.size());
   if (!running->copies.empty()) {
     char msg[160];
     std::snprintf(msg, sizeof msg, "thread %u of block (%u, %u) ends with %zu cp.async copies it never waited for",

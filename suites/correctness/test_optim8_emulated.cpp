@@ -37,8 +37,6 @@ using hr::Tensor;
 namespace emu = hr::warp_emu;
 namespace q8k = hr::ops::cuda::q8k;
 
-hr::Device& cpu() { return *hr::test::shared_device(hr::BackendKind::cpu, nullptr); }
-
 const emu::Schedule kSchedules[] = {
     {emu::Schedule::Warps::one_at_a_time, emu::Schedule::Copies::at_issue},
     {emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue}};
@@ -144,7 +142,7 @@ std::string name_of(const Case& c) {
 }
 
 void check_step(const Case& c, bool tiled, uint64_t seed) {
-  hr::Device& dev = cpu();
+  hr::Device& dev = hr::test::cpu_device();
   const State8 start = make_state(dev, c.param, c.grad, c.n, c.block, seed);
   State8 want = start.clone();
   cpu_step(want, c.block, 0.01f);
@@ -189,7 +187,7 @@ TEST(Optim8bitEmulated, PerBlockKernelMatchesTheCpuBitForBit) {
 // its tensor by the binary search; every tensor as the CPU steps it alone, under
 // each schedule.
 TEST(Optim8bitEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
-  hr::Device& dev = cpu();
+  hr::Device& dev = hr::test::cpu_device();
   const int64_t block = 256;
   std::vector<State8> start, want;
   const int64_t sizes[] = {0, 1, 7, 8, 255, 256, 2047, 2048, 2049, 5000};
@@ -231,7 +229,7 @@ TEST(Optim8bitEmulated, ManyTensorLaunchesMatchTheCpuBitForBit) {
 
 // quantize_blockwise's and dequantize_blockwise's kernels, as the CPU's.
 TEST(Optim8bitEmulated, QuantizeAndDequantizeMatchTheCpuBitForBit) {
-  hr::Device& dev = cpu();
+  hr::Device& dev = hr::test::cpu_device();
   put_codebooks();
   for (const int64_t block : {int64_t{64}, int64_t{100}, int64_t{2048}}) {
     const int64_t n = 5001;
@@ -272,7 +270,7 @@ TEST(Optim8bitEmulated, QuantizeAndDequantizeMatchTheCpuBitForBit) {
 // codebook entry another has not written yet). In both kernels, each check above
 // then sees other bytes.
 TEST(Optim8bitEmulated, HardwareFaultsFailTheChecks) {
-  hr::Device& dev = cpu();
+  hr::Device& dev = hr::test::cpu_device();
   for (const bool tiled : {true, false}) {
     const Case c{DType::f32, DType::f32, 5000, 256};
     const State8 start = make_state(dev, c.param, c.grad, c.n, c.block, 700);

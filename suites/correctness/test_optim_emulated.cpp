@@ -36,8 +36,6 @@ using hr::Tensor;
 namespace emu = hr::warp_emu;
 namespace optk = hr::ops::cuda::optk;
 
-hr::Device& cpu() { return *hr::test::shared_device(hr::BackendKind::cpu, nullptr); }
-
 constexpr int64_t kStep = 4;
 
 // One tensor's AdamW arguments on the CPU, from random values (moments as a few
@@ -49,11 +47,11 @@ struct State {
 State make_state(DType tp, DType tg, int64_t n, uint64_t seed) {
   const auto N = static_cast<size_t>(n);
   using hr::Consumer;
-  return {Tensor::from_host(cpu(), hr::test::random_nonzero(N, seed, -1.f, 1.f), {n}, tp, Consumer::weights),
-          Tensor::from_host(cpu(), hr::test::random_nonzero(N, seed + 1, -0.1f, 0.1f), {n}, tg, Consumer::gradients),
-          Tensor::from_host(cpu(), hr::test::random_nonzero(N, seed + 2, -1e-2f, 1e-2f), {n}, DType::f32,
+  return {Tensor::from_host(hr::test::cpu_device(), hr::test::random_nonzero(N, seed, -1.f, 1.f), {n}, tp, Consumer::weights),
+          Tensor::from_host(hr::test::cpu_device(), hr::test::random_nonzero(N, seed + 1, -0.1f, 0.1f), {n}, tg, Consumer::gradients),
+          Tensor::from_host(hr::test::cpu_device(), hr::test::random_nonzero(N, seed + 2, -1e-2f, 1e-2f), {n}, DType::f32,
                             Consumer::optimizer_state),
-          Tensor::from_host(cpu(), hr::test::random_nonzero(N, seed + 3, 1e-6f, 1e-4f), {n}, DType::f32,
+          Tensor::from_host(hr::test::cpu_device(), hr::test::random_nonzero(N, seed + 3, 1e-6f, 1e-4f), {n}, DType::f32,
                             Consumer::optimizer_state)};
 }
 

@@ -101,7 +101,7 @@ struct SpecRuns {
 
 SpecRuns run_spec(const hr::PropertySpec& spec) {
   SpecRuns r;
-  hr::Device& dev = *hr::test::shared_device(hr::BackendKind::cpu, nullptr);
+  hr::Device& dev = hr::test::cpu_device();
   try {
     hr::RunContext ctx{dev, hr::Preset::quick, 1234, {}};
     r.armed = spec.run(ctx);

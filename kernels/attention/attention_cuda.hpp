@@ -89,6 +89,17 @@ uint64_t cudnn_attention_executions();
 // How many of them were backwards through a graph built with cuDNN's deterministic
 // algorithm asked for.
 uint64_t cudnn_attention_deterministic_backwards();
+// The built graphs: at most `capacity` are kept (128 unless set), the least recently
+// used pushed out first and destroyed once their device has finished what was
+// queued; a shape whose graphs were pushed out builds them again when it next runs.
+struct CudnnGraphCache {
+  uint64_t built = 0;       // graphs built by this process
+  uint64_t pushed_out = 0;  // of them, pushed out of the cache
+  size_t held = 0, capacity = 0;
+};
+CudnnGraphCache cudnn_attention_graph_cache();
+// Sets the capacity (at least 1), pushing out what is over it; returns the previous.
+size_t set_cudnn_attention_graph_capacity(size_t capacity);
 // As attention_mem_efficient_forward / _backward, through cuDNN; the caller has
 // checked cudnn_attention_available. False, having run nothing, where cuDNN builds
 // no graph for this shape, mask and scale (said once on stderr, and in *why): the

@@ -33,6 +33,7 @@
 #include <unordered_map>
 
 #include "harness/cuda_check.cuh"
+#include "harness/lru_cache.hpp"
 
 // The handle the frontend's dlsym calls use (declared by cudnn_frontend_shim.h).
 namespace cudnn_frontend {
@@ -222,17 +223,51 @@ Built build(const Key& k, cudnnHandle_t handle, fe::AttentionImplementation_t im
   return b;
 }
 
+// At most this many built graphs are kept, the least recently used pushed out
+// first: every shape a run times needs two (forward and backward), and a bucketed
+// step's buckets a few dozen, well inside it; a process that goes through shapes
+// without end (a sweep of lengths) keeps no more.
+constexpr size_t kMaxGraphs = 128;
+
+// A built graph owned by the cache and by the callers running it. A graph's plans
+// may hold the code of a kernel still queued on its device, so it is destroyed only
+// once that device has finished what was queued (a graph pushed out of the cache
+// is rare: the wait is not on a step's path).
+std::shared_ptr<const Built> owned(Built b, int device) {
+  return std::shared_ptr<const Built>(new Built(std::move(b)), [device](const Built* p) {
+    int previous = -1;
+    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+      cudaDeviceSynchronize();  // an error here is the device's, reported by its next call
+      cudaSetDevice(previous);
+    }
+    cudaGetLastError();
+    delete p;
+  });
+}
+
+// The built graphs (never destroyed, as the handles above), and how many were built
+// and pushed out.
+struct GraphCache {
+  using Lru = LruCache<Key, const Built>;
+  std::mutex mu;
+  Lru lru{kMaxGraphs};
+  uint64_t built = 0, pushed_out = 0;
+};
+GraphCache& graph_cache() {
+  static GraphCache& c = *new GraphCache;
+  return c;
+}
+
 // The built graph of a key, from the cache or built now (under the lock: two
 // threads asking for one shape build it once). The frontend picks its forward's
 // implementation by cuDNN's version alone (the unified one on newer releases); where
 // that one has no engine for a shape, the composite one, which the backward always
 // uses, is tried before giving up.
-const Built& graph_for(const Key& k, cudnnHandle_t handle) {
-  static std::mutex& mu = *new std::mutex;
-  static std::map<Key, Built>& cache = *new std::map<Key, Built>;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(k);
-  if (it != cache.end()) return it->second;
+std::shared_ptr<const Built> graph_for(const Key& k, cudnnHandle_t handle) {
+  GraphCache& c = graph_cache();
+  std::vector<GraphCache::Lru::Entry> pushed_out;  // released after the lock (declared before it)
+  const std::lock_guard<std::mutex> lock(c.mu);
+  if (auto hit = c.lru.find(k)) return hit;
   Built b;
   try {
     b = build(k, handle, fe::AttentionImplementation_t::AUTO);
@@ -244,7 +279,11 @@ const Built& graph_for(const Key& k, cudnnHandle_t handle) {
       HR_CHECK(false, "{}; with the composite implementation: {}", first.what(), second.what());
     }
   }
-  return cache.emplace(k, std::move(b)).first->second;
+  std::shared_ptr<const Built> g = owned(std::move(b), k.device);
+  pushed_out = c.lru.insert(k, g);
+  c.built += 1;
+  c.pushed_out += pushed_out.size();
+  return g;
 }
 
 // Whether cuDNN builds a small causal bf16 forward and backward (deterministic or
@@ -284,7 +323,7 @@ std::atomic<uint64_t> executions{0}, deterministic_backwards{0};
 // through): said once per key on stderr, and the own scalar kernels run that
 // direction (either backward follows either forward). The failure is kept, so a
 // shape is not tried again at every call, and given in *why at each.
-const Built* graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why) {
+std::shared_ptr<const Built> graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why) {
   static std::mutex& mu = *new std::mutex;
   static std::map<Key, std::string>& failed = *new std::map<Key, std::string>;
   {
@@ -296,7 +335,7 @@ const Built* graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why)
     }
   }
   try {
-    return &graph_for(k, handle);
+    return graph_for(k, handle);
   } catch (const std::exception& e) {
     const std::lock_guard<std::mutex> lock(mu);
     if (failed.emplace(k, e.what()).second)
@@ -316,7 +355,7 @@ bool execute(const Key& k, const Tensor& q, const AttnMask& mask, std::unordered
   // current device's architecture) and run.
   const ScopedCudaDevice on(k.device);
   const cudnnHandle_t h = handle_for(k.device);
-  const Built* built = graph_or_null(k, h, why);
+  const std::shared_ptr<const Built> built = graph_or_null(k, h, why);  // alive while it runs
   if (built == nullptr) return false;
   const Built& b = *built;
   Tensor seq_q, seq_kv;
@@ -349,6 +388,22 @@ void* ptr(const Tensor& t) { return const_cast<void*>(t.data()); }
 
 uint64_t cudnn_attention_executions() { return executions.load(); }
 uint64_t cudnn_attention_deterministic_backwards() { return deterministic_backwards.load(); }
+
+CudnnGraphCache cudnn_attention_graph_cache() {
+  GraphCache& c = graph_cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  return {c.built, c.pushed_out, c.lru.size(), c.lru.capacity()};
+}
+
+size_t set_cudnn_attention_graph_capacity(size_t capacity) {
+  GraphCache& c = graph_cache();
+  std::vector<GraphCache::Lru::Entry> pushed_out;  // released after the lock (declared before it)
+  const std::lock_guard<std::mutex> lock(c.mu);
+  const size_t before = c.lru.capacity();
+  pushed_out = c.lru.set_capacity(capacity);
+  c.pushed_out += pushed_out.size();
+  return before;
+}
 
 std::string cudnn_attention_library() {
   const Library& l = library();
@@ -409,6 +464,8 @@ constexpr const char* kNoCudnn =
 std::string cudnn_attention_library() { return std::string(); }
 uint64_t cudnn_attention_executions() { return 0; }
 uint64_t cudnn_attention_deterministic_backwards() { return 0; }
+CudnnGraphCache cudnn_attention_graph_cache() { return {}; }
+size_t set_cudnn_attention_graph_capacity(size_t) { return 0; }
 
 bool cudnn_attention_available(const Tensor&, const AttnMask&, std::string* why) {
   if (why != nullptr) *why = kNoCudnn;

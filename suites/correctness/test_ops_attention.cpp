@@ -1031,6 +1031,54 @@ TEST_P(AttentionCudnn, BackwardIsBitwiseRepeatable) {
   }
 }
 
+// The graph cache at a capacity of 2 (one shape's forward and backward): a second
+// shape pushes the padded case's graphs out, and the padded case then builds them
+// again and repeats its first pass bit for bit (a graph destroyed under a queued
+// kernel, or a pass run on another shape's graph, would not). The cache never holds
+// more than its capacity. The capacity is put back, pushing nothing out.
+TEST_P(AttentionCudnn, GraphsPushedOutOfTheCacheAreBuiltAgain) {
+  const DType dt = GetParam();
+  HR_CUDNN_DEVICE(dev, dt);
+#if HEADROOM_HAVE_CUDA
+  using K = ops::GpuAttentionKernel;
+  struct ScopedCapacity {
+    size_t before = ops::cuda::set_cudnn_attention_graph_capacity(2);
+    ~ScopedCapacity() { ops::cuda::set_cudnn_attention_graph_capacity(before); }
+  } capacity;
+  ASSERT_GE(capacity.before, 64u) << "the default capacity holds a run's shapes";
+  const PaddedCase c = padded_case(dev, dt, 12300);
+  const CudnnPass first = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn);
+  ASSERT_EQ(first.cudnn_runs, 2u);
+  const ops::cuda::CudnnGraphCache held = ops::cuda::cudnn_attention_graph_cache();
+  EXPECT_EQ(held.held, 2u);
+  {
+    const int64_t B = 2, H = 2, T = kCudnnShapes[0].first, D = kCudnnShapes[0].second;
+    const Qkv x = random_qkv(dev, {B, H, T, D}, dt, 12310);
+    const Mask m = make_mask(dev, MaskKind::causal, B, T);
+    const Tensor g = Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), 12313),
+                                       {B, H, T, D}, dt, Consumer::activations);
+    ASSERT_EQ(cudnn_pass(dev, x, m, g, {B, H, T, D}, dt, 1.f / std::sqrt(static_cast<float>(D)), K::cudnn, K::cudnn)
+                  .cudnn_runs,
+              2u);
+  }
+  const ops::cuda::CudnnGraphCache other = ops::cuda::cudnn_attention_graph_cache();
+  EXPECT_EQ(other.built - held.built, 2u) << "the second shape's graphs were not built";
+  EXPECT_EQ(other.pushed_out - held.pushed_out, 2u) << "the padded case's graphs were not pushed out";
+  EXPECT_EQ(other.held, 2u);
+  const CudnnPass again = cudnn_pass(dev, c.x, c.m, c.g, c.shape, dt, c.scale, K::cudnn, K::cudnn);
+  ASSERT_EQ(again.cudnn_runs, 2u);
+  const ops::cuda::CudnnGraphCache rebuilt = ops::cuda::cudnn_attention_graph_cache();
+  EXPECT_EQ(rebuilt.built - other.built, 2u) << "the padded case ran without building its graphs again";
+  EXPECT_EQ(rebuilt.held, 2u);
+  auto differ = [](const auto& a, const auto& b) {
+    return a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) != 0;
+  };
+  EXPECT_FALSE(differ(first.out, again.out) || differ(first.lse, again.lse)) << "the rebuilt forward did not repeat";
+  EXPECT_FALSE(differ(first.dq, again.dq) || differ(first.dk, again.dk) || differ(first.dv, again.dv))
+      << "the rebuilt backward did not repeat";
+#endif
+}
+
 // Key lengths outside [1, T], as the own kernels take them: batch row 0 has no key
 // (length 0) and gives zeros, an lse of -inf and zero gradients; batch row 1's
 // length is past T (T + 9) and it sees every key, against float64. The gradients

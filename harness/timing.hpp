@@ -66,9 +66,17 @@ inline constexpr double kNoisyRelSpread = 0.25;
 
 TimeStats summarize_times(std::vector<double> samples_s);
 
+// The fewest timed samples a point takes in a run, so that validate's rank test can
+// judge it slower at all: the two-sided Mann-Whitney U test at p < 0.01 (compare's
+// default --time-alpha), in its normal approximation with the continuity
+// correction, needs 6 samples a side (5 against 5, every one apart, give 0.012 at
+// best; 6 against 6, 0.005). A sweep timed fewer times would pass any slowdown as
+// noisy.
+inline constexpr int kMinJudgedReps = 6;
+
 struct TimingOptions {
   int warmup = 2;
-  int min_reps = 5;
+  int min_reps = kMinJudgedReps;
   int max_reps = 50;
   double min_total_s = 0.2;  // keep repeating (up to max_reps) until this much was timed
   // Fault injection for testing comparisons (see injected_slowdown): each timed

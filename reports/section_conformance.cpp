@@ -74,8 +74,9 @@ std::string conformance_section(const Results& r) {
       "<b>headroom</b> is tolerance / error for a check (how far inside its bound it stayed; <i>exact</i> = zero "
       "error) and error / tolerance for a negative control (the broken variant, which must be caught). "
       "<b>Power</b> is the smallest injected error the property's checks caught, relative to their bound: "
-      "a power of 20x means a fault 20 times the bound was seen. Every property carries a <i>subtle</i> "
-      "control (within 100x of its bound) beside the gross failure mode.");
+      "a power of 20x means a fault 20 times the bound was seen. Every check carries a <i>subtle</i> "
+      "control (within 100x of its bound) beside the gross failure mode; PK-2's controls are gross failures of "
+      "PK-1's check, which has its subtle one, so PK-2's row shows none.");
   if (r.measurements.empty()) {
     s += not_measured("no property measurements in the results");
     return s + "</section>";

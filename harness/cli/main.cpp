@@ -66,17 +66,24 @@ CLI::Validator finite_in(double lo, bool lo_exclusive, double hi, const char* ra
       range);
 }
 
-void add_run_options(CLI::App* cmd, hr::RunCommand& r) {
-  cmd->add_option("--preset", r.preset, "quick (minutes on a CPU) | full")
-      ->check(CLI::IsMember({"quick", "full"}))
-      ->capture_default_str();
-  cmd->add_option("--backend", r.backend, "auto | cpu | cuda (auto: cuda when a GPU answers)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
-  cmd->add_option("--only", r.only, "regular expression over property/sweep id and title (e.g. 'GA-|CK-3')");
-  cmd->add_option("--skip", r.skip, "the same, for what is left out even when --only selects it (e.g. '^TRADE$')");
+// The options of a run. validate's take the baseline's preset, backend, seed and
+// selection where they are not given (`from_baseline`), which its help says in place
+// of run's defaults.
+void add_run_options(CLI::App* cmd, hr::RunCommand& r, bool from_baseline = false) {
+  auto help = [from_baseline](const char* text) {
+    return from_baseline ? std::string(text) + " (default: the baseline's)" : std::string(text);
+  };
+  auto* preset = cmd->add_option("--preset", r.preset, help("quick (minutes on a CPU) | full"))
+                     ->check(CLI::IsMember({"quick", "full"}));
+  auto* backend = cmd->add_option("--backend", r.backend, help("auto | cpu | cuda (auto: cuda when a GPU answers)"))
+                      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--only", r.only, help("regular expression over property/sweep id and title (e.g. 'GA-|CK-3')"));
+  cmd->add_option("--skip", r.skip,
+                  help("the same, for what is left out even when --only selects it (e.g. '^TRADE$')"));
   cmd->add_option("--out", r.out_dir, "directory for results.json and index.html")->capture_default_str();
-  cmd->add_option("--seed", r.seed, "seed of every random draw (0 to 2^64 - 1)")->check(kSeed)->capture_default_str();
+  auto* seed = cmd->add_option("--seed", r.seed, help("seed of every random draw (0 to 2^64 - 1)"))->check(kSeed);
+  if (!from_baseline)
+    for (CLI::Option* o : {preset, backend, seed}) o->capture_default_str();
   cmd->add_option("--junit", r.junit, "also write JUnit XML here: one test case per check and sweep point");
 }
 
@@ -168,7 +175,7 @@ int main(int argc, char** argv) {
                       "significance level of the rank test over both runs' step-time samples")
       ->check(finite_in(0, true, 1, "(0, 1)"))
       ->capture_default_str();
-  add_run_options(val_cmd, val.run);
+  add_run_options(val_cmd, val.run, /*from_baseline=*/true);
 
   std::string cmp_a, cmp_b, cmp_html;
   val_cmd->footer("Examples:\n"

@@ -259,8 +259,8 @@ CheckpointBench checkpoint_bench_config(Preset preset, BackendKind backend) {
     t.layers = 8;
     c.batch = 8;
     b.timing.warmup = 1;
-    b.timing.min_reps = 3;
-    b.timing.max_reps = 5;
+    b.timing.min_reps = kMinJudgedReps;
+    b.timing.max_reps = kMinJudgedReps + 2;
     b.timing.min_total_s = 0.05;
   } else {
     const TransformerPreset p = transformer_preset(Preset::full);

@@ -62,8 +62,8 @@ TimingOptions pk_bench_timing(Preset preset) {
   TimingOptions timing;
   if (preset == Preset::quick) {
     timing.warmup = 1;
-    timing.min_reps = 3;
-    timing.max_reps = 5;
+    timing.min_reps = kMinJudgedReps;
+    timing.max_reps = kMinJudgedReps + 2;
     timing.min_total_s = 0.05;
   }
   return timing;

@@ -125,6 +125,15 @@ TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes) 
   return s;
 }
 
+TimingOptions trade_timing() {
+  TimingOptions timing;
+  timing.warmup = 1;
+  timing.min_reps = kMinJudgedReps;
+  timing.max_reps = kMinJudgedReps + 2;
+  timing.min_total_s = 0.3;
+  return timing;
+}
+
 namespace {
 
 Batch trade_batch(Device& dev, const TradeSetup& s, const TradeRow& row, uint64_t seed) {
@@ -305,11 +314,7 @@ SweepPoint measure_trade_row(Device& dev, const TradeSetup& s, const TradeRow& r
                               {"checkpoint_every_k", row.cfg.checkpoint.every_k_blocks},
                               {"optimizer", optimizer_kind_name(row.cfg.optimizer.kind)},
                               {"lora_rank", row.cfg.adapters.kind == AdapterKind::lora ? row.cfg.adapters.rank : 0}});
-  TimingOptions timing;
-  timing.warmup = 1;
-  timing.min_reps = 3;
-  timing.max_reps = 5;
-  timing.min_total_s = 0.3;
+  const TimingOptions timing = trade_timing();
   measure_point(p, [&] {
     const Batch batch = trade_batch(dev, s, row, seed);
     dev.synchronize();

@@ -13,6 +13,7 @@
 
 #include "harness/registry.hpp"
 #include "harness/step/step_config.hpp"
+#include "harness/timing.hpp"
 
 namespace hr::props {
 
@@ -46,6 +47,9 @@ struct TradeSetup {
 // predicted peak is over 80% of memory_bytes (the device's; 0: no limit), so that a
 // smaller card measures every row rather than none.
 TradeSetup trade_setup(Preset preset, BackendKind backend, size_t memory_bytes);
+// How a TRADE row's step is timed (at least kMinJudgedReps samples, so validate can
+// judge it slower).
+TimingOptions trade_timing();
 
 // A fault that breaks training while saving the same memory (TRADE's controls).
 enum class TradeFault : uint8_t {

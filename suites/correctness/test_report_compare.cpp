@@ -21,7 +21,11 @@
 #include "harness/cli/commands.hpp"
 #include "harness/results/compare.hpp"
 #include "harness/results/results.hpp"
+#include "harness/properties/checkpoint_depth.hpp"
+#include "harness/properties/microbatch_sweep.hpp"
+#include "harness/properties/packing.hpp"
 #include "harness/properties/sweep_support.hpp"
+#include "harness/properties/trade.hpp"
 #include "harness/timing.hpp"
 #include "suites/common/test_support.hpp"
 
@@ -276,6 +280,39 @@ TEST(ReportCompare, MannWhitneyUAgainstHandComputedValues) {
   EXPECT_DOUBLE_EQ(hr::mann_whitney_u({1, 1, 1}, {1, 1}).p_two_sided, 1.0);
   // 20 against 20 separated: far below any level used.
   EXPECT_LT(hr::mann_whitney_u(draw_times(1, 20, 0.2, 0.03), draw_times(2, 20, 0.1, 0.03)).p_two_sided, 1e-6);
+}
+
+// kMinJudgedReps is the fewest samples a side with which the rank test can call a
+// point slower at the default --time-alpha: one fewer, every sample apart, cannot.
+TEST(ReportCompare, TheFewestJudgedSamplesCanReachTheTimeAlpha) {
+  const double alpha = hr::CompareOptions{}.time_alpha;
+  auto separated = [](int n) {
+    std::vector<double> fast, slow;
+    for (int i = 0; i < n; ++i) fast.push_back(1.0 + 0.01 * i), slow.push_back(2.0 + 0.01 * i);
+    return hr::mann_whitney_u(slow, fast).p_two_sided;
+  };
+  EXPECT_LT(separated(hr::kMinJudgedReps), alpha);
+  EXPECT_GE(separated(hr::kMinJudgedReps - 1), alpha);
+}
+
+// Every timed sweep takes at least kMinJudgedReps samples a point at either preset
+// (on the CPU and on a GPU), so that validate can judge each one slower: a sweep
+// timed fewer times would pass any slowdown of its points as noisy.
+TEST(ReportCompare, EveryTimedSweepTakesEnoughSamplesToBeJudged) {
+  using hr::BackendKind;
+  using hr::Preset;
+  EXPECT_GE(hr::TimingOptions{}.min_reps, hr::kMinJudgedReps) << "the default timing";
+  EXPECT_GE(hr::props::trade_timing().min_reps, hr::kMinJudgedReps) << "TRADE";
+  for (Preset preset : {Preset::quick, Preset::full}) {
+    EXPECT_GE(hr::props::pk_bench_timing(preset).min_reps, hr::kMinJudgedReps)
+        << "BM-PK, BM-SEQ, PK-4 at " << hr::preset_name(preset);
+    for (BackendKind backend : {BackendKind::cpu, BackendKind::cuda}) {
+      EXPECT_GE(hr::props::checkpoint_bench_config(preset, backend).timing.min_reps, hr::kMinJudgedReps)
+          << "BM-CK at " << hr::preset_name(preset);
+      EXPECT_GE(hr::props::microbatch_sweep_config(preset, backend).timing.min_reps, hr::kMinJudgedReps)
+          << "BM-MB at " << hr::preset_name(preset);
+    }
+  }
 }
 
 TEST(ReportCompare, FewSamplesShiftedByAThirdAreUndecidableNotARegression) {

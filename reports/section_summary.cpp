@@ -15,6 +15,8 @@
 
 #include "harness/fit.hpp"
 #include "harness/memory.hpp"
+#include "harness/registry.hpp"
+#include "harness/results/runner.hpp"
 #include "reports/html.hpp"
 #include "reports/svg.hpp"
 
@@ -243,7 +245,7 @@ std::string device_section(const Results& r) {
 
 std::string run_section(const Results& r) {
   std::string s = section_open("run", "Run record",
-                               "What ran, how long it took against its quick-preset estimate, and every sweep point "
+                               "What ran, how long it took against what headroom list expects of it, and every sweep point "
                                "that did not run, with its reason.");
   if (r.incomplete) {
     std::string names;
@@ -271,10 +273,18 @@ std::string run_section(const Results& r) {
   if (r.timings.empty()) {
     s += not_measured("no timing record (the file predates it or ran nothing)");
   } else {
-    s += R"(<table><thead><tr><th>Kind</th><th>ID</th><th>Title</th><th class="num">Seconds</th><th class="num">Expected (quick)</th><th class="num">Items</th><th>Error</th></tr></thead><tbody>)";
+    // Expected: what `headroom list` and the progress line expect of each entry at
+    // the run's preset and backend (measured costs where there are some).
+    std::optional<ExpectedCosts> costs;
+    if ((r.preset == "quick" || r.preset == "full") && (r.backend == "cpu" || r.backend == "cuda"))
+      costs = expected_costs(parse_preset(r.preset), r.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu);
+    s += fmt::format(R"(<table><thead><tr><th>Kind</th><th>ID</th><th>Title</th><th class="num">Seconds</th><th class="num" title="as headroom list expects it of the {} preset on {}">Expected</th><th class="num">Items</th><th>Error</th></tr></thead><tbody>)",
+                     esc(r.preset), esc(r.backend));
     for (const auto& t : r.timings)
       s += fmt::format(R"(<tr><td>{}</td><td><b>{}</b></td><td>{}</td><td class="num">{:.2f}</td><td class="num">{:.1f}</td><td class="num">{}</td><td>{}</td></tr>)",
-                       esc(t.kind), esc(t.id), esc(t.title), t.seconds, t.expected_seconds_quick, t.items, esc(t.error));
+                       esc(t.kind), esc(t.id), esc(t.title), t.seconds,
+                       costs ? costs->seconds(t.kind, t.id, t.expected_seconds_quick) : t.expected_seconds_quick,
+                       t.items, esc(t.error));
     s += "</tbody></table>";
   }
   std::vector<const SweepPoint*> not_run;

@@ -319,14 +319,17 @@ int main(int argc, char** argv) {
                     "Exit status: 0 every device ok, 1 a device slow, wrong or failed, 2 the fleet could not start.");
   hr::fleet::RankOptions rank;
   bool rank_child = false;
-  auto* rank_cmd = app.add_subcommand("fleet-rank", "one rank of `headroom fleet` (what mpirun or srun starts)");
-  rank_cmd->group("");  // not listed: `headroom fleet` starts it
-  rank_cmd->add_option("--dir", rank.dir, "the fleet's folder")->required();
-  rank_cmd->add_option("--level", rank.level)->check(CLI::Range(1, 3));
-  rank_cmd->add_option("--seed", rank.seed)->check(kSeed);
-  rank_cmd->add_option("--backend", rank.backend)->check(CLI::IsMember({"cpu", "cuda"}));
-  rank_cmd->add_option("--budget", rank.budget_s)->check(finite_in(0, true, 1e7, "(0, 1e7]"));
-  rank_cmd->add_flag("--child", rank_child, "the work itself, under the rank's supervisor");
+  auto* rank_cmd = app.add_subcommand(
+      "fleet-rank", "one rank of `headroom fleet`: what mpirun starts, or srun on nodes of their own (then judge them "
+                    "with `headroom fleet --judge`)");
+  rank_cmd->add_option("--dir", rank.dir, "the fleet's folder, shared by every rank")->required();
+  rank_cmd->add_option("--level", rank.level, "as `headroom fleet --level`")->check(CLI::Range(1, 3));
+  rank_cmd->add_option("--seed", rank.seed, "as `headroom fleet --seed`")->check(kSeed);
+  rank_cmd->add_option("--backend", rank.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  rank_cmd->add_option("--budget", rank.budget_s, "seconds this device is given before it counts as hung")
+      ->check(finite_in(0, true, 1e7, "(0, 1e7]"));
+  rank_cmd->add_flag("--child", rank_child, "the work itself, under the rank's supervisor")
+      ->group("");  // the rank starts it
 
   try {
     app.parse(argc, argv);

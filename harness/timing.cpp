@@ -109,8 +109,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
   dev.synchronize();
   HR_ARG_CHECK(opt.injected_slowdown >= 1.0 && std::isfinite(opt.injected_slowdown),
                "an injected slowdown must be a finite factor >= 1, got {}", opt.injected_slowdown);
-  const int runs_per_rep = static_cast<int>(std::floor(opt.injected_slowdown));
-  const double wait_fraction = opt.injected_slowdown - runs_per_rep;
+  const double wait_factor = opt.injected_slowdown - 1.0;
   const bool on_host = dev.kind() == BackendKind::cpu;
   // The calling thread's clock sees all of the region's work only when BLAS runs on
   // this thread alone (props::time_point holds one BLAS thread).
@@ -127,22 +126,29 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     const double cpu0 = on_host ? thread_cpu_seconds() : 0.0;
     timer->start();
     const auto host0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < runs_per_rep; ++i) fn();
-    if (wait_fraction > 0) {
-      // The rest of the injected factor as a wait inside the timed region: on a GPU
-      // the device idles, so its event timer sees the wait; on the CPU the wait
-      // spins, so the CPU time sees it as well as the wall clock.
+    fn();
+    if (wait_factor > 0) {
+      // The injected factor as a wait of (factor - 1) times this run's own time,
+      // inside the timed region, so that the repetition takes the factor times its
+      // run whatever the run costs: a second run would find the caches warm and
+      // cost less than the first. On a GPU the device idles, so its event timer
+      // sees the wait. On the CPU the wait first spins for (factor - 1) times the
+      // run's CPU time, so that the thread's CPU time (what validate judges there)
+      // grows by the factor, then sleeps out what is left of the wall-clock wait.
       dev.synchronize();
-      const std::chrono::duration<double> one_run = (std::chrono::steady_clock::now() - host0) / runs_per_rep;
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(one_run * wait_fraction);
+      const std::chrono::duration<double> run = std::chrono::steady_clock::now() - host0;
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(run * wait_factor);
       if (on_host) {
-        const double cpu_until = thread_cpu_seconds() + one_run.count() * wait_fraction;
-        while (thread_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + one_run * 10) {
+        const double cpu_now = thread_cpu_seconds();
+        const double cpu_until = cpu_now + (cpu_now - cpu0) * wait_factor;
+        // Capped at ten runs of wall time past the wait: only a machine too loaded
+        // to give the thread a tenth of a core reaches the cap.
+        while (thread_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + run * 10) {
         }
-      } else {
-        std::this_thread::sleep_until(until);
       }
+      std::this_thread::sleep_until(until);
     }
     const double s = timer->stop_seconds();
     if (on_host) cpu_samples.push_back(thread_cpu_seconds() - cpu0);
@@ -151,7 +157,7 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     samples.push_back(s);
     total += s;
   }
-  const double runs = static_cast<double>(samples.size()) * runs_per_rep;
+  const double runs = static_cast<double>(samples.size());
   TimeStats t = summarize_times(std::move(samples));
   t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), runs);
   t.kernel_fallbacks = kernel_fallbacks_between(fallbacks0, kernel_fallbacks());

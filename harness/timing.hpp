@@ -106,11 +106,13 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
 // The environment variable that injects a real slowdown into chosen sweep points,
 // so that `headroom validate` can be shown to catch one:
 //   HEADROOM_INJECT_SLOWDOWN='SWEEP[:KEY=VALUE[,KEY=VALUE...]]:FACTOR[;...]'
-// e.g. 'BM-MB:micro_batch=4:2' runs micro-batch 4's timed region twice per
-// repetition. The integer part of FACTOR repeats the work, a fractional part adds a
-// wait of that fraction of the repetition's time (a busy wait on the CPU, so that
-// the CPU time grows as well); the point records the factor in its metrics
-// ("injected_slowdown").
+// e.g. 'BM-MB:micro_batch=4:2' makes each repetition of micro-batch 4's timed
+// region take twice its run: the region runs once and then waits FACTOR - 1 times
+// that run's own time (on the CPU the wait spins for that much CPU time first, so
+// that the CPU time grows by the factor as well as the wall clock). A second run
+// would not do: it finds the caches warm, and on a loaded 2-core host a region
+// run 4 times per repetition timed at 2.3-2.9 times one run. The point records the
+// factor in its metrics ("injected_slowdown").
 inline constexpr const char* kInjectSlowdownEnv = "HEADROOM_INJECT_SLOWDOWN";
 
 // The factor HEADROOM_INJECT_SLOWDOWN asks for the point (sweep, config): the

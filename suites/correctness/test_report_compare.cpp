@@ -4,10 +4,12 @@
 // sample sets, the older noise threshold for files without samples, the memory
 // tolerance, check power, conformance failures, flags; and `run` end to end on the CPU.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -676,59 +678,55 @@ TEST(ReportCompare, InjectedSlowdownNamesItsPoints) {
 }
 
 TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
-  // A region that sleeps 3-5 ms (random, non-zero): the factor multiplies each
-  // repetition's own time (2 = the region twice; 1.5 = once plus half its time).
-  // Every bound below is a lower bound on one repetition from the sleeps it asked
-  // for, which a loaded machine can only lengthen: a sleep never ends early, and a
-  // spin that must burn half a run of CPU time takes at least that much wall time.
-  // A factor not applied (one run, no wait) falls below each of them.
+  // A region that burns 1-2 ms of its thread's CPU time and then sleeps 2-3 ms
+  // (random, non-zero): the factor makes each repetition its run plus a wait of
+  // (factor - 1) times that run, in CPU time and in wall-clock time alike, the
+  // region running once. Every bound below is a lower bound on one repetition
+  // from what its run asked for, which a loaded machine can only lengthen: a sleep
+  // never ends early, and a spin that must burn CPU time takes at least that much
+  // wall time. A factor not applied (one run, no wait) falls below each of them.
   auto dev = hr::make_device("cpu");
   std::mt19937 gen(7);
-  std::uniform_int_distribution<int> us(3000, 5000);
-  std::vector<double> asked;  // each call's requested sleep, in seconds
+  std::uniform_int_distribution<int> spin_us(1000, 2000), sleep_us(2000, 3000);
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  std::vector<double> asked_cpu, asked_wall;  // each call's CPU time and its whole time, in seconds
   auto region = [&] {
-    const int wait_us = us(gen);
-    asked.push_back(wait_us * 1e-6);
-    std::this_thread::sleep_for(std::chrono::microseconds(wait_us));
+    const int spin = spin_us(gen), sleep = sleep_us(gen);
+    asked_cpu.push_back(spin * 1e-6);
+    asked_wall.push_back((spin + sleep) * 1e-6);
+    const double until = cpu_now() + spin * 1e-6;
+    while (cpu_now() < until) {
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep));
   };
   hr::TimingOptions opt;
   opt.warmup = 0;
   opt.min_reps = opt.max_reps = 8;
   const hr::props::OneBlasThread one_blas_thread(*dev);
-  // Sum of the sleeps asked for by the calls [first, first + n).
-  auto asked_sum = [&](size_t first, size_t n) {
-    double s = 0;
-    for (size_t i = first; i < first + n; ++i) s += asked.at(i);
-    return s;
-  };
   // The timer and the sleeps read the same steady clock; 1% for its granularity.
   constexpr double kClockSlack = 0.99;
 
-  const hr::TimeStats plain = hr::time_region(*dev, region, opt);
-  ASSERT_EQ(asked.size(), 8u);
-  ASSERT_EQ(plain.samples_s.size(), 8u);
-  for (size_t r = 0; r < 8; ++r) EXPECT_GE(plain.samples_s[r], kClockSlack * asked_sum(r, 1)) << "repetition " << r;
-
-  opt.injected_slowdown = 2.0;
-  const hr::TimeStats twice = hr::time_region(*dev, region, opt);
-  ASSERT_EQ(asked.size(), 8u + 16u);  // the region twice per repetition
-  ASSERT_EQ(twice.samples_s.size(), 8u);
-  for (size_t r = 0; r < 8; ++r)
-    EXPECT_GE(twice.samples_s[r], kClockSlack * asked_sum(8 + 2 * r, 2)) << "repetition " << r;
-
-  opt.injected_slowdown = 1.5;
-  const hr::TimeStats half = hr::time_region(*dev, region, opt);
-  ASSERT_EQ(asked.size(), 8u + 16u + 8u);  // once, and the half as a wait (not a second run)
-  ASSERT_EQ(half.samples_s.size(), 8u);
-  ASSERT_EQ(half.cpu_samples_s.size(), 8u);
-  for (size_t r = 0; r < 8; ++r) {
-    const double run = asked_sum(24 + r, 1);
-    EXPECT_GE(half.samples_s[r], kClockSlack * 1.5 * run) << "repetition " << r;
-    // The fractional wait spins, so the CPU time sees it: half a run of CPU time,
-    // unless the spin's wall-clock cap (ten runs past the wait) ended it first,
-    // which only a machine too loaded to give the thread a tenth of a core does.
-    if (half.samples_s[r] < 10 * run)
-      EXPECT_GE(half.cpu_samples_s[r], kClockSlack * 0.5 * run) << "repetition " << r;
+  size_t first = 0;  // the first call of the timing under test
+  for (const double factor : {1.0, 2.0, 1.5}) {
+    SCOPED_TRACE(fmt::format("factor {}", factor));
+    opt.injected_slowdown = factor;
+    const hr::TimeStats t = hr::time_region(*dev, region, opt);
+    ASSERT_EQ(asked_wall.size(), first + 8u);  // the region once per repetition
+    ASSERT_EQ(t.samples_s.size(), 8u);
+    ASSERT_EQ(t.cpu_samples_s.size(), 8u);
+    for (size_t r = 0; r < 8; ++r) {
+      const double wall = asked_wall.at(first + r), cpu = asked_cpu.at(first + r);
+      EXPECT_GE(t.samples_s[r], kClockSlack * factor * wall) << "repetition " << r;
+      // The wait spins first, so the CPU time sees it too, unless the spin's
+      // wall-clock cap (ten runs past the wait) ended it first, which only a
+      // machine too loaded to give the thread a tenth of a core does.
+      if (t.samples_s[r] < 10 * wall) EXPECT_GE(t.cpu_samples_s[r], kClockSlack * factor * cpu) << "repetition " << r;
+    }
+    first += 8;
   }
   opt.injected_slowdown = 0.5;
   EXPECT_THROW(hr::time_region(*dev, region, opt), hr::InvalidArgument);

@@ -9,10 +9,10 @@
 // and the others go on. The driver then judges the records side by side:
 // - wrong: its step digest differs from the majority of devices of its kind, driver
 //   and build, or from its own second run, or a conformance check failed on it;
-// - slow: its step, GEMM or copy throughput (from its fastest repetition) lies
-//   below the other devices' median by more than the floor and by more than their
-//   spread allows (3.5 deviations from their median absolute deviation; while any
-//   device's best is behind the fastest other's by more than the floor after 3
+// - slow: its step, GEMM or copy throughput (the median of its rounds, each round's
+//   fastest repetition) lies below the other devices' median by more than the floor
+//   and by more than their spread allows (3.5 deviations from their median absolute
+//   deviation; while any device's is behind the fastest other's by more than the floor after 3
 //   rounds of timing, all are timed one round more, up to 12 and within a deadline
 //   of their own), or below the baseline's (harness/tolerances.hpp kFleetSlow*);
 // - failed: it gave no complete record (crashed, timed out, no device).

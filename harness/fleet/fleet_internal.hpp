@@ -24,16 +24,17 @@ void touch_marker(const std::string& dir, const char* what, int rank);
 bool wait_markers(const std::string& dir, const char* what, const std::vector<int>& ranks, double timeout_s);
 
 // A rank's throughputs are timed in rounds of kThroughputRepsPerRound repetitions
-// each, and its throughput is its fastest repetition of all; timed_marker(k) names
-// the barrier of round k. CPU ranks take turns in every round, GPUs are timed
-// together. After kThroughputRounds rounds, and after each round more, the lowest
-// live rank reads every rank's record and decides for all (in .decide_r<k>_<rank>):
-// while any rank's best lies behind the fastest other's by more than the slow
-// floor, every rank is timed one round more, up to kConfirmRounds more, within the
-// lesser of 120 s and 15% of the budget and never past 75% of it. A slow spell of
-// a shared host only ever slows down whoever it meets, and passes: the rounds more
-// give a rank that met one (or the others, whose median it is judged by) more
-// chances to be timed outside one. A slow device stays slow in every round.
+// each; a round's value is its fastest repetition, and the rank's throughput is the
+// median of its rounds' values (round_median); timed_marker(k) names the barrier of
+// round k. CPU ranks take turns in every round, GPUs are timed together. After
+// kThroughputRounds rounds, and after each round more, the lowest live rank reads
+// every rank's record and decides for all (in .decide_r<k>_<rank>): while any
+// rank's median lies behind the fastest other's by more than the slow floor, every
+// rank is timed one round more, up to kConfirmRounds more, within the lesser of
+// 120 s and 15% of the budget and never past 75% of it. A slow spell of a shared
+// host slows whoever it meets, and passes: the rounds more give a rank that met
+// one (or the others, whose median it is judged by) more rounds outside one. A slow
+// device stays slow in every round.
 inline constexpr int kThroughputRounds = 3;
 inline constexpr int kConfirmRounds = 12;
 inline constexpr int kThroughputRepsPerRound = 2;
@@ -60,5 +61,25 @@ std::string kind_of(const nlohmann::json& rec);
 
 // The slow floor of a kind of device (harness/tolerances.hpp kFleetSlowFloor*).
 double slow_floor(BackendKind backend);
+
+// The median of the values (the mean of the middle two of an even count); NaN when
+// there are none.
+double median_of(std::vector<double> v);
+
+// A throughput's value from its rounds' values: their median. Not the fastest
+// round: on a shared host the speed is not "the device's, less interference" but
+// moves both ways (fast spells too). In 16 four-rank fleets of CPU ranks on the
+// 2-core CI machine, an identical rank read up to 18% below the others' median by
+// its fastest round and up to 13% by the median of its rounds; in 5 fleets with a
+// rank slowed 1.25x, it read 9-22% below by its fastest round (under the 15% floor
+// in 2) and 15-28% by its median. On a GPU the median also sees a device that
+// slows as it warms, which its fastest round would hide.
+double round_median(const nlohmann::json& round_values);
+
+// Folds one round's point of a throughput ({"status", "value", ...}) into those so
+// far (`best`, null before the first): the fastest round's point is kept, with
+// "fastest_value" its value, "round_values" every round's value, and "value" their
+// median; a round that did not measure (status not "ok") is the result from then on.
+void keep_best(nlohmann::json& best, nlohmann::json p);
 
 }  // namespace hr::fleet

@@ -12,13 +12,20 @@
 #include "reports/html.hpp"
 
 namespace hr::fleet {
-namespace {
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+double round_median(const nlohmann::json& round_values) {
+  std::vector<double> v;
+  for (const auto& x : round_values) v.push_back(x.get<double>());
+  return median_of(std::move(v));
+}
+
+namespace {
 
 // The median of a metric over a baseline fleet's ok devices of this device's name.
 std::optional<double> baseline_median(const nlohmann::json& baseline, const std::string& device_name, const char* key) {

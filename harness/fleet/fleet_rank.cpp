@@ -124,12 +124,12 @@ TimingOptions fixed_timing() {
   return t;
 }
 
-// A throughput is judged from the fastest repetition: interference (another
-// process, the hypervisor) only ever slows a repetition down, so the fastest one is
-// what the device can do, and a device slow in every repetition is still slow. The
-// repetitions come in rounds spread over the phase (on CPU ranks, the ranks take
-// turns each round): a slow spell of the host while one rank is timed costs that
-// rank one round, not its throughput. A CPU rank holds one BLAS thread through the
+// A round's value is its fastest repetition: within a round's few repetitions,
+// interference (another process, the hypervisor) only slows one down. The rounds
+// are spread over the phase (on CPU ranks, the ranks take turns each round), and
+// the throughput is the median of the rounds' values (round_median): a spell of
+// the host, slow or fast, while one rank is timed moves that rank's one round, not
+// its throughput, and a device slow in every round is still slow. A CPU rank holds one BLAS thread through the
 // phase and is timed by that thread's CPU time (time_region): with one window of
 // 12 repetitions on the process's clock, OpenBLAS's workers spinning after the
 // set-up's product put a healthy rank's GEMM 9-12% below the others' in 2 of 6
@@ -157,17 +157,26 @@ nlohmann::json point_json(const Device& dev, const SweepPoint& p, const char* va
   return j;
 }
 
-// One round's point of a throughput folded into the best so far: the fastest
-// round's point, every round's value beside it; a round that did not measure (out
-// of memory) is the result.
+}  // namespace
+
+// One round's point of a throughput folded into those so far: the fastest round's
+// point (its timings and kernels), every round's value beside it, and as the value
+// the median of the rounds' (fastest_value: the fastest round's); a round that did
+// not measure (out of memory) is the result.
 void keep_best(nlohmann::json& best, nlohmann::json p) {
   nlohmann::json values = best.is_object() ? best["round_values"] : nlohmann::json::array();
   values.push_back(p.value("value", 0.0));
   const bool failed = best.is_object() && best.value("status", "ok") != "ok";
-  if (!failed && (!best.is_object() || p.value("status", "ok") != "ok" || p.value("value", 0.0) > best.value("value", 0.0)))
+  if (!failed && (!best.is_object() || p.value("status", "ok") != "ok" ||
+                  p.value("value", 0.0) > best.value("fastest_value", 0.0))) {
     best = std::move(p);
+    best["fastest_value"] = best.value("value", 0.0);
+  }
+  if (best.value("status", "ok") == "ok") best["value"] = round_median(values);
   best["round_values"] = std::move(values);
 }
+
+namespace {
 
 // The three throughputs of a rank, their work set up once (in the first round,
 // inside the point's measure, so that running out of memory is the point's status)
@@ -259,11 +268,11 @@ class ThroughputWork {
   std::unique_ptr<Copy> copy_;
 };
 
-// The ranks behind: those whose best in a judged metric lies below the fastest other
-// rank's of its kind by more than the slow floor (in kinds of 3 or more, those the
-// judge compares), from the records of the ranks that timed `rounds` rounds. Behind
-// is not slow: its best may not yet be what it can do, nor the others' (whose median
-// the judge takes) theirs. A metric that failed to measure is final (keep_best keeps
+// The ranks behind: those whose value (the median of their rounds) in a judged
+// metric lies below the fastest other rank's of its kind by more than the slow floor
+// (in kinds of 3 or more, those the judge compares), from the records of the ranks
+// that timed `rounds` rounds. Behind is not slow: its rounds so far may not yet show
+// what it can do, nor the others' (whose median the judge takes) theirs. A metric that failed to measure is final (keep_best keeps
 // the failure), so it makes no rank behind.
 std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
   std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;

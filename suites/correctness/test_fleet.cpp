@@ -10,6 +10,7 @@
 
 #include "harness/fleet/digest.hpp"
 #include "harness/fleet/fleet.hpp"
+#include "harness/fleet/fleet_internal.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -77,6 +78,29 @@ const json& device(const json& fleet, int rank) {
   for (const json& d : fleet["devices"])
     if (d["rank"] == rank) return d;
   throw std::runtime_error("no such rank");
+}
+
+// A throughput is the median of its rounds, each round's own fastest repetition:
+// one fast spell of a shared host (the 44 here, as a CPU rank once read beside
+// rounds of 29-31) moves one round, not the value judged. The fastest round's point
+// is kept beside it; a round that fails to measure is the result from then on.
+TEST(FleetThroughput, AThroughputIsTheMedianOfItsRounds) {
+  auto round = [](double v, int id) { return json{{"status", "ok"}, {"value", v}, {"round", id}}; };
+  json t;
+  const std::vector<double> values{30.0, 44.0, 29.0, 31.0, 30.5};
+  for (size_t i = 0; i < values.size(); ++i) hr::fleet::keep_best(t, round(values[i], static_cast<int>(i)));
+  EXPECT_DOUBLE_EQ(t["value"].get<double>(), 30.5);
+  EXPECT_DOUBLE_EQ(t["fastest_value"].get<double>(), 44.0);
+  EXPECT_EQ(t["round"], 1);  // the fastest round's point
+  EXPECT_EQ(t["round_values"], json(values));
+  hr::fleet::keep_best(t, round(29.5, 5));  // an even count: the middle two's mean
+  EXPECT_DOUBLE_EQ(t["value"].get<double>(), 30.25);
+  EXPECT_EQ(t["round"], 1);
+  hr::fleet::keep_best(t, json{{"status", "out of memory"}, {"value", 0.0}, {"round", 6}});
+  hr::fleet::keep_best(t, round(50.0, 7));
+  EXPECT_EQ(t["status"], "out of memory");
+  EXPECT_EQ(t["round"], 6);
+  EXPECT_EQ(t["round_values"].size(), 8u);
 }
 
 TEST(FleetJudge, TheMajorityDigestWinsAndTheOddDeviceIsWrongAtItsFirstTensor) {

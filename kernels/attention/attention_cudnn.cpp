@@ -322,15 +322,17 @@ std::atomic<uint64_t> executions{0}, deterministic_backwards{0};
 // frontend pins, or its heuristics, may not take every shape the check above lets
 // through): said once per key on stderr, and the own scalar kernels run that
 // direction (either backward follows either forward). The failure is kept, so a
-// shape is not tried again at every call, and given in *why at each.
+// shape is not tried again at every call, and given in *why at each: the last
+// kMaxFailedShapes of them, as the built graphs are bounded (a shape pushed out is
+// tried, and said, again when it comes back).
+constexpr size_t kMaxFailedShapes = 8 * kMaxGraphs;
 std::shared_ptr<const Built> graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why) {
   static std::mutex& mu = *new std::mutex;
-  static std::map<Key, std::string>& failed = *new std::map<Key, std::string>;
+  static LruCache<Key, const std::string>& failed = *new LruCache<Key, const std::string>(kMaxFailedShapes);
   {
     const std::lock_guard<std::mutex> lock(mu);
-    auto it = failed.find(k);
-    if (it != failed.end()) {
-      if (why != nullptr) *why = it->second;
+    if (const std::shared_ptr<const std::string> known = failed.find(k)) {
+      if (why != nullptr) *why = *known;
       return nullptr;
     }
   }
@@ -338,8 +340,10 @@ std::shared_ptr<const Built> graph_or_null(const Key& k, cudnnHandle_t handle, s
     return graph_for(k, handle);
   } catch (const std::exception& e) {
     const std::lock_guard<std::mutex> lock(mu);
-    if (failed.emplace(k, e.what()).second)
+    if (!failed.find(k)) {
+      failed.insert(k, std::make_shared<const std::string>(e.what()));
       std::fprintf(stderr, "headroom: %s; the scalar kernels run this shape instead\n", e.what());
+    }
     if (why != nullptr) *why = e.what();
     return nullptr;
   }

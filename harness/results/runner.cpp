@@ -56,7 +56,8 @@ double expected_left(double observed_s, double expected_done_s, double expected_
 }
 
 // A spec's outcome in a few words, as it ends: "12 checks passed, 8 of 8 controls
-// caught", "1 of 12 checks FAILED", "8 points (2 out of memory)".
+// caught", "1 of 12 checks FAILED", "8 points (2 out of memory)", and for a sweep
+// whose run gives points of others too, "68 points: 48 DP-MEM, 20 DP-COMM".
 std::string outcome(const std::vector<Measurement>& ms) {
   int checks = 0, failed = 0, controls = 0, missed = 0, errors = 0;
   for (const Measurement& m : ms) {
@@ -73,13 +74,19 @@ std::string outcome(const std::vector<Measurement>& ms) {
   return s;
 }
 std::string outcome(const std::vector<SweepPoint>& ps) {
-  std::map<std::string, int> by;
-  for (const SweepPoint& p : ps) ++by[p.status];
+  std::map<std::string, int> by, sweeps;
+  for (const SweepPoint& p : ps) ++by[p.status], ++sweeps[p.sweep];
   std::string s = fmt::format("{} point{}", ps.size(), ps.size() == 1 ? "" : "s");
   std::string other;
   for (const auto& [status, n] : by)
     if (status != "ok") other += fmt::format("{}{} {}", other.empty() ? "" : ", ", n, status == "out_of_memory" ? "out of memory" : status);
-  return other.empty() ? s : s + " (" + other + ")";
+  if (!other.empty()) s += " (" + other + ")";
+  if (sweeps.size() > 1) {
+    std::string each;
+    for (const auto& [sweep, n] : sweeps) each += fmt::format("{}{} {}", each.empty() ? "" : ", ", n, sweep);
+    s += ": " + each;
+  }
+  return s;
 }
 
 // While one spec runs: a line after every `every_s` seconds in which nothing was

@@ -117,7 +117,11 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
                "time_region on the CPU needs BLAS on one thread (it has {}): the region is timed by its thread's CPU "
                "time", openblas_get_num_threads());
   auto timer = dev.make_timer();
+  // The run's own time inside a slowed repetition: its device time on a GPU (the
+  // host's clock would add the launch and the synchronisation).
+  auto run_timer = wait_factor > 0 && !on_host ? dev.make_timer() : nullptr;
   std::vector<double> samples, cpu_samples, ref_cpu_samples;
+  int capped = 0;  // slowed repetitions whose spin reached its wall-clock cap
   double total = 0;
   const KernelCalls calls0 = kernel_calls();
   const KernelFallbacks fallbacks0 = kernel_fallbacks();
@@ -126,29 +130,45 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     const double cpu0 = on_host ? thread_cpu_seconds() : 0.0;
     timer->start();
     const auto host0 = std::chrono::steady_clock::now();
+    if (run_timer) run_timer->start();
     fn();
     if (wait_factor > 0) {
       // The injected factor as a wait of (factor - 1) times this run's own time,
       // inside the timed region, so that the repetition takes the factor times its
       // run whatever the run costs: a second run would find the caches warm and
-      // cost less than the first. On a GPU the device idles, so its event timer
-      // sees the wait. On the CPU the wait first spins for (factor - 1) times the
-      // run's CPU time, so that the thread's CPU time (what validate judges there)
-      // grows by the factor, then sleeps out what is left of the wall-clock wait.
-      dev.synchronize();
-      const std::chrono::duration<double> run = std::chrono::steady_clock::now() - host0;
-      const auto until =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(run * wait_factor);
+      // cost less than the first.
+      using Clock = std::chrono::steady_clock;
+      auto span = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
       if (on_host) {
+        // The CPU: a spin for (factor - 1) times the run's CPU time, so that the
+        // thread's CPU time (what validate judges there) grows by the factor, then a
+        // sleep for what is left of (factor - 1) times its wall time. The spin gives
+        // up ten waits past the wall-clock wait, which only a machine giving the
+        // thread under a tenth of a core reaches; such repetitions are counted.
+        const double run_wall = std::chrono::duration<double>(Clock::now() - host0).count();
         const double cpu_now = thread_cpu_seconds();
         const double cpu_until = cpu_now + (cpu_now - cpu0) * wait_factor;
-        // Capped at ten runs of wall time past the wait: only a machine too loaded
-        // to give the thread a tenth of a core reaches the cap.
-        while (thread_cpu_seconds() < cpu_until && std::chrono::steady_clock::now() < until + run * 10) {
+        const auto until = Clock::now() + span(run_wall * wait_factor);
+        const auto cap = until + span(10 * run_wall * wait_factor);
+        while (thread_cpu_seconds() < cpu_until) {
+          if (Clock::now() >= cap) {
+            ++capped;
+            break;
+          }
+        }
+        std::this_thread::sleep_until(until);
+      } else {
+        // A GPU: the device idles for (factor - 1) times the run's device time, which
+        // its event timer sees. The host sleeps to within 200 us of the end and spins
+        // the rest (a sleep can end late by tens of microseconds); what the
+        // synchronisation and the timer's stop add (microseconds) is not taken off.
+        const double run_s = run_timer->stop_seconds();
+        const auto until = Clock::now() + span(run_s * wait_factor);
+        const auto near = until - span(200e-6);
+        if (Clock::now() < near) std::this_thread::sleep_until(near);
+        while (Clock::now() < until) {
         }
       }
-      std::this_thread::sleep_until(until);
     }
     const double s = timer->stop_seconds();
     if (on_host) cpu_samples.push_back(thread_cpu_seconds() - cpu0);
@@ -157,6 +177,11 @@ TimeStats time_region(Device& dev, const std::function<void()>& fn, const Timing
     samples.push_back(s);
     total += s;
   }
+  if (capped > 0)
+    std::fprintf(stderr,
+                 "headroom: an injected slowdown's wait gave up in %d of %zu repetitions, the thread given under a "
+                 "tenth of a core: their CPU time grew by less than the factor %g\n",
+                 capped, samples.size(), opt.injected_slowdown);
   const double runs = static_cast<double>(samples.size());
   TimeStats t = summarize_times(std::move(samples));
   t.kernel_calls = kernel_calls_per_run(calls0, kernel_calls(), runs);

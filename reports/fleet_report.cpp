@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/fleet/fleet.hpp"
 #include "reports/html.hpp"
 #include "reports/parts.hpp"
 
@@ -89,7 +90,8 @@ std::string render_fleet_report(const json& fleet) {
   h += R"(<p class="lead"><b>wrong</b>: the step digest (SHA-256 of the loss, every gradient and every updated weight )"
        R"(after each of a few fixed-seed steps with accumulation, checkpointing with dropout and fp16 loss scaling) differs )"
        R"(from the majority of devices of the same kind, driver and build, or from the device's own second run, or a )"
-       R"(conformance check failed. <b>slow</b>: a throughput below the median of the other devices by more than the floor )"
+       R"(conformance check failed. <b>slow</b>: a throughput (the median of the device's rounds, each its fastest )"
+       R"(repetition) below the median of the other devices by more than the floor )"
        R"((GPU 5%, CPU stand-ins 15%) and by more than their own spread allows (3.5 deviations from their median absolute )"
        R"(deviation), or below the baseline's by more than the floor. <b>failed</b>: no complete record (crashed, hung )"
        R"(past the level's budget, no device).</p>)";
@@ -147,7 +149,8 @@ std::string render_fleet_report(const json& fleet) {
   }
   h += fmt::format(R"(<tr><td>mpirun</td><td class="mono">{}</td></tr>)", esc(str_of(fleet["mpirun"], "command")));
   h += "</tbody></table></section>";
-  h += R"(</main><footer>headroom.fleet/1 &middot; generated from fleet.json &middot; this page needs no network and no scripts</footer></body></html>)";
+  h += fmt::format("</main><footer>{} &middot; generated", fleet::kFleetSchema);
+  h += R"( from fleet.json &middot; this page needs no network and no scripts</footer></body></html>)";
   h += "\n";
   return h;
 }

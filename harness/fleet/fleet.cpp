@@ -74,8 +74,14 @@ int run_fleet(const FleetOptions& opt, std::ostream& out, std::ostream& err) {
   nlohmann::json baseline;
   if (!opt.baseline.empty()) {
     baseline = read_json_file(opt.baseline, "the baseline fleet", kMaxResultsBytes);
-    HR_ARG_CHECK(baseline.value("schema", "") == kFleetSchema, "fleet: {} is not a fleet file ({}), its schema is '{}'",
-                 opt.baseline, kFleetSchema, baseline.value("schema", ""));
+    const std::string schema = baseline.value("schema", "");
+    HR_ARG_CHECK(schema != "headroom.fleet/1",
+                 "fleet: {} was written by an older headroom (headroom.fleet/1), whose throughputs were each device's "
+                 "fastest round; this one judges the median of its rounds, which would read slower against it: run the "
+                 "baseline fleet again with this build",
+                 opt.baseline);
+    HR_ARG_CHECK(schema == kFleetSchema, "fleet: {} is not a fleet file ({}), its schema is '{}'", opt.baseline,
+                 kFleetSchema, schema);
   }
   const std::string exe = self_exe();
   if (exe.empty()) {

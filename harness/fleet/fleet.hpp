@@ -12,11 +12,11 @@
 // - slow: its step, GEMM or copy throughput (the median of its rounds, each round's
 //   fastest repetition) lies below the other devices' median by more than the floor
 //   and by more than their spread allows (3.5 deviations from their median absolute
-//   deviation; while any device's is behind the fastest other's by more than the floor after 3
+//   deviation; while any device's median is behind the fastest other's by more than the floor after 3
 //   rounds of timing, all are timed one round more, up to 12 and within a deadline
 //   of their own), or below the baseline's (harness/tolerances.hpp kFleetSlow*);
 // - failed: it gave no complete record (crashed, timed out, no device).
-// Writes fleet.json (headroom.fleet/1), fleet.html and, when asked, JUnit; exit 1
+// Writes fleet.json (headroom.fleet/2), fleet.html and, when asked, JUnit; exit 1
 // when any device is not ok.
 #pragma once
 
@@ -32,7 +32,9 @@
 
 namespace hr::fleet {
 
-inline constexpr const char* kFleetSchema = "headroom.fleet/1";
+// /2: a throughput is the median of the device's rounds (in /1, its fastest round,
+// which a baseline of /1 would hold above what this judges: it is refused).
+inline constexpr const char* kFleetSchema = "headroom.fleet/2";
 inline constexpr const char* kRankSchema = "headroom.fleet.rank/1";
 
 // The environment variables of the fleet's fault switches, read by the ranks:

@@ -57,7 +57,7 @@ double expected_left(double observed_s, double expected_done_s, double expected_
 
 // A spec's outcome in a few words, as it ends: "12 checks passed, 8 of 8 controls
 // caught", "1 of 12 checks FAILED", "8 points (2 out of memory)", and for a sweep
-// whose run gives points of others too, "68 points: 48 DP-MEM, 20 DP-COMM".
+// whose run gives points of others too, "68 points: 20 DP-COMM, 48 DP-MEM".
 std::string outcome(const std::vector<Measurement>& ms) {
   int checks = 0, failed = 0, controls = 0, missed = 0, errors = 0;
   for (const Measurement& m : ms) {

@@ -325,7 +325,7 @@ std::atomic<uint64_t> executions{0}, deterministic_backwards{0};
 // shape is not tried again at every call, and given in *why at each: the last
 // kMaxFailedShapes of them, as the built graphs are bounded (a shape pushed out is
 // tried, and said, again when it comes back).
-constexpr size_t kMaxFailedShapes = 8 * kMaxGraphs;
+constexpr size_t kMaxFailedShapes = 8 * kMaxGraphs;  // 8 times the graphs' default
 std::shared_ptr<const Built> graph_or_null(const Key& k, cudnnHandle_t handle, std::string* why) {
   static std::mutex& mu = *new std::mutex;
   static LruCache<Key, const std::string>& failed = *new LruCache<Key, const std::string>(kMaxFailedShapes);

@@ -681,10 +681,12 @@ TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
   // A region that burns 1-2 ms of its thread's CPU time and then sleeps 2-3 ms
   // (random, non-zero): the factor makes each repetition its run plus a wait of
   // (factor - 1) times that run, in CPU time and in wall-clock time alike, the
-  // region running once. Every bound below is a lower bound on one repetition
-  // from what its run asked for, which a loaded machine can only lengthen: a sleep
-  // never ends early, and a spin that must burn CPU time takes at least that much
-  // wall time. A factor not applied (one run, no wait) falls below each of them.
+  // region running once. The lower bounds are from what the run asked for, which a
+  // loaded machine can only lengthen: a sleep never ends early, and a spin that
+  // must burn CPU time takes at least that much wall time. A factor not applied
+  // (one run, no wait) falls below each of them. The CPU time also has an upper
+  // bound, which load does not move (the spins stop at a CPU time): a wait of the
+  // factor rather than the factor less one, or a second run, passes it.
   auto dev = hr::make_device("cpu");
   std::mt19937 gen(7);
   std::uniform_int_distribution<int> spin_us(1000, 2000), sleep_us(2000, 3000);
@@ -722,9 +724,13 @@ TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
       const double wall = asked_wall.at(first + r), cpu = asked_cpu.at(first + r);
       EXPECT_GE(t.samples_s[r], kClockSlack * factor * wall) << "repetition " << r;
       // The wait spins first, so the CPU time sees it too, unless the spin's
-      // wall-clock cap (ten runs past the wait) ended it first, which only a
-      // machine too loaded to give the thread a tenth of a core does.
-      if (t.samples_s[r] < 10 * wall) EXPECT_GE(t.cpu_samples_s[r], kClockSlack * factor * cpu) << "repetition " << r;
+      // wall-clock cap (ten waits past the wait) ended it first, which only a
+      // machine too loaded to give the thread a tenth of a core does: a repetition
+      // shorter than the cap's moment did not reach it.
+      if (factor == 1.0 || t.samples_s[r] < (1 + 11 * (factor - 1)) * wall)
+        EXPECT_GE(t.cpu_samples_s[r], kClockSlack * factor * cpu) << "repetition " << r;
+      // 10% and 0.2 ms for the sleep's system call, the clocks' reads and the timer.
+      EXPECT_LE(t.cpu_samples_s[r], 1.1 * factor * cpu + 2e-4) << "repetition " << r;
     }
     first += 8;
   }

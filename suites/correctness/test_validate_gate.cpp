@@ -491,9 +491,9 @@ TEST(ValidateGate, ValidateRunsTheBaselinesAttentionKernels) {
 
 // A sweep without a re-measure hook of its own (BM-OPT) is run again before a
 // slower point is called a regression: the injected 8x is confirmed there. This
-// 0.13-0.3 ms step moves by up to 2.4x between two runs on a loaded CI host (a
-// baseline read 0.32 ms, a run 0.13 ms a step), and such a host sets a 75% minimum
-// effect: 8x stays past it at that spread, where 4x may not (2x once was p=0.011).
+// step moves by 2.5x between two runs on a loaded CI host (a baseline read 0.32 ms,
+// a run 0.13 ms a step), and such a host sets a 75% minimum effect: 8x stays past
+// it at that spread, where 4x may not (2x once was p=0.011).
 TEST(ValidateGate, ASweepWithoutItsOwnHookIsReMeasuredBeforeARegressionIsCalled) {
   TempDir dir;
   hr::RunCommand run;

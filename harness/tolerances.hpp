@@ -750,10 +750,10 @@ namespace hr::tol {
 // are the others', so one slow device cannot pull the median it is judged by nor
 // widen the spread it hides in. GPUs: SuperBench's 5%. CPU ranks stand in for
 // devices on one machine (the 2-core CI machine), timed one at a time, each
-// throughput the median of its rounds (fleet_internal.hpp round_median): in 24
+// throughput the median of its rounds (fleet_internal.hpp round_median): in 32
 // four-rank fleets there, an identical rank's was up to 14% below the others'
 // median (by its fastest round, up to 24%), so their floor is 15%; a rank slowed
-// 1.25x (20% below) read 15-28% below in 6, close to that floor: the fleet.* tests
+// 1.25x (20% below) read 15-28% below in 7, close to that floor: the fleet.* tests
 // run a scenario again (3 tries in all) where only throughput verdicts differ. A
 // neighbour busy on the host raised a step's CPU time by up to 35% for seconds at a
 // time, which can cover all three first rounds of one rank: while a rank is that

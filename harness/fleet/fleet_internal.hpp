@@ -68,11 +68,11 @@ double median_of(std::vector<double> v);
 
 // A throughput's value from its rounds' values: their median. Not the fastest
 // round: on a shared host the speed is not "the device's, less interference" but
-// moves both ways (fast spells too). In 24 four-rank fleets of CPU ranks on the
+// moves both ways (fast spells too). In 32 four-rank fleets of CPU ranks on the
 // 2-core CI machine, an identical rank read up to 24% below the others' median by
-// its fastest round and up to 14% by the median of its rounds; in 6 fleets with a
-// rank slowed 1.25x, it read 9-29% below by its fastest round (under the 15% floor
-// in 2) and 15-28% by its median. On a GPU the median also sees a device that
+// its fastest round and up to 14% by the median of its rounds; in 7 fleets with a
+// rank slowed 1.25x, it read from 2% above to 29% below by its fastest round (under
+// the 15% floor in 3) and 15-28% below by its median. On a GPU the median also sees a device that
 // slows as it warms, which its fastest round would hide.
 double round_median(const nlohmann::json& round_values);
 

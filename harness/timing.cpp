@@ -30,17 +30,18 @@ double quantile(const std::vector<double>& sorted, double q) {
   const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
-// CPU time of the calling thread, in seconds. A timed region runs on this thread
-// alone (one BLAS thread, see time_region); the process's clock would also count
-// OpenBLAS's pool workers, which spin for a while after a product on more threads:
-// after one such product (a fleet rank's set-up), four repetitions of a 10.4 ms
-// single-threaded product each took 20.8 ms of process CPU time.
+}  // namespace
+
+// A timed region runs on this thread alone (one BLAS thread, see time_region); the
+// process's clock would also count OpenBLAS's pool workers, which spin for a while
+// after a product on more threads: after one such product (a fleet rank's set-up),
+// four repetitions of a 10.4 ms single-threaded product each took 20.8 ms of
+// process CPU time.
 double thread_cpu_seconds() {
   timespec ts{};
   HR_CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
-}  // namespace
 
 // The operands (96 + 48 + 32 KiB, about 320 KiB with OpenBLAS's packed copies)
 // stay in a core's own L2 cache (512 KiB or more on server cores since 2017) across

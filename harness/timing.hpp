@@ -87,6 +87,10 @@ struct TimingOptions {
   bool reference_work = false;
 };
 
+// The calling thread's CPU time, in seconds (CLOCK_THREAD_CPUTIME_ID): the clock
+// time_region times a CPU region by.
+double thread_cpu_seconds();
+
 // Runs the fixed reference work once (128 single-precision products 128x192 by
 // 192x64 through CBLAS on fixed buffers of 176 KiB, ~4 ms on one 2020s core,
 // on the BLAS threads as set: one inside time_region) and returns the calling

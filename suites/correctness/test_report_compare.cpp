@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -690,18 +689,13 @@ TEST(ReportCompare, InjectedSlowdownSlowsTheTimedRegion) {
   auto dev = hr::make_device("cpu");
   std::mt19937 gen(7);
   std::uniform_int_distribution<int> spin_us(1000, 2000), sleep_us(2000, 3000);
-  auto cpu_now = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
   std::vector<double> asked_cpu, asked_wall;  // each call's CPU time and its whole time, in seconds
   auto region = [&] {
     const int spin = spin_us(gen), sleep = sleep_us(gen);
     asked_cpu.push_back(spin * 1e-6);
     asked_wall.push_back((spin + sleep) * 1e-6);
-    const double until = cpu_now() + spin * 1e-6;
-    while (cpu_now() < until) {
+    const double until = hr::thread_cpu_seconds() + spin * 1e-6;
+    while (hr::thread_cpu_seconds() < until) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep));
   };

@@ -77,9 +77,10 @@ double median_of(std::vector<double> v);
 double round_median(const nlohmann::json& round_values);
 
 // Folds one round's point of a throughput ({"status", "value", ...}) into those so
-// far (`best`, null before the first): the fastest round's point is kept, with
-// "fastest_value" its value, "round_values" every round's value, and "value" their
-// median; a round that did not measure (status not "ok") is the result from then on.
-void keep_best(nlohmann::json& best, nlohmann::json p);
+// far (`t`, null before the first): "round_values" every round's value, "value"
+// their median, "fastest_round" the fastest round's point; a round that did not
+// measure (status not "ok") is the result from then on: its status and reason, a
+// value of 0, and its point under "failed_round".
+void fold_round(nlohmann::json& t, nlohmann::json p);
 
 }  // namespace hr::fleet

@@ -159,21 +159,26 @@ nlohmann::json point_json(const Device& dev, const SweepPoint& p, const char* va
 
 }  // namespace
 
-// One round's point of a throughput folded into those so far: the fastest round's
-// point (its timings and kernels), every round's value beside it, and as the value
-// the median of the rounds' (fastest_value: the fastest round's); a round that did
-// not measure (out of memory) is the result.
-void keep_best(nlohmann::json& best, nlohmann::json p) {
-  nlohmann::json values = best.is_object() ? best["round_values"] : nlohmann::json::array();
+// One round's point of a throughput folded into those so far: every round's value,
+// their median as the value, and the fastest round's point (its timings, kernels
+// and value) under "fastest_round"; a round that did not measure (out of memory) is
+// the result from then on, its point under "failed_round".
+void fold_round(nlohmann::json& t, nlohmann::json p) {
+  nlohmann::json values = t.is_object() ? t["round_values"] : nlohmann::json::array();
   values.push_back(p.value("value", 0.0));
-  const bool failed = best.is_object() && best.value("status", "ok") != "ok";
-  if (!failed && (!best.is_object() || p.value("status", "ok") != "ok" ||
-                  p.value("value", 0.0) > best.value("fastest_value", 0.0))) {
-    best = std::move(p);
-    best["fastest_value"] = best.value("value", 0.0);
+  const bool failed_before = t.is_object() && t.value("status", "ok") != "ok";
+  if (!failed_before) {
+    if (const std::string status = p.value("status", "ok"); status != "ok") {
+      t = {{"status", status}, {"reason", p.value("reason", "")}, {"value", 0.0}, {"failed_round", std::move(p)}};
+    } else {
+      const bool fastest = !t.is_object() || p.value("value", 0.0) > t["fastest_round"].value("value", 0.0);
+      if (!t.is_object()) t = nlohmann::json::object();
+      if (fastest) t["fastest_round"] = std::move(p);
+      t["status"] = "ok";
+      t["value"] = round_median(values);
+    }
   }
-  if (best.value("status", "ok") == "ok") best["value"] = round_median(values);
-  best["round_values"] = std::move(values);
+  t["round_values"] = std::move(values);
 }
 
 namespace {
@@ -187,9 +192,9 @@ class ThroughputWork {
 
   // One round of the three, folded into the best so far.
   void time_round(int round, nlohmann::json& best) {
-    keep_best(best["step"], step(round));
-    keep_best(best["gemm"], gemm());
-    keep_best(best["copy"], copy());
+    fold_round(best["step"], step(round));
+    fold_round(best["gemm"], gemm());
+    fold_round(best["copy"], copy());
   }
 
  private:
@@ -272,7 +277,7 @@ class ThroughputWork {
 // metric lies below the fastest other rank's of its kind by more than the slow floor
 // (in kinds of 3 or more, those the judge compares), from the records of the ranks
 // that timed `rounds` rounds. Behind is not slow: its rounds so far may not yet show
-// what it can do, nor the others' (whose median the judge takes) theirs. A metric that failed to measure is final (keep_best keeps
+// what it can do, nor the others' (whose median the judge takes) theirs. A metric that failed to measure is final (fold_round keeps
 // the failure), so it makes no rank behind.
 std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
   std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;

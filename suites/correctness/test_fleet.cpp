@@ -83,24 +83,32 @@ const json& device(const json& fleet, int rank) {
 // A throughput is the median of its rounds, each round's own fastest repetition:
 // one fast spell of a shared host (the 44 here, as a CPU rank once read beside
 // rounds of 29-31) moves one round, not the value judged. The fastest round's point
-// is kept beside it; a round that fails to measure is the result from then on.
+// is kept under its own key; a round that fails to measure is the result from then on.
 TEST(FleetThroughput, AThroughputIsTheMedianOfItsRounds) {
-  auto round = [](double v, int id) { return json{{"status", "ok"}, {"value", v}, {"round", id}}; };
+  auto round = [](double v, int id) { return json{{"status", "ok"}, {"value", v}, {"round", id}, {"best_s", 1 / v}}; };
   json t;
   const std::vector<double> values{30.0, 44.0, 29.0, 31.0, 30.5};
-  for (size_t i = 0; i < values.size(); ++i) hr::fleet::keep_best(t, round(values[i], static_cast<int>(i)));
+  for (size_t i = 0; i < values.size(); ++i) hr::fleet::fold_round(t, round(values[i], static_cast<int>(i)));
+  EXPECT_EQ(t["status"], "ok");
   EXPECT_DOUBLE_EQ(t["value"].get<double>(), 30.5);
-  EXPECT_DOUBLE_EQ(t["fastest_value"].get<double>(), 44.0);
-  EXPECT_EQ(t["round"], 1);  // the fastest round's point
+  EXPECT_EQ(t["fastest_round"], round(44.0, 1));  // the fastest round's point, whole
+  EXPECT_FALSE(t.contains("best_s"));             // no timing of one round beside the median
   EXPECT_EQ(t["round_values"], json(values));
-  hr::fleet::keep_best(t, round(29.5, 5));  // an even count: the middle two's mean
+  hr::fleet::fold_round(t, round(29.5, 5));  // an even count: the middle two's mean
   EXPECT_DOUBLE_EQ(t["value"].get<double>(), 30.25);
-  EXPECT_EQ(t["round"], 1);
-  hr::fleet::keep_best(t, json{{"status", "out of memory"}, {"value", 0.0}, {"round", 6}});
-  hr::fleet::keep_best(t, round(50.0, 7));
+  EXPECT_EQ(t["fastest_round"]["round"], 1);
+  hr::fleet::fold_round(t, json{{"status", "out of memory"}, {"reason", "256 MiB more"}, {"value", 0.0}, {"round", 6}});
+  hr::fleet::fold_round(t, round(50.0, 7));
   EXPECT_EQ(t["status"], "out of memory");
-  EXPECT_EQ(t["round"], 6);
+  EXPECT_EQ(t["reason"], "256 MiB more");
+  EXPECT_DOUBLE_EQ(t["value"].get<double>(), 0.0);
+  EXPECT_EQ(t["failed_round"]["round"], 6);
+  EXPECT_FALSE(t.contains("fastest_round"));
   EXPECT_EQ(t["round_values"].size(), 8u);
+  json first;  // a failure in the first round
+  hr::fleet::fold_round(first, json{{"status", "error"}, {"reason", "no kernel"}, {"value", 0.0}});
+  EXPECT_EQ(first["status"], "error");
+  EXPECT_EQ(first["round_values"], json::array({0.0}));
 }
 
 TEST(FleetJudge, TheMajorityDigestWinsAndTheOddDeviceIsWrongAtItsFirstTensor) {

@@ -362,8 +362,9 @@ TEST(ReportRunner, APropertyThatThrowsIsRecordedAndTheRunGoesOn) {
   EXPECT_NE(log.find("left"), std::string::npos) << log;
 }
 
-// Progress says each item's outcome as it ends, and inside a long item a line every
-// few seconds in which nothing else was said.
+// Progress says each item's outcome as it ends (a sweep's points by status, and by
+// sweep where it gives points of others), and inside a long item a line every few
+// seconds in which nothing else was said.
 TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
   ScopedSpecs scope;
   hr::property_registry().push_back(hr::PropertySpec{"ZZTEST-3", "two checks and a missed control", 0.1,
@@ -378,9 +379,18 @@ TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
                                                         return std::vector<hr::Measurement>{
                                                             hr::make_check("ZZTEST-4", "", 0.5, 1.0)};
                                                       }, ""});
+  // A sweep whose run gives points of another sweep too, one out of memory.
+  hr::sweep_registry().push_back(hr::SweepSpec{"ZZTEST-5", "points of two sweeps", 0.1, [](hr::RunContext&) {
+                                                 std::vector<hr::SweepPoint> ps(3);
+                                                 for (auto& p : ps) p.backend = "cpu", p.dtype = "fp32", p.model = "mlp";
+                                                 ps[0].sweep = ps[1].sweep = "ZZTEST-5";
+                                                 ps[2].sweep = "ZZTEST-5X";
+                                                 ps[1].status = "out_of_memory", ps[1].reason = "too big";
+                                                 return ps;
+                                               }, {}, ""});
   auto dev = hr::make_cpu_device();
   hr::RunOptions opt;
-  opt.only = "^ZZTEST-[34]$";
+  opt.only = "^ZZTEST-[345]$";
   opt.heartbeat_s = 1;
   std::ostringstream progress;
   hr::run_suite(*dev, opt, &progress);
@@ -388,6 +398,7 @@ TEST(ReportRunner, ProgressSaysEachOutcomeAndBeatsInsideALongItem) {
   EXPECT_NE(log.find("ZZTEST-3: 1 of 2 checks FAILED, 1 of 1 controls NOT caught"), std::string::npos) << log;
   EXPECT_NE(log.find("ZZTEST-4 still running ("), std::string::npos) << log;
   EXPECT_NE(log.find("ZZTEST-4: 1 check passed"), std::string::npos) << log;
+  EXPECT_NE(log.find("ZZTEST-5: 3 points (1 out of memory): 2 ZZTEST-5, 1 ZZTEST-5X ("), std::string::npos) << log;
   // The full preset has no measured costs on the CPU: no estimate before an item ends.
   opt.preset = hr::Preset::full;
   opt.only = "^ZZTEST-3$";

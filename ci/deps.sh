@@ -4,6 +4,8 @@
 # package of the version headroom targets); without nvcc the build is CPU-only.
 # libre2-dev: the regular expressions of --only / --skip (linear time, no recursion).
 # libssl-dev: OpenSSL's SHA-256 for the step digest of `headroom fleet`.
+# libboost-context-dev: the fibers of the emulated warps on which the correctness
+# tests run the CUDA kernels' own code (suites/common/warp_emulation.hpp).
 # python3-pip: fetches the cuDNN frontend's headers (headroom_cudnn_frontend below).
 # libgfortran-12-dev: the static Fortran runtime that OpenBLAS's static library
 # needs (HEADROOM_PORTABLE, see CMakeLists.txt). clang and libclang-rt-14-dev: the
@@ -15,7 +17,8 @@
 # succeeds without them (the DP entries then skip with the reason), so both
 # commands install them beside the build's own packages.
 HEADROOM_DEBS=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev libre2-dev libssl-dev python3-pip)
+  libfmt-dev nlohmann-json3-dev libcli11-dev libopenblas-dev libgfortran-12-dev libre2-dev libssl-dev python3-pip
+  libboost-context-dev)
 HEADROOM_DEBS_RUN=(libopenmpi-dev openmpi-bin)
 HEADROOM_DEBS_TEST=(chromium python3 python3-numpy python3-jsonschema clang libclang-rt-14-dev)
 

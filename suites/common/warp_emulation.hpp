@@ -1,10 +1,11 @@
 // A host emulation of the CUDA features the tensor-core attention kernels
 // (kernels/attention/attention_tc_kernels.cuh) and the optimizers' kernels
 // (kernels/optim/optim_kernels.cuh, optim8_kernels.cuh) use, so that their own code
-// runs on a CPU and is checked where no GPU is: one fiber (ucontext) per CUDA thread of a
-// block, all on the calling thread, the blocks one after another, so that a
-// barrier costs user-space switches and not the host's scheduler (which a parallel
-// ctest keeps busy); __syncthreads and __syncwarp as barriers; shuffles,
+// runs on a CPU and is checked where no GPU is: one fiber (Boost.Context) per CUDA
+// thread of a block, all on the calling thread, the blocks one after another, so
+// that a barrier costs user-space switches and not the host's scheduler (which a
+// parallel ctest keeps busy), nor a system call (ucontext's swapcontext saves and
+// restores the signal mask at each switch: 60% of these tests' time); __syncthreads and __syncwarp as barriers; shuffles,
 // ldmatrix and mma.sync m16n8k16 as warp collectives whose results are computed
 // from the PTX ISA's definition of their operands ("Matrix Fragments for
 // mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
@@ -30,7 +31,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <ucontext.h>
+#include <boost/context/fiber.hpp>
+#include <boost/context/preallocated.hpp>
+#include <boost/context/stack_context.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -113,8 +116,10 @@ struct LaunchStats {
 
 // The fibers of the block being run, on this host thread.
 struct Scheduler {
-  ucontext_t main{};
-  std::vector<ucontext_t> contexts;
+  // The scheduler's side of the switch: the running fiber holds it, and resumes it
+  // to yield.
+  boost::context::fiber main;
+  std::vector<boost::context::fiber> fibers;
   std::vector<bool> done;
   int current = 0;
   uint64_t progress = 0;  // barriers released and fibers finished: a round without any is a deadlock
@@ -128,7 +133,7 @@ struct Scheduler {
 inline thread_local Scheduler* scheduler = nullptr;
 
 // Back to the scheduler until it resumes this fiber.
-inline void yield_fiber() { swapcontext(&scheduler->contexts[static_cast<size_t>(scheduler->current)], &scheduler->main); }
+inline void yield_fiber() { scheduler->main = std::move(scheduler->main).resume(); }
 
 // n fibers meet: each but the last yields until the last releases them. A block's
 // barrier, when warps run one at a time, ends the phase: the last also yields, and
@@ -170,6 +175,11 @@ struct Warp {
   // barrier (as the hardware reads them), and which collective they are of.
   unsigned char rows[2][32][16] = {};
   unsigned rows_of[2] = {~0u, ~0u};
+  // An mma.sync's A (16 x 16) and B (16 x 8) as floats, decoded once from the
+  // lanes' registers by the first lane past its barrier, and which collective they
+  // are of.
+  float mma_a[2][16][16] = {}, mma_b[2][16][8] = {};
+  unsigned mma_of[2] = {~0u, ~0u};
 };
 
 struct Block {
@@ -349,19 +359,30 @@ float element(uint32_t reg, int high) {
 // The products are exact and summed in double, then rounded once.
 template <typename M>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Warp& w = warp();
+  const int L = lane(), g = L / 4, c = L % 4;
+  const unsigned id = running->collectives++, set = id & 1u;
   const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  const int g = lane() / 4, c = lane() % 4;
-  collective(mine, 6, [&](const uint32_t(&words)[32][8]) {
-    auto A = [&](int r, int k) { return element<M>(words[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2); };
-    auto B = [&](int k, int n) { return element<M>(words[4 * n + (k % 8) / 2][4 + (k >= 8)], k % 2); };
-    const double r = scheduler->fault.mma_rel_error;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
-      double s = 0;
-      for (int k = 0; k < 16; ++k) s += static_cast<double>(A(row, k)) * B(k, col);
-      d[e] = static_cast<float>(d[e] + s * (1 + (e % 2 == 0 ? r : -r)));
-    }
-  });
+  std::memcpy(w.words[set][L], mine, sizeof mine);
+  w.barrier.wait();
+  if (w.mma_of[set] != id) {  // the first lane past the barrier: both operands at once
+    const uint32_t(&words)[32][8] = w.words[set];
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 16; ++k)
+        w.mma_a[set][r][k] = element<M>(words[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
+    for (int k = 0; k < 16; ++k)
+      for (int n = 0; n < 8; ++n) w.mma_b[set][k][n] = element<M>(words[4 * n + (k % 8) / 2][4 + (k >= 8)], k % 2);
+    w.mma_of[set] = id;
+  }
+  const float(&A)[16][16] = w.mma_a[set];
+  const float(&B)[16][8] = w.mma_b[set];
+  const double r = scheduler->fault.mma_rel_error;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * c + (e & 1);
+    double s = 0;
+    for (int k = 0; k < 16; ++k) s += static_cast<double>(A[row][k]) * B[k][col];
+    d[e] = static_cast<float>(d[e] + s * (1 + (e % 2 == 0 ? r : -r)));
+  }
 }
 
 // cp.async of n bytes (4, 8 or 16) from global memory into shared memory, both
@@ -413,7 +434,28 @@ inline void fiber_entry() {
   }
   scheduler->done[static_cast<size_t>(scheduler->current)] = true;
   ++scheduler->progress;
-}  // returns to the scheduler (uc_link)
+}
+
+// The stacks of a launch are its own, made once and used by each block's fibers in
+// turn: a fiber's end frees nothing.
+struct LaunchStacks {
+  boost::context::stack_context allocate() { fail("a fiber asked for a stack of its own"); }
+  void deallocate(boost::context::stack_context&) noexcept {}
+};
+
+// A fiber for one CUDA thread on the stack of `bytes` at `base`: it runs
+// fiber_entry, then returns to the scheduler.
+inline boost::context::fiber make_fiber(char* base, size_t bytes) {
+  boost::context::stack_context sc;
+  sc.size = bytes;
+  sc.sp = base + bytes;
+  return boost::context::fiber(std::allocator_arg, boost::context::preallocated(sc.sp, sc.size, sc), LaunchStacks{},
+                               [](boost::context::fiber&& main) {
+                                 scheduler->main = std::move(main);
+                                 fiber_entry();
+                                 return std::move(scheduler->main);
+                               });
+}
 
 // Runs kernel() (a kernel with its arguments bound) over grid.x * grid.y blocks of
 // `threads` threads with `smem_bytes` of dynamic shared memory (128-byte aligned, as
@@ -431,8 +473,9 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
   // No slack past the end: a sanitizer sees a read past it.
   const std::unique_ptr<unsigned char[], Aligned> smem(
       static_cast<unsigned char*>(::operator new[](std::max<size_t>(smem_bytes, 1), std::align_val_t{128})));
+  // Left uninitialised: a fiber touches only the pages of its stack it uses.
   std::vector<std::unique_ptr<char[]>> stacks(static_cast<size_t>(threads));
-  for (auto& st : stacks) st = std::make_unique<char[]>(kStackBytes);
+  for (auto& st : stacks) st.reset(new char[kStackBytes]);
   std::vector<ThreadState> states(static_cast<size_t>(threads));
   Scheduler sched;
   sched.body = &kernel;
@@ -449,15 +492,10 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
       std::memset(smem.get(), 0xff, smem_bytes);
       blk.smem = smem.get();
       blk.smem_bytes = smem_bytes;
-      sched.contexts.assign(static_cast<size_t>(threads), ucontext_t{});
+      sched.fibers.clear();  // the last block's: each has ended (or never ran), so this only forgets them
       sched.done.assign(static_cast<size_t>(threads), false);
       for (int t = 0; t < threads; ++t) {
-        ucontext_t& c = sched.contexts[static_cast<size_t>(t)];
-        getcontext(&c);
-        c.uc_stack.ss_sp = stacks[static_cast<size_t>(t)].get();
-        c.uc_stack.ss_size = kStackBytes;
-        c.uc_link = &sched.main;
-        makecontext(&c, fiber_entry, 0);
+        sched.fibers.push_back(make_fiber(stacks[static_cast<size_t>(t)].get(), kStackBytes));
         ThreadState& s = states[static_cast<size_t>(t)];
         s = ThreadState{};
         s.thread = make_uint3(static_cast<unsigned>(t), 0, 0);
@@ -477,7 +515,7 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
           if (sched.done[static_cast<size_t>(t)]) continue;
           sched.current = t;
           running = &states[static_cast<size_t>(t)];
-          swapcontext(&sched.main, &sched.contexts[static_cast<size_t>(t)]);
+          sched.fibers[static_cast<size_t>(t)] = std::move(sched.fibers[static_cast<size_t>(t)]).resume();
           if (sched.done[static_cast<size_t>(t)]) --live;
         }
         return sched.progress != before;

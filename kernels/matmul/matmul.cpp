@@ -9,6 +9,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/half_table.hpp"
 #include "kernels/common/op_fault.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 
@@ -62,7 +63,7 @@ Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::f32) return t;
   Tensor w = Tensor::empty(t.device(), t.shape(), DType::f32, Consumer::workspace);
   if (t.dtype() == DType::f16)
-    widen_into<half_t>(t, w.data_as<float>());
+    widen_halves(t.data_as<half_t>(), w.data_as<float>(), t.numel());
   else
     widen_into<bfloat16_t>(t, w.data_as<float>());
   return w;

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "harness/tensor.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/half_table.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -29,6 +31,21 @@ double round_format(double x, int mant, int emin, double max_finite) {
   // Overflow: values at or beyond max + ulp/2 become inf.
   if (r > max_finite) r = std::numeric_limits<double>::infinity();
   return std::copysign(r, x);
+}
+
+// The table that widens whole arrays gives every pattern's float bit for bit, NaN
+// payloads and subnormals included, at any alignment of the array.
+TEST(Float16, WideningByTableMatchesTheConversionForEveryPattern) {
+  std::vector<hr::half_t> all(0x10001);
+  for (uint32_t b = 0; b < 0x10000u; ++b) all[b + 1].bits = static_cast<uint16_t>(b);
+  std::vector<float> wide(all.size());
+  hr::widen_halves(all.data() + 1, wide.data(), 0x10000);
+  int differ = 0;
+  for (uint32_t b = 0; b < 0x10000u; ++b)
+    differ += hr::float_bits(wide[b]) != hr::float_bits(hr::half_bits_to_float(static_cast<uint16_t>(b)));
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(hr::float_bits(wide[0x7e01]), 0x7fc02000u);  // a quiet NaN's payload
+  EXPECT_EQ(wide[1], std::ldexp(1.0f, -24));             // the least subnormal
 }
 
 TEST(Float16, HalfRoundTripOfEveryPattern) {

@@ -1,0 +1,29 @@
+// fp16 to fp32 over whole arrays on the host, by a table of all 65,536 fp16 values'
+// floats (256 KiB, made once from half_bits_to_float, so the bits are the same):
+// one load per element, where the conversion's branches (subnormals, inf and NaN)
+// keep the loop scalar at several times that. Widening the operands of a 16-bit
+// product was 6.5% of the quick preset's time on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common/float16.hpp"
+
+namespace hr {
+
+inline const float* half_to_float_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(0x10000);
+    for (uint32_t h = 0; h < 0x10000u; ++h) t[h] = half_bits_to_float(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
+
+inline void widen_halves(const half_t* src, float* dst, int64_t n) {
+  const float* t = half_to_float_table();
+  for (int64_t i = 0; i < n; ++i) dst[i] = t[src[i].bits];
+}
+
+}  // namespace hr

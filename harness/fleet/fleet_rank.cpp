@@ -277,8 +277,9 @@ class ThroughputWork {
 // metric lies below the fastest other rank's of its kind by more than the slow floor
 // (in kinds of 3 or more, those the judge compares), from the records of the ranks
 // that timed `rounds` rounds. Behind is not slow: its rounds so far may not yet show
-// what it can do, nor the others' (whose median the judge takes) theirs. A metric that failed to measure is final (fold_round keeps
-// the failure), so it makes no rank behind.
+// what it can do, nor the others' (whose median the judge takes) theirs. A metric
+// that failed to measure is final (fold_round keeps the failure), so it makes no
+// rank behind.
 std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
   std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;
   for (int r = 0; r < size; ++r) {

@@ -5,22 +5,22 @@
 // thread of a block, all on the calling thread, the blocks one after another, so
 // that a barrier costs user-space switches and not the host's scheduler (which a
 // parallel ctest keeps busy), nor a system call (ucontext's swapcontext saves and
-// restores the signal mask at each switch: 60% of these tests' time); __syncthreads and __syncwarp as barriers; shuffles,
-// ldmatrix and mma.sync m16n8k16 as warp collectives whose results are computed
-// from the PTX ISA's definition of their operands ("Matrix Fragments for
-// mma.m16n8k16 with floating point type", "ldmatrix"), not from the kernels'
-// reading of it; cp.async as copies in groups that land when the thread waits for
-// them, or at once (Schedule); shared memory, dynamic or static (HR_SHARED), as
-// 0xff bytes at each block. A launch runs under a schedule, one of the orders a
-// GPU may run a block's warps in, so that running a kernel under two and comparing
-// the bits shows a missing barrier or wait. Addresses are checked as the hardware
-// checks them (alignment, shared memory's bounds), and each ldmatrix counts the
-// shared-memory wavefronts its rows take (bank conflicts). Faults of the emulated
-// hardware (Fault) are the controls of the checks made on it. It checks the kernels'
-// indexing, masks, pipelines and arithmetic; their speed and the hardware's own
-// rounding of a product's sum are a GPU's to show. Include it before the kernels'
-// header, in a host-compiled file: it defines HR_WARP_EMULATION, which swaps the
-// kernels' inline assembly and launch code for these.
+// restores the signal mask at each switch: 60% of these tests' time); __syncthreads
+// and __syncwarp as barriers; shuffles, ldmatrix and mma.sync m16n8k16 as warp
+// collectives whose results are computed from the PTX ISA's definition of their
+// operands ("Matrix Fragments for mma.m16n8k16 with floating point type",
+// "ldmatrix"), not from the kernels' reading of it; cp.async as copies in groups
+// that land when the thread waits for them, or at once (Schedule); shared memory,
+// dynamic or static (HR_SHARED), as 0xff bytes at each block. A launch runs under a
+// schedule, one of the orders a GPU may run a block's warps in, so that running a
+// kernel under two and comparing the bits shows a missing barrier or wait. Addresses
+// are checked as the hardware checks them (alignment, shared memory's bounds), and
+// each ldmatrix counts the shared-memory wavefronts its rows take (bank conflicts).
+// Faults of the emulated hardware (Fault) are the controls of the checks made on it.
+// It checks the kernels' indexing, masks, pipelines and arithmetic; their speed and
+// the hardware's own rounding of a product's sum are a GPU's to show. Include it
+// before the kernels' header, in a host-compiled file: it defines HR_WARP_EMULATION,
+// which swaps the kernels' inline assembly and launch code for these.
 #pragma once
 
 #if defined(__CUDACC__)

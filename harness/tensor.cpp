@@ -8,7 +8,7 @@
 
 #include "harness/check.hpp"
 #include "kernels/common/float16.hpp"
-#include "kernels/common/half_table.hpp"
+#include "kernels/common/widen.hpp"
 
 namespace hr {
 
@@ -168,10 +168,8 @@ std::vector<float> widen_to_f32(const uint8_t* b, DType dtype, size_t n) {
   std::vector<float> out(n);
   switch (dtype) {
     case DType::f32: std::memcpy(out.data(), b, n * 4); break;
-    case DType::f16: widen_halves(reinterpret_cast<const half_t*>(b), out.data(), static_cast<int64_t>(n)); break;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(b)[i]);
-      break;
+    case DType::f16: widen_floats(reinterpret_cast<const half_t*>(b), out.data(), static_cast<int64_t>(n)); break;
+    case DType::bf16: widen_floats(reinterpret_cast<const bfloat16_t*>(b), out.data(), static_cast<int64_t>(n)); break;
     case DType::i32:
       for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(reinterpret_cast<const int32_t*>(b)[i]);
       break;

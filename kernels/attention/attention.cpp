@@ -19,6 +19,7 @@
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/op_fault.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/matmul/matmul.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 
@@ -145,8 +146,7 @@ sm::RowMask row_mask(const AttnMask& mask, int64_t b, int64_t t, int64_t T) {
 // Rows [T, D] of one (b, h) widened to fp32.
 template <typename S>
 void widen_rows(const Tensor& x, int64_t bh, int64_t T, int64_t D, float* dst) {
-  const S* src = x.data_as<S>() + bh * T * D;
-  for (int64_t i = 0; i < T * D; ++i) dst[i] = to_float(src[i]);
+  widen_floats(x.data_as<S>() + bh * T * D, dst, T * D);
 }
 
 float dot(const float* a, const float* b, int64_t n) {

@@ -9,7 +9,7 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
-#include "kernels/common/half_table.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/common/op_fault.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 
@@ -52,20 +52,13 @@ GemmDims check_gemm(const char* op, const Tensor& a, bool trans_a, const Tensor&
 }
 
 // fp32 copy of a float tensor (the tensor itself when it already is fp32).
-template <typename T>
-void widen_into(const Tensor& src, float* dst) {
-  const T* s = src.data_as<T>();
-  const int64_t n = src.numel();
-  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(s[i]);
-}
-
 Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::f32) return t;
   Tensor w = Tensor::empty(t.device(), t.shape(), DType::f32, Consumer::workspace);
   if (t.dtype() == DType::f16)
-    widen_halves(t.data_as<half_t>(), w.data_as<float>(), t.numel());
+    widen_floats(t.data_as<half_t>(), w.data_as<float>(), t.numel());
   else
-    widen_into<bfloat16_t>(t, w.data_as<float>());
+    widen_floats(t.data_as<bfloat16_t>(), w.data_as<float>(), t.numel());
   return w;
 }
 

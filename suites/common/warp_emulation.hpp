@@ -257,15 +257,36 @@ inline size_t shared_offset(const void* p, size_t n, size_t align, const char* w
   return at - base;
 }
 
+// The warp's next collective, past its barrier: every lane has posted its part in
+// the collective's set (`post(warp, set, lane)`), before the barrier.
+struct Exchange {
+  Warp& w;
+  unsigned id, set;
+  // True for the first lane past the barrier, once per collective, which works out
+  // what the whole warp reads and marks it in `of` (rows_of, mma_of) as this one's.
+  bool first(unsigned (&of)[2]) const {
+    if (of[set] == id) return false;
+    of[set] = id;
+    return true;
+  }
+};
+template <typename Post>
+Exchange exchange(Post post) {
+  Warp& w = warp();
+  const unsigned id = running->collectives++, set = id & 1u;
+  post(w, set, lane());
+  w.barrier.wait();
+  return {w, id, set};
+}
+
 // Every lane leaves n words; after the barrier each reads what it needs of all
 // lanes' (`read(words)`, words[lane][i]).
 template <typename Read>
 void collective(const uint32_t* mine, int n, Read read) {
-  Warp& w = warp();
-  const unsigned set = running->collectives++ & 1u;
-  std::memcpy(w.words[set][lane()], mine, static_cast<size_t>(n) * 4);
-  w.barrier.wait();
-  read(w.words[set]);
+  const Exchange x = exchange([&](Warp& w, unsigned set, int L) {
+    std::memcpy(w.words[set][L], mine, static_cast<size_t>(n) * 4);
+  });
+  read(x.w.words[x.set]);
 }
 
 inline float f32_of(uint32_t u) {
@@ -302,16 +323,13 @@ T shfl_xor(T v, int mask) {
 // in different groups of 4 banks, and one more for each further distinct row in the
 // most shared group.
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
-  Warp& w = warp();
   const int L = lane();
-  const unsigned id = running->collectives++, set = id & 1u;
   shared_offset(p, 16, 16, "ldmatrix row address");
-  w.address[set][L] = p;
-  w.barrier.wait();
-  if (w.rows_of[set] != id) {  // the first lane past the barrier: every row at once
+  const Exchange x = exchange([&](Warp& w, unsigned set, int l) { w.address[set][l] = p; });
+  Warp& w = x.w;
+  const unsigned set = x.set;
+  if (x.first(w.rows_of))  // every row at once
     for (int j = 0; j < 32; ++j) std::memcpy(w.rows[set][j], w.address[set][j], 16);
-    w.rows_of[set] = id;
-  }
   if (L == 0) {
     LaunchStats& st = scheduler->stats;
     ++st.ldmatrix;
@@ -359,20 +377,18 @@ float element(uint32_t reg, int high) {
 // The products are exact and summed in double, then rounded once.
 template <typename M>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  Warp& w = warp();
   const int L = lane(), g = L / 4, c = L % 4;
-  const unsigned id = running->collectives++, set = id & 1u;
   const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  std::memcpy(w.words[set][L], mine, sizeof mine);
-  w.barrier.wait();
-  if (w.mma_of[set] != id) {  // the first lane past the barrier: both operands at once
+  const Exchange x = exchange([&](Warp& w, unsigned set, int l) { std::memcpy(w.words[set][l], mine, sizeof mine); });
+  Warp& w = x.w;
+  const unsigned set = x.set;
+  if (x.first(w.mma_of)) {  // both operands at once
     const uint32_t(&words)[32][8] = w.words[set];
     for (int r = 0; r < 16; ++r)
       for (int k = 0; k < 16; ++k)
         w.mma_a[set][r][k] = element<M>(words[4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
     for (int k = 0; k < 16; ++k)
       for (int n = 0; n < 8; ++n) w.mma_b[set][k][n] = element<M>(words[4 * n + (k % 8) / 2][4 + (k >= 8)], k % 2);
-    w.mma_of[set] = id;
   }
   const float(&A)[16][16] = w.mma_a[set];
   const float(&B)[16][8] = w.mma_b[set];

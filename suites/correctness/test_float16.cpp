@@ -10,7 +10,7 @@
 
 #include "harness/tensor.hpp"
 #include "kernels/common/float16.hpp"
-#include "kernels/common/half_table.hpp"
+#include "kernels/common/widen.hpp"
 #include "suites/common/test_support.hpp"
 
 namespace {
@@ -39,7 +39,7 @@ TEST(Float16, WideningByTableMatchesTheConversionForEveryPattern) {
   std::vector<hr::half_t> all(0x10001);
   for (uint32_t b = 0; b < 0x10000u; ++b) all[b + 1].bits = static_cast<uint16_t>(b);
   std::vector<float> wide(all.size());
-  hr::widen_halves(all.data() + 1, wide.data(), 0x10000);
+  hr::widen_floats(all.data() + 1, wide.data(), 0x10000);
   int differ = 0;
   for (uint32_t b = 0; b < 0x10000u; ++b)
     differ += hr::float_bits(wide[b]) != hr::float_bits(hr::half_bits_to_float(static_cast<uint16_t>(b)));

@@ -48,4 +48,28 @@ HR_CPU_CLONES double dot(const float* __restrict a, const float* __restrict b, i
   return fixed_order_sum(acc);
 }
 
+HR_CPU_CLONES double sum(const float* __restrict a, int64_t n) {
+  double acc[kLanes] = {};
+  const int64_t whole = n - n % kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += static_cast<double>(a[i + j]);
+  for (int64_t i = whole; i < n; ++i) acc[i - whole] += static_cast<double>(a[i]);
+  return fixed_order_sum(acc);
+}
+
+HR_CPU_CLONES double sum_sq_dev(const float* __restrict a, int64_t n, double m) {
+  double acc[kLanes] = {};
+  const int64_t whole = n - n % kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const double d = static_cast<double>(a[i + j]) - m;
+      acc[j] += d * d;
+    }
+  for (int64_t i = whole; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - m;
+    acc[i - whole] += d * d;
+  }
+  return fixed_order_sum(acc);
+}
+
 }  // namespace hr::ops::rows

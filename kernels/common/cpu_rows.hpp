@@ -1,10 +1,12 @@
-// Row loops of the CPU's softmax-like ops (softmax, cross-entropy), vectorised
-// (cpu_vector_math.hpp; cpu_rows.cpp is compiled for it). Every row goes through a
-// float buffer padded to whole vectors of kLanes, so every element, wherever it
-// lies, takes the same vector expf (a loop's scalar remainder would round
-// differently). A padding or masked element holds -inf: it adds nothing to a max or
-// a sum of exponentials. Double sums take kLanes partial sums (element i into lane
-// i % kLanes), added in one fixed order.
+// Row loops of the CPU's ops, vectorised (cpu_vector_math.hpp; cpu_rows.cpp is
+// compiled for it, without FMA contraction). Softmax and cross-entropy put every row
+// through a float buffer padded to whole vectors of kLanes (max_of and
+// exp_shifted_sum take whole vectors), so every element, wherever it lies, takes
+// the same vector expf (a loop's scalar remainder would round differently). A
+// padding or masked element holds -inf: it adds nothing to a max or a sum of
+// exponentials. Double sums take kLanes partial sums (element i into lane
+// i % kLanes), added in one fixed order; dot, sum and sum_sq_dev (LayerNorm's row
+// statistics) take any n, its tail in the first lanes.
 #pragma once
 
 #include <cstdint>
@@ -27,5 +29,12 @@ double exp_shifted_sum(float* e, int64_t n, float shift);
 
 // sum over i < n of double(a[i] * b[i]) (fp32 products), any n.
 double dot(const float* a, const float* b, int64_t n);
+
+// sum over i < n of double(a[i]), any n.
+double sum(const float* a, int64_t n);
+
+// sum over i < n of (double(a[i]) - m)^2, any n (each square rounded on its own:
+// the file is compiled without contraction, so both clones give the same bits).
+double sum_sq_dev(const float* a, int64_t n, double m);
 
 }  // namespace hr::ops::rows

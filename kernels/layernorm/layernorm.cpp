@@ -1,14 +1,18 @@
 // LayerNorm: argument checks, backend dispatch and the CPU loops. Row statistics
-// accumulate in double on the CPU; the per-row math is layernorm_math.hpp's.
+// accumulate in double on the CPU (8 partial sums added in a fixed order); the
+// per-element math is layernorm_math.hpp's.
 #include "kernels/layernorm/layernorm.hpp"
 
 #include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "harness/check.hpp"
+#include "kernels/common/cpu_rows.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/op_fault.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/layernorm/layernorm_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/layernorm/layernorm_cuda.hpp"
@@ -31,6 +35,20 @@ void check_f32(const Tensor& x, const Tensor& t, int64_t n, const char* op, cons
   check_same_device(x, t, op);
 }
 
+// A row of x as floats: itself for fp32, else widened into buf.
+template <typename T>
+const float* row_f32(const T* x, int64_t C, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    widen_floats(x, buf, C);
+    return buf;
+  }
+}
+
+// The row statistics are cpu_rows.hpp's double sums in 8 lanes (a running double
+// sum is one add's latency per element, and LayerNorm was 5.6% of the quick
+// transformer's CPU step that way); the element loops are independent per element.
 template <typename T>
 void forward_cpu(const Tensor& x, const std::vector<float>& g, const std::vector<float>& b, float eps, Tensor& y,
                  Tensor& mean, Tensor& rstd) {
@@ -39,20 +57,16 @@ void forward_cpu(const Tensor& x, const std::vector<float>& g, const std::vector
   T* yp = y.data_as<T>();
   float* mp = mean.data_as<float>();
   float* rp = rstd.data_as<float>();
+  float* buf = std::is_same_v<T, float> ? nullptr : rows::row_buffer(C);  // a 16-bit row widened
   for (int64_t n = 0; n < N; ++n) {
-    const T* xr = xp + n * C;
-    double s = 0;
-    for (int64_t c = 0; c < C; ++c) s += to_float(xr[c]);
-    const float m = static_cast<float>(s / static_cast<double>(C));
-    double v = 0;
-    for (int64_t c = 0; c < C; ++c) {
-      const double d = static_cast<double>(to_float(xr[c])) - m;
-      v += d * d;
-    }
+    const float* xr = row_f32(xp + n * C, C, buf);
+    const float m = static_cast<float>(rows::sum(xr, C) / static_cast<double>(C));
+    const double v = rows::sum_sq_dev(xr, C, m);
     const float r = norm::rstd_from_var(static_cast<float>(v / static_cast<double>(C)), eps);
     mp[n] = m;
     rp[n] = r;
-    for (int64_t c = 0; c < C; ++c) yp[n * C + c] = from_float<T>(norm::normalize(to_float(xr[c]), m, r, g[c], b[c]));
+    T* yr = yp + n * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = from_float<T>(norm::normalize(xr[c], m, r, g[c], b[c]));
   }
 }
 
@@ -66,23 +80,28 @@ void backward_cpu(const Tensor& dy, const Tensor& x, const std::vector<float>& g
   const float* mp = mean.data_as<float>();
   const float* rp = rstd.data_as<float>();
   std::vector<double> dg(static_cast<size_t>(C), 0.0), db(static_cast<size_t>(C), 0.0);
+  // xhat and dn = dy * gamma, and 16-bit rows of x and dy widened.
+  float* buf = rows::row_buffer((std::is_same_v<T, float> ? 2 : 4) * C);
+  float *xhat = buf, *dn = buf + C;
+  float* xw = std::is_same_v<T, float> ? nullptr : buf + 2 * C;
+  float* dyw = std::is_same_v<T, float> ? nullptr : buf + 3 * C;
   for (int64_t n = 0; n < N; ++n) {
     const int64_t o = n * C;
-    double sdn = 0, sdnx = 0;
+    const float* xr = row_f32(xp + o, C, xw);
+    const float* d = row_f32(dyp + o, C, dyw);
+    const float m = mp[n], r = rp[n];
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (to_float(xp[o + c]) - mp[n]) * rp[n];
-      const float d = to_float(dyp[o + c]);
-      sdn += static_cast<double>(d * g[c]);
-      sdnx += static_cast<double>(d * g[c] * xhat);
-      dg[c] += static_cast<double>(d * xhat);
-      db[c] += d;
+      xhat[c] = (xr[c] - m) * r;
+      dn[c] = norm::scaled_grad(d[c], g[c]);
     }
-    const float mdn = static_cast<float>(sdn / static_cast<double>(C));
-    const float mdnx = static_cast<float>(sdnx / static_cast<double>(C));
+    const float mdn = static_cast<float>(rows::sum(dn, C) / static_cast<double>(C));
+    const float mdnx = static_cast<float>(rows::dot(dn, xhat, C) / static_cast<double>(C));
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (to_float(xp[o + c]) - mp[n]) * rp[n];
-      dxp[o + c] = from_float<T>(norm::dx(to_float(dyp[o + c]) * g[c], xhat, rp[n], mdn, mdnx));
+      dg[c] += static_cast<double>(d[c] * xhat[c]);
+      db[c] += d[c];
     }
+    T* dxr = dxp + o;
+    for (int64_t c = 0; c < C; ++c) dxr[c] = from_float<T>(norm::dx(dn[c], xhat[c], r, mdn, mdnx));
   }
   float* dgp = dgamma.data_as<float>();
   float* dbp = dbeta.data_as<float>();

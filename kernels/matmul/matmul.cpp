@@ -9,8 +9,8 @@
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
-#include "kernels/common/widen.hpp"
 #include "kernels/common/op_fault.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/elementwise/elementwise.hpp"
 
 #if HEADROOM_HAVE_CUDA

@@ -237,6 +237,36 @@ TEST_P(SoftmaxOp, RepeatsBitwise) {
   EXPECT_EQ(out[0][1], out[1][1]);
 }
 
+// The CPU's forward takes a row without segments as the prefix of its allowed keys
+// and runs its exponentials only up to the vector that holds the last of them; with
+// segments it runs them over the whole row. One segment per batch row allows the
+// same keys, so both must give the same bytes: a key past the prefix left non-zero,
+// or a vector of the prefix left out, shows here.
+TEST(SoftmaxCpu, APrefixRowGivesTheBitsOfTheSameKeysBySegments) {
+  hr::Device& dev = hr::test::cpu_device();
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const int64_t S : {1, 7, 9, 24, 33, 129}) {
+      const SoftmaxShape sh{3, 2, S, S};
+      const hr::Shape shape{sh.B, sh.H, sh.T, sh.S};
+      const veci kvl{static_cast<int32_t>(S), 0, static_cast<int32_t>((S + 1) / 2)};
+      Tensor scores = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(numel(sh)), 7, -3.f, 3.f),
+                                        shape, dt, Consumer::activations);
+      std::vector<uint8_t> got[2];
+      for (int by_segments = 0; by_segments < 2; ++by_segments) {
+        hr::ops::AttnMask mask;
+        mask.causal = true;
+        mask.key_valid_len = Tensor::from_host_i32(dev, kvl, {sh.B}, Consumer::workspace);
+        if (by_segments)
+          mask.segment_ids =
+              Tensor::from_host_i32(dev, veci(static_cast<size_t>(sh.B * sh.T), 1), {sh.B, sh.T}, Consumer::workspace);
+        Tensor probs = Tensor::empty(dev, shape, dt, Consumer::activations);
+        hr::ops::softmax_forward(scores, mask, kScale, probs);
+        got[by_segments] = probs.to_host_bytes();
+      }
+      EXPECT_EQ(got[0], got[1]) << hr::dtype_name(dt) << " S=" << S;
+    }
+}
+
 TEST_P(SoftmaxOp, RejectsBadMasks) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;

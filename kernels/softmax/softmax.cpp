@@ -44,8 +44,8 @@ void check_mask(const Tensor& scores, const AttnMask& mask, const char* op) {
 // Without segments the exponentials run only over the whole vectors up to the last
 // allowed key, and the keys past them are 0 as they are: the vector expf takes a
 // slow path, lane by lane, for -inf, and a causal row's keys past its query are half
-// of them (the quick transformer's softmax took 7% of its CPU step that way). The
-// sum is the same: each vector left out added exp(-inf) = 0.
+// of them (expf took 6.6% of the quick transformer's CPU step that way, 2.3% without).
+// The bits are the same: each vector left out added exp(-inf) = 0 to the sum.
 template <typename T>
 void forward_cpu(const Tensor& scores, const AttnMask& mask, float scale, Tensor& probs) {
   const int64_t B = scores.dim(0), H = scores.dim(1), Tq = scores.dim(2), S = scores.dim(3);

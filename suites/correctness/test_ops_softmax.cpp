@@ -2,7 +2,8 @@
 // reference (OPS-1) with causal, padding and packed-segment masks, backward against
 // finite differences (OPS-2), mask semantics held exactly (a probability across a
 // segment boundary or past key_valid_len is exactly 0; a fully masked row is zeros,
-// not NaN), a negative control without the boundary mask, and DET-1.
+// not NaN), a negative control without the boundary mask, DET-1, and on the CPU a
+// row's prefix of allowed keys against the same keys given by segments, bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>

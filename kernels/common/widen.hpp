@@ -1,5 +1,6 @@
 // 16-bit floats widened to fp32 over whole arrays on the host: what CPU products,
-// CPU attention and host copies of tensors read.
+// CPU attention, the CPU's row ops and host copies of tensors read.
+// floats_of gives a row as floats without a copy when it already is fp32.
 // fp16 goes through a table of all 65,536 fp16 values' floats (256 KiB, made once
 // from half_bits_to_float, so the bits are the same): one load per element, where
 // the conversion's branches (subnormals, inf and NaN) keep the loop scalar at
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/float16.hpp"
@@ -36,6 +38,17 @@ inline void widen_floats(const bfloat16_t* src, float* dst, int64_t n) {
 
 inline void widen_floats(const float* src, float* dst, int64_t n) {
   if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// n values of src as floats: src itself when it is fp32, else widened into buf.
+template <typename T>
+const float* floats_of(const T* src, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    widen_floats(src, buf, n);
+    return buf;
+  }
 }
 
 }  // namespace hr

@@ -14,6 +14,7 @@
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/host_ints.hpp"
 #include "kernels/common/op_fault.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/crossentropy/crossentropy_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/crossentropy/crossentropy_cuda.hpp"
@@ -64,7 +65,7 @@ template <typename T>
 float* row_in_buffer(const T* x, int64_t V) {
   const int64_t n = rows::padded(V);
   float* e = rows::row_buffer(n);
-  for (int64_t v = 0; v < V; ++v) e[v] = to_float(x[v]);
+  widen_floats(x, e, V);
   std::fill(e + V, e + n, -INFINITY);
   return e;
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/elementwise/elementwise_math.hpp"
 
 #if HEADROOM_HAVE_CUDA
@@ -122,7 +123,7 @@ void add_bias(Tensor& y, const Tensor& bias) {
     using TB = decltype(tb);
     const int64_t cols = bias.numel(), rows = cols == 0 ? 0 : y.numel() / cols;
     std::vector<float> b(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) b[static_cast<size_t>(c)] = to_float(bias.data_as<TB>()[c]);
+    widen_floats(bias.data_as<TB>(), b.data(), cols);
     TY* py = y.data_as<TY>();
     for (int64_t r = 0; r < rows; ++r) {
       TY* row = py + r * cols;

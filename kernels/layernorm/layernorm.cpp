@@ -35,17 +35,6 @@ void check_f32(const Tensor& x, const Tensor& t, int64_t n, const char* op, cons
   check_same_device(x, t, op);
 }
 
-// A row of x as floats: itself for fp32, else widened into buf.
-template <typename T>
-const float* row_f32(const T* x, int64_t C, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    widen_floats(x, buf, C);
-    return buf;
-  }
-}
-
 // The row statistics are cpu_rows.hpp's double sums in 8 lanes (a running double
 // sum is one add's latency per element, and LayerNorm was 5.6% of the quick
 // transformer's CPU step that way); the element loops are independent per element.
@@ -59,7 +48,7 @@ void forward_cpu(const Tensor& x, const std::vector<float>& g, const std::vector
   float* rp = rstd.data_as<float>();
   float* buf = std::is_same_v<T, float> ? nullptr : rows::row_buffer(C);  // a 16-bit row widened
   for (int64_t n = 0; n < N; ++n) {
-    const float* xr = row_f32(xp + n * C, C, buf);
+    const float* xr = floats_of(xp + n * C, C, buf);
     const float m = static_cast<float>(rows::sum(xr, C) / static_cast<double>(C));
     const double v = rows::sum_sq_dev(xr, C, m);
     const float r = norm::rstd_from_var(static_cast<float>(v / static_cast<double>(C)), eps);
@@ -87,8 +76,8 @@ void backward_cpu(const Tensor& dy, const Tensor& x, const std::vector<float>& g
   float* dyw = std::is_same_v<T, float> ? nullptr : buf + 3 * C;
   for (int64_t n = 0; n < N; ++n) {
     const int64_t o = n * C;
-    const float* xr = row_f32(xp + o, C, xw);
-    const float* d = row_f32(dyp + o, C, dyw);
+    const float* xr = floats_of(xp + o, C, xw);
+    const float* d = floats_of(dyp + o, C, dyw);
     const float m = mp[n], r = rp[n];
     for (int64_t c = 0; c < C; ++c) {
       xhat[c] = (xr[c] - m) * r;

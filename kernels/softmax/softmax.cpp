@@ -8,13 +8,13 @@
 #include <climits>
 #include <cmath>
 #include <initializer_list>
-#include <type_traits>
 
 #include "harness/check.hpp"
 #include "kernels/common/cpu_rows.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/op_fault.hpp"
+#include "kernels/common/widen.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 #if HEADROOM_HAVE_CUDA
 #include "kernels/softmax/softmax_cuda.hpp"
@@ -90,17 +90,8 @@ void backward_cpu(const Tensor& probs, const Tensor& dprobs, float scale, Tensor
   float *p = buf, *d = buf + S;
   for (int64_t r = 0; r < count; ++r) {
     const int64_t o = r * S;
-    const float* pr = p;
-    const float* dr = d;
-    if constexpr (std::is_same_v<T, float>) {
-      pr = pp + o;
-      dr = dp + o;
-    } else {
-      for (int64_t s = 0; s < S; ++s) {
-        p[s] = to_float(pp[o + s]);
-        d[s] = to_float(dp[o + s]);
-      }
-    }
+    const float* pr = floats_of(pp + o, S, p);
+    const float* dr = floats_of(dp + o, S, d);
     const float dot = static_cast<float>(rows::dot(pr, dr, S));
     // dscores may be dprobs itself (in place): each element is read before it is written.
     for (int64_t s = 0; s < S; ++s) dsp[o + s] = from_float<T>(sm::dscore(pr[s], dr[s], dot, scale));

@@ -108,6 +108,10 @@ double slow_floor(BackendKind backend) {
   return backend == BackendKind::cuda ? tol::kFleetSlowFloorGpu : tol::kFleetSlowFloorCpu;
 }
 
+double behind_floor(BackendKind backend) {
+  return backend == BackendKind::cuda ? tol::kFleetBehindGpu : tol::kFleetBehindCpu;
+}
+
 nlohmann::json judge_fleet(const std::vector<nlohmann::json>& ranks, const nlohmann::json& baseline,
                            BackendKind backend) {
   const double floor = slow_floor(backend);

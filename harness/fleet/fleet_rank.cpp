@@ -274,7 +274,7 @@ class ThroughputWork {
 };
 
 // The ranks behind: those whose value (the median of their rounds) in a judged
-// metric lies below the fastest other rank's of its kind by more than the slow floor
+// metric lies below the fastest other rank's of its kind by more than behind_floor
 // (in kinds of 3 or more, those the judge compares), from the records of the ranks
 // that timed `rounds` rounds. Behind is not slow: its rounds so far may not yet show
 // what it can do, nor the others' (whose median the judge takes) theirs. A metric
@@ -309,7 +309,7 @@ std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, Back
         double fastest = 0;
         for (size_t k = 0; k < members.size(); ++k)
           if (k != i && measured[k]) fastest = std::max(fastest, best[k]);
-        if (measured[i] && best[i] < (1 - slow_floor(backend)) * fastest) out.push_back(members[i].first);
+        if (measured[i] && best[i] < (1 - behind_floor(backend)) * fastest) out.push_back(members[i].first);
       }
     }
   }

@@ -142,7 +142,8 @@ class Device {
   virtual void reset_pool_high_water() {}
   // Gives back to the driver what the pool keeps but does not use (CUDA; once the
   // work queued so far is done), and how many times an out-of-memory did so before
-  // asking again. The CPU keeps nothing: no-op, 0.
+  // asking again. The CPU: gives the heap's free memory back to the kernel
+  // (malloc_trim; the CPU device keeps freed memory in the heap), 0.
   virtual void release_cached() {}
   virtual size_t pool_releases_on_oom() const { return 0; }
 

@@ -236,11 +236,7 @@ Tensor MlpModel::block_backward(int64_t i, BlockState& state, const Tensor& dy, 
     ops::linear_backward(u, P(lb_[l]).compute, dh, du, P(lb_[l]).grad, no_bias);
     u = Tensor();
     ops::scale(du, lora_scale_, du);
-    Tensor dxa;
-    if (need_dx) dxa = Tensor::empty(dev, {N, st.x.dim(1)}, dtype_, ws);
-    ops::linear_backward(st.x, P(la_[l]).compute, du, dxa, P(la_[l]).grad, no_bias);
-    du = Tensor();
-    if (need_dx) ops::add(dx, dxa, dx);
+    ops::linear_backward(st.x, P(la_[l]).compute, du, dx, P(la_[l]).grad, no_bias, ops::DxWrite::accumulate);
   }
   st.x = st.h = Tensor();
   return dx;

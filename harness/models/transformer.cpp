@@ -103,10 +103,8 @@ void TransformerModel::lora_backward(int a, int b, const Tensor& x, const Tensor
   ops::linear_backward(u, P(b).compute, dlin, du, P(b).grad, no_bias);  // dB += dlin^T (s u)
   u = Tensor();
   ops::scale(du, lora_scale_, du);
-  Tensor dxa = Tensor::empty(dev, x.shape(), dtype_, Consumer::workspace);
-  ops::linear_backward(x, P(a).compute, du, dxa, P(a).grad, no_bias);  // dA += (s dlin B)^T x
-  du = Tensor();
-  ops::add(dx, dxa, dx);
+  // dA += (s dlin B)^T x; dx += s dlin B A
+  ops::linear_backward(x, P(a).compute, du, dx, P(a).grad, no_bias, ops::DxWrite::accumulate);
 }
 
 void TransformerModel::layernorm_backward_params(const Tensor& dy, const Tensor& x, int w, int b, const Tensor& mean,
@@ -278,19 +276,18 @@ Tensor TransformerModel::block_backward(int64_t i, BlockState& state, const Tens
   }
   Tensor dln1 = Tensor::empty(dev, {N, C}, dtype_, ws);
   {
-    Tensor tmp = Tensor::empty(dev, {N, C}, dtype_, ws);
+    // q, k and v all read ln1: their input gradients add up in dln1, each product
+    // added into it (beta = 1) after the first.
     Tensor lin = Tensor::empty(dev, {B_, T_, C}, dtype_, ws);
-    auto back = [&](Tensor& dh, int w, int b, Tensor& into, int la = -1, int lb = -1) {
+    auto back = [&](Tensor& dh, int w, int b, ops::DxWrite write, int la = -1, int lb = -1) {
       ops::merge_heads(dh, lin);
       dh = Tensor();
-      ops::linear_backward(st.ln1, P(w).compute, lin.reshape({N, C}), into, P(w).grad, P(b).grad);
-      if (la >= 0) lora_backward(la, lb, st.ln1, lin.reshape({N, C}), into);
+      ops::linear_backward(st.ln1, P(w).compute, lin.reshape({N, C}), dln1, P(w).grad, P(b).grad, write);
+      if (la >= 0) lora_backward(la, lb, st.ln1, lin.reshape({N, C}), dln1);
     };
-    back(dq, bp.q_w, bp.q_b, dln1, bp.q_la, bp.q_lb);
-    back(dk, bp.k_w, bp.k_b, tmp);
-    ops::add(dln1, tmp, dln1);
-    back(dv, bp.v_w, bp.v_b, tmp, bp.v_la, bp.v_lb);
-    ops::add(dln1, tmp, dln1);
+    back(dq, bp.q_w, bp.q_b, ops::DxWrite::overwrite, bp.q_la, bp.q_lb);
+    back(dk, bp.k_w, bp.k_b, ops::DxWrite::accumulate);
+    back(dv, bp.v_w, bp.v_b, ops::DxWrite::accumulate, bp.v_la, bp.v_lb);
     st.ln1 = Tensor();
   }
   Tensor dx = Tensor::empty(dev, {N, C}, dtype_, ws);

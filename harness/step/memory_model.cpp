@@ -533,10 +533,8 @@ class TransformerReplay {
     const Ledger::Id du = L_.alloc(kWs, N_ * r_ * c_.s);
     k_.linear_backward(N_, r_, C_, true, false);
     L_.free(u);
-    const Ledger::Id dxa = L_.alloc(kWs, N_ * C_ * c_.s);
-    k_.linear_backward(N_, C_, r_, true, false);
+    k_.linear_backward(N_, C_, r_, true, false);  // added into the caller's dx
     L_.free(du);
-    L_.free(dxa);
   }
 
   // harness/models/transformer.cpp block_forward: keep = the tensors are activations.
@@ -658,14 +656,14 @@ class TransformerReplay {
     }
     const Ledger::Id dln1 = L_.alloc(kWs, NCs);
     {
-      const Ledger::Id tmp = L_.alloc(kWs, NCs), lin = L_.alloc(kWs, NCs);
-      for (Ledger::Id dh : {dq, dk, dv}) {
+      const Ledger::Id lin = L_.alloc(kWs, NCs);
+      for (Ledger::Id dh : {dq, dk, dv}) {  // each added into dln1
         L_.free(dh);
         k_.linear_backward(N_, C_, C_, true, !lora_, !lora_);
         if (lora_ && dh != dk) lora_backward();  // q and v carry adapters
       }
       L_.free(id[0]);  // ln1
-      L_.free(tmp), L_.free(lin);
+      L_.free(lin);
     }
     const Ledger::Id dx = L_.alloc(kWs, NCs);
     layernorm_backward();
@@ -829,9 +827,8 @@ class MlpReplay {
       const Ledger::Id du = L_.alloc(kWs, N_ * r_ * c_.s);
       k_.linear_backward(N_, r_, W_, true, false);
       L_.free(u);
-      const Ledger::Id dxa = need_dx ? L_.alloc(kWs, N_ * in * c_.s) : Ledger::kNone;
-      k_.linear_backward(N_, in, r_, need_dx, false);
-      L_.free(du), L_.free(dxa);
+      k_.linear_backward(N_, in, r_, need_dx, false);  // added into dx
+      L_.free(du);
     }
     L_.free(st.x), L_.free(id[0]);
     L_.free(dh);

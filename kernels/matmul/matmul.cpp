@@ -6,6 +6,8 @@
 
 #include <cblas.h>
 
+#include <cstring>
+
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/float16.hpp"
@@ -110,6 +112,24 @@ void gemm(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool t
   gemm_cpu(a, trans_a, b, trans_b, c, d, alpha, beta);
 }
 
+// The CPU's fused bias: every row of the fp32 y set to the bias, so that a product
+// with beta = 1 adds x w^T to it. An op profile counts it as add_bias, as the bias
+// add it stands for.
+void set_bias_rows(Tensor& y, const Tensor& b) {
+  const OpTimer timer(y, "add_bias");
+  const int64_t cols = b.numel(), rows = cols == 0 ? 0 : y.numel() / cols;
+  float* py = y.data_as<float>();
+  if (rows == 0) return;
+  if (b.dtype() == DType::f32) {
+    std::memcpy(py, b.data_as<float>(), static_cast<size_t>(cols) * sizeof(float));
+  } else if (b.dtype() == DType::f16) {
+    widen_floats(b.data_as<half_t>(), py, cols);
+  } else {
+    widen_floats(b.data_as<bfloat16_t>(), py, cols);
+  }
+  for (int64_t r = 1; r < rows; ++r) std::memcpy(py + r * cols, py, static_cast<size_t>(cols) * sizeof(float));
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
@@ -142,11 +162,19 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y
   if (b.defined())
     HR_CHECK(b.ndim() == 1 && b.dim(0) == w.dim(0), "linear_forward: bias {} for w {}", shape_str(b.shape()),
              shape_str(w.shape()));
+  if (b.defined() && y.device().kind() == BackendKind::cpu && y.dtype() == DType::f32) {
+    HR_CHECK(is_float(b.dtype()), "linear_forward: bias {} must be a float tensor", b.str());
+    check_same_device(y, b, "linear_forward bias");
+    set_bias_rows(y, b);
+    matmul(x, false, w, true, y, 1.f, 1.f);
+    return;
+  }
   matmul(x, false, w, true, y);
   if (b.defined()) add_bias(y, b);
 }
 
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db) {
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
+                     DxWrite dx_write) {
   HR_CHECK(x.defined() && w.defined() && dy.defined(), "linear_backward: undefined operand");
   HR_CHECK(x.ndim() == 2 && w.ndim() == 2 && dy.ndim() == 2 && x.dim(1) == w.dim(1) && dy.dim(0) == x.dim(0) &&
                dy.dim(1) == w.dim(0),
@@ -154,7 +182,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor&
            shape_str(x.shape()), shape_str(w.shape()), shape_str(dy.shape()));
   if (dx.defined()) {
     check_same_shape(dx, x, "linear_backward dx");
-    matmul(dy, false, w, false, dx);  // activation gradient: overwritten
+    matmul(dy, false, w, false, dx, 1.f, dx_write == DxWrite::accumulate ? 1.f : 0.f);  // activation gradient
   }
   if (dw.defined()) {  // undefined for a frozen weight (LoRA's base): no buffer, no product
     check_same_shape(dw, w, "linear_backward dw");

@@ -19,9 +19,18 @@ void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b
 
 // Linear layer with PyTorch's weight layout: x [N, in], w [out, in], b [out] (may be
 // undefined), y [N, out] = x w^T + b.
+// On the CPU with an fp32 y, y starts as the bias rows and the product is added into
+// it (sgemm's beta = 1, as PyTorch's addmm): one pass over y fewer than a product and
+// then a bias add. The bits are those of the product followed by the add, except
+// where OpenBLAS splits K into panels: there the bias joins the first panel's sum.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
-// dx = dy w (overwritten), dw += dy^T x, db += sum_n dy; each skipped when its
+
+// How linear_backward writes dx: overwritten with dy w, or dy w added to what dx
+// holds (beta = 1), for an input that feeds several layers (q, k and v read one ln1).
+enum class DxWrite { overwrite, accumulate };
+// dx = dy w (or dx += dy w), dw += dy^T x, db += sum_n dy; each skipped when its
 // tensor is undefined (dw undefined: a frozen weight owns no gradient buffer).
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db);
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,
+                     DxWrite dx_write = DxWrite::overwrite);
 
 }  // namespace hr::ops

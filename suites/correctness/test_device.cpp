@@ -5,8 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <utility>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "harness/check.hpp"
 #include "harness/kernel_calls.hpp"
@@ -37,6 +40,34 @@ TEST(Device, AutoPicksTheGpuOnlyWhenADeviceAnswers) {
   if (!have) {
     EXPECT_FALSE(why.empty());
   }
+}
+
+// The CPU device keeps freed memory in the heap (harness/device.cpp): a block freed
+// and asked for again is the same pages, with no page fault, until release_cached
+// gives them back to the kernel, after which the same request faults its pages in.
+TEST(Device, CpuFreedMemoryIsReusedUntilReleased) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator does not take glibc's heap settings";
+#else
+  auto dev = hr::make_device("cpu");
+  constexpr size_t kBytes = size_t{16} << 20;
+  const size_t pages = kBytes / static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+  auto faults_of_a_touched_block = [&] {
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
+    void* p = dev->allocate(kBytes, hr::Consumer::workspace);
+    std::memset(p, 1, kBytes);
+    getrusage(RUSAGE_THREAD, &after);
+    dev->deallocate(p, kBytes, hr::Consumer::workspace);
+    return static_cast<size_t>(after.ru_minflt - before.ru_minflt);
+  };
+  faults_of_a_touched_block();  // the heap grows to hold it
+  const size_t reused = faults_of_a_touched_block();
+  dev->release_cached();
+  const size_t released = faults_of_a_touched_block();
+  EXPECT_LT(reused, pages / 16) << "a freed block asked for again should be the same pages";
+  EXPECT_GT(released, pages / 2) << "after release_cached the pages should be the kernel's again";
+#endif
 }
 
 TEST(Device, cuda_RecordHasComputeCapabilityAndVersions) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "harness/check.hpp"
@@ -219,8 +220,11 @@ TEST_P(MatmulOps, RepeatedProductIsBitwiseIdentical) {
 TEST_P(MatmulOps, LinearForwardMatchesReference) {
   HR_TEST_DEVICE(dev, GetParam().backend);
   const DType dt = GetParam().dtype;
-  for (bool with_bias : {true, false}) {
-    const int64_t n = 33, in = 17, out = 129;
+  // in = 700: past OpenBLAS's K panel, where the CPU's fused bias joins the first
+  // panel's partial sum.
+  for (const auto& [with_bias, in] : {std::pair{true, int64_t{17}}, std::pair{false, int64_t{17}},
+                                      std::pair{true, int64_t{700}}}) {
+    const int64_t n = 33, out = 129;
     Operand x = random_operand(dev, {n, in}, dt, 61);
     Operand w = random_operand(dev, {out, in}, dt, 62, Consumer::weights);
     Operand b = random_operand(dev, {out}, dt, 63, Consumer::weights);
@@ -228,7 +232,7 @@ TEST_P(MatmulOps, LinearForwardMatchesReference) {
     ops::linear_forward(x.t, w.t, with_bias ? b.t : Tensor(), y);
     const auto want = ref::linear(x.host, w.host, with_bias ? b.host : std::vector<double>(), n, in, out);
     // The bias add is a second rounding of y in 16-bit storage: same bound family.
-    EXPECT_LE(test::nmse(y.to_host_f32(), want), tol::kMatmulNmse(dt)) << "bias " << with_bias;
+    EXPECT_LE(test::nmse(y.to_host_f32(), want), tol::kMatmulNmse(dt)) << "bias " << with_bias << ", in " << in;
   }
 }
 
@@ -275,6 +279,14 @@ TEST_P(MatmulOps, LinearBackwardMatchesFiniteDifferences) {
   ops::linear_backward(x.t, w.t, g.t, dx_frozen, none, none);
   EXPECT_EQ(dev.memory().snapshot().current(Consumer::gradients), grads_before);
   EXPECT_EQ(hr::bitwise_mismatches(dx_frozen.to_host_bytes(), dx.to_host_bytes()), 0u);
+
+  // DxWrite::accumulate adds dy w to what dx holds (an input read by several layers).
+  Operand dx0 = random_operand(dev, {n, in}, dt, 77);
+  Tensor dx_acc = dx0.t.clone();
+  ops::linear_backward(x.t, w.t, g.t, dx_acc, none, none, ops::DxWrite::accumulate);
+  std::vector<double> gx_acc = gx;
+  for (size_t i = 0; i < gx_acc.size(); ++i) gx_acc[i] += dx0.host[i];
+  EXPECT_TRUE(test::nmse_within(dx_acc.to_host_f32(), gx_acc, tol, "dx (accumulated)"));
 }
 
 TEST_P(MatmulOps, LinearBackwardIsBitwiseRepeatable) {

@@ -165,14 +165,18 @@ class CpuTimer final : public Timer {
 // the next: about 1,400 page faults and their zeroing a step of the quick
 // transformer. The CPU device keeps freed memory in the process's heap instead, as
 // the CUDA pool keeps it on the card: blocks below 32 MiB (glibc's largest mmap
-// threshold) come from the heap, and up to 1 GiB free at its top stays mapped.
-// release_cached gives it back (malloc_trim).
+// threshold) come from the heap, and up to 1 GiB free at its top stays mapped for
+// the process's life. The setting is the process's (headroom's programs are the
+// library's users). release_cached gives that memory back (malloc_trim); no run
+// calls it, a program that wants the memory back between runs may.
 void keep_freed_memory_in_the_heap() {
+#if defined(__GLIBC__)
   static std::once_flag once;
   std::call_once(once, [] {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   });
+#endif
 }
 
 class CpuDevice final : public Device {
@@ -188,7 +192,11 @@ class CpuDevice final : public Device {
   void copy_on_device(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
   void fill_zero(void* dst, size_t n) override { std::memset(dst, 0, n); }
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<CpuTimer>(); }
-  void release_cached() override { malloc_trim(0); }
+  void release_cached() override {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+  }
 
  protected:
   void do_copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }

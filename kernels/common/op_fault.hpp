@@ -6,6 +6,9 @@
 // attention_forward (its output, the memory-efficient form's saved log-sum-exp, and
 // cuDNN's rows without keys), attention_backward (cuDNN's rows without keys) and
 // batchnorm_backward (its contribution to dgamma).
+// matmul's output faults act on c as stored after the product: where c held values
+// before it (beta = 1: the CPU's fused bias of linear_forward, an accumulated dx),
+// those are perturbed with it.
 #pragma once
 
 #include <cstdint>

@@ -28,8 +28,9 @@ bool wait_markers(const std::string& dir, const char* what, const std::vector<in
 // median of its rounds' values (round_median); timed_marker(k) names the barrier of
 // round k. CPU ranks take turns in every round, GPUs are timed together. After
 // kThroughputRounds rounds, and after each round more, the lowest live rank reads
-// every rank's record and decides for all (in .decide_r<k>_<rank>): while any
-// rank's median lies behind the fastest other's by more than behind_floor, every
+// every rank's record and decides for all (in .decide_r<k>_<rank>): if any rank's
+// median lies behind the fastest other's by more than behind_floor after the first
+// rounds, and then while one lies behind it by more than the slow floor, every
 // rank is timed one round more, up to kConfirmRounds more, within the lesser of
 // 120 s and 15% of the budget and never past 75% of it. A slow spell of a shared
 // host slows whoever it meets, and passes: the rounds more give a rank that met
@@ -61,8 +62,9 @@ std::string kind_of(const nlohmann::json& rec);
 
 // The slow floor of a kind of device (harness/tolerances.hpp kFleetSlowFloor*).
 double slow_floor(BackendKind backend);
-// How far behind the fastest other rank a rank's median must lie for every rank to
-// be timed a round more (harness/tolerances.hpp kFleetBehind*).
+// How far behind the fastest other rank a rank's median must lie after the first
+// rounds for every rank to be timed rounds more (harness/tolerances.hpp
+// kFleetBehind*); the rounds more go on while one lies behind by the slow floor.
 double behind_floor(BackendKind backend);
 
 // The median of the values (the mean of the middle two of an even count); NaN when

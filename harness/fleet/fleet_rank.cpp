@@ -274,13 +274,13 @@ class ThroughputWork {
 };
 
 // The ranks behind: those whose value (the median of their rounds) in a judged
-// metric lies below the fastest other rank's of its kind by more than behind_floor
+// metric lies below the fastest other rank's of its kind by more than `floor`
 // (in kinds of 3 or more, those the judge compares), from the records of the ranks
 // that timed `rounds` rounds. Behind is not slow: its rounds so far may not yet show
 // what it can do, nor the others' (whose median the judge takes) theirs. A metric
 // that failed to measure is final (fold_round keeps the failure), so it makes no
 // rank behind.
-std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend) {
+std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, BackendKind backend, double floor) {
   std::map<std::string, std::vector<std::pair<int, nlohmann::json>>> kinds;
   for (int r = 0; r < size; ++r) {
     try {
@@ -309,7 +309,7 @@ std::vector<int> ranks_behind(const std::string& dir, int size, int rounds, Back
         double fastest = 0;
         for (size_t k = 0; k < members.size(); ++k)
           if (k != i && measured[k]) fastest = std::max(fastest, best[k]);
-        if (measured[i] && best[i] < (1 - behind_floor(backend)) * fastest) out.push_back(members[i].first);
+        if (measured[i] && best[i] < (1 - floor) * fastest) out.push_back(members[i].first);
       }
     }
   }
@@ -456,7 +456,11 @@ int rank_work(const RankOptions& opt) {
           nlohmann::json decision;
           if (round == kThroughputRounds) confirm_deadline = std::min(after(std::min(120.0, 0.15 * budget)), by_budget);
           if (decider == place.rank) {
-            const std::vector<int> behind = ranks_behind(opt.dir, place.size, round, dev->kind());
+            // The first decision starts rounds more at the lower behind_floor; the
+            // later ones go on only while a rank is behind by the slow floor itself.
+            const double floor =
+                round == kThroughputRounds ? behind_floor(dev->kind()) : slow_floor(dev->kind());
+            const std::vector<int> behind = ranks_behind(opt.dir, place.size, round, dev->kind(), floor);
             // The decider's clock alone says whether the rounds' time is up.
             const bool in_time = std::chrono::steady_clock::now() < confirm_deadline;
             const bool more = !behind.empty() && round < kThroughputRounds + kConfirmRounds && in_time;

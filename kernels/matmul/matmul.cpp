@@ -10,6 +10,7 @@
 
 #include "harness/check.hpp"
 #include "kernels/common/dispatch.hpp"
+#include "kernels/common/dtype_dispatch.hpp"
 #include "kernels/common/float16.hpp"
 #include "kernels/common/op_fault.hpp"
 #include "kernels/common/widen.hpp"
@@ -120,13 +121,8 @@ void set_bias_rows(Tensor& y, const Tensor& b) {
   const int64_t cols = b.numel(), rows = cols == 0 ? 0 : y.numel() / cols;
   float* py = y.data_as<float>();
   if (rows == 0) return;
-  if (b.dtype() == DType::f32) {
-    std::memcpy(py, b.data_as<float>(), static_cast<size_t>(cols) * sizeof(float));
-  } else if (b.dtype() == DType::f16) {
-    widen_floats(b.data_as<half_t>(), py, cols);
-  } else {
-    widen_floats(b.data_as<bfloat16_t>(), py, cols);
-  }
+  dispatch_float(b.dtype(), "linear_forward bias",
+                 [&](auto tag) { widen_floats(b.data_as<decltype(tag)>(), py, cols); });
   for (int64_t r = 1; r < rows; ++r) std::memcpy(py + r * cols, py, static_cast<size_t>(cols) * sizeof(float));
 }
 

@@ -109,6 +109,21 @@ std::vector<OpCase> build_cases(Device& dev, DType dt, Preset preset, uint64_t s
                      },
                      ref::matmul(a.stored, false, b.stored, true, vecd(M * N, 0.0), 1, M, N, K)});
   }
+  {  // A linear layer with its bias, y [M, N] = x [M, K] w^T + bias: on the CPU in fp32
+     // the bias is the product's C (beta = 1), elsewhere the product's output plus
+     // the bias; K long enough for a CPU BLAS to split it into panels.
+    const int64_t M = full ? 513 : 129, K = 700, N = full ? 255 : 127;
+    auto x = random_input(dev, {M, K}, dt, seed + 14), w = random_input(dev, {N, K}, dt, seed + 15),
+         bias = random_input(dev, {N}, dt, seed + 16);
+    cases.push_back({"linear", "linear_forward", {{"M", M}, {"K", K}, {"N", N}, {"bias", true}}, &tol::kMatmulNmse,
+                     kMatmulReason,
+                     [&dev, x, w, bias, M, N, dt] {
+                       Tensor y = Tensor::empty(dev, {M, N}, dt, Consumer::workspace);
+                       ops::linear_forward(x.t, w.t, bias.t, y);
+                       return y;
+                     },
+                     ref::linear(x.stored, w.stored, bias.stored, M, K, N)});
+  }
   {  // LayerNorm forward over rows of an odd width.
     const int64_t N = full ? 256 : 64, C = 4097;
     auto x = random_input(dev, {N, C}, dt, seed + 5), g = random_input(dev, {C}, dt, seed + 6),

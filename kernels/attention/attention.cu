@@ -216,6 +216,21 @@ int smem_optin(int dev) {
   return optin;
 }
 
+// The virtual architecture (compute_XX) of the tensor-core kernels' code that runs
+// on a device, read once per device. A build for no architecture of 8.0 or newer
+// (CMAKE_CUDA_ARCHITECTURES=75 on an A100, through the driver's compilation of its
+// PTX) has kernels whose bodies are traps, though the device could run them.
+int tc_code_cc(int dev) {
+  static std::mutex& mu = *new std::mutex;  // never destroyed: callable during exit
+  static std::map<int, int>& seen = *new std::map<int, int>;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = seen.find(dev);
+  if (it != seen.end()) return it->second;
+  const int cc = tensor_core_kernel_resources(dev, DType::bf16, 32)[0].code_cc;
+  seen.emplace(dev, cc);
+  return cc;
+}
+
 }  // namespace
 
 bool tensor_core_attention_available(const Tensor& q, std::string* why) {
@@ -231,6 +246,10 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   const DeviceRecord& rec = q.device().record();
   if (rec.cc_major < 8)
     return no(fmt::format("compute capability {}.{}: the tensor-core kernels (mma.sync, ldmatrix, cp.async) need 8.0 or newer", rec.cc_major, rec.cc_minor));
+  if (const int code = tc_code_cc(rec.ordinal); code < 80)
+    return no(fmt::format("this build's code for the device comes from compute_{} (CMAKE_CUDA_ARCHITECTURES): the "
+                          "tensor-core kernels need compute_80 or newer",
+                          code));
   const int optin = smem_optin(rec.ordinal);
   size_t need = 0;
   with_head_dim(static_cast<int>(q.dim(3)), [&](auto kd) { need = tc_smem_bytes<decltype(kd)::value>(); });

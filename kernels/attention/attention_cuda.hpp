@@ -22,8 +22,9 @@ void attention_mem_efficient_backward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& dout, const AttnMask& mask, float scale, const Tensor& lse,
                                       Tensor& dq, Tensor& dk, Tensor& dv);
 // Whether the tensor-core kernels can take q on this device (fp16 or bf16, head dim
-// <= 128, compute capability 8.0 or newer, enough shared memory per block); when
-// not, `why` (if given) says why and the scalar kernels run instead.
+// <= 128, compute capability 8.0 or newer, code for it compiled from compute_80 or
+// newer, enough shared memory per block); when not, `why` (if given) says why and
+// the scalar kernels run instead.
 bool tensor_core_attention_available(const Tensor& q, std::string* why = nullptr);
 // What one tensor-core kernel was built with (ptxas's registers and local memory,
 // its dynamic shared memory) and how many of its blocks one SM of a device holds at
@@ -35,6 +36,7 @@ struct TcKernelResources {
   size_t local_bytes = 0;   // per thread
   size_t smem_bytes = 0;    // dynamic, per block
   int binary_cc = 0;                // the architecture of the code that runs (e.g. 90)
+  int code_cc = 0;                  // the virtual architecture it was compiled from (compute_XX)
   size_t design_sm_smem_bytes = 0;  // the shared memory per SM its design assumed
   int design_blocks = 0;
   int blocks_per_sm = 0;

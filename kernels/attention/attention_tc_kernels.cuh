@@ -738,6 +738,7 @@ TcKernelResources resources_of(const char* name, Kernel kernel, size_t smem, int
   r.local_bytes = a.localSizeBytes;
   r.smem_bytes = smem;
   r.binary_cc = a.binaryVersion;  // the SASS that runs here, built or JIT-compiled for this device
+  r.code_cc = a.ptxVersion;       // compute_XX of that code: below 80 the kernels' bodies are traps
   r.design_sm_smem_bytes = sm_smem_bytes_of(a.binaryVersion);
   r.design_blocks = design_blocks(smem, reg_blocks, a.binaryVersion);
   r.blocks_per_sm = blocks;

@@ -2,7 +2,8 @@
 // controls of OPS-1 (an op against float64) and DET-1 (an op twice, bitwise). The
 // fault acts inside the op's public entry point, after the backend computed, so the
 // same switch breaks the CPU loop and the CUDA kernel alike. Ops that read it:
-// matmul (also the silent corruption of `headroom fleet`), layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
+// matmul (also the silent corruption of `headroom fleet`), linear_forward (its output with the bias),
+// layernorm_forward, softmax_forward, gelu_forward, cross_entropy_forward,
 // attention_forward (its output, the memory-efficient form's saved log-sum-exp, and
 // cuDNN's rows without keys), attention_backward (cuDNN's rows without keys) and
 // batchnorm_backward (its contribution to dgamma).

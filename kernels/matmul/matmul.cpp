@@ -163,10 +163,11 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y
     check_same_device(y, b, "linear_forward bias");
     set_bias_rows(y, b);
     matmul(x, false, w, true, y, 1.f, 1.f);
-    return;
+  } else {
+    matmul(x, false, w, true, y);
+    if (b.defined()) add_bias(y, b);
   }
-  matmul(x, false, w, true, y);
-  if (b.defined()) add_bias(y, b);
+  apply_output_fault("linear_forward", y);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db,

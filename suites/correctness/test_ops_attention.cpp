@@ -727,7 +727,8 @@ TEST(AttentionTensorCoreCuda, Fp16BackwardStaysFiniteWhereDsPassesFp16sRange) {
 // local memory (spills) in any of the 18 (forward, dQ, dK/dV x f16, bf16 x head
 // dims 32, 64, 128); the shared memory per SM the design assumed for the code's
 // architecture is the device's; and at least the blocks per SM each was built for
-// (its __launch_bounds__ minimum) fit at once.
+// (its __launch_bounds__ minimum) fit at once; and the code comes from compute_80
+// or newer (the dispatch's own check).
 TEST(AttentionTensorCoreCuda, KernelsHaveNoSpillsAndTheirDesignedOccupancy) {
   HR_TENSOR_CORE_DEVICE(dev, DType::bf16);
 #if HEADROOM_HAVE_CUDA
@@ -736,9 +737,12 @@ TEST(AttentionTensorCoreCuda, KernelsHaveNoSpillsAndTheirDesignedOccupancy) {
     for (int64_t D : {32, 64, 128})
       for (const ops::cuda::TcKernelResources& r : ops::cuda::tensor_core_kernel_resources(ordinal, dt, D)) {
         const std::string what = fmt::format("{} {} D{}", r.kernel, dtype_name(dt), D);
-        RecordProperty(what, fmt::format("sm_{}: {} registers, {} B local, {} B shared, {} blocks/SM (designed {})",
-                                         r.binary_cc, r.registers, r.local_bytes, r.smem_bytes, r.blocks_per_sm,
-                                         r.design_blocks));
+        RecordProperty(what, fmt::format("sm_{} from compute_{}: {} registers, {} B local, {} B shared, {} blocks/SM "
+                                         "(designed {})",
+                                         r.binary_cc, r.code_cc, r.registers, r.local_bytes, r.smem_bytes,
+                                         r.blocks_per_sm, r.design_blocks));
+        // The device took the tensor-core kernels, so their code has real bodies.
+        EXPECT_GE(r.code_cc, 80) << what;
         EXPECT_EQ(r.local_bytes, 0u) << what << ": " << r.registers << " registers and local memory (spills)";
         EXPECT_EQ(r.sm_smem_bytes, r.design_sm_smem_bytes) << what << " built for sm_" << r.binary_cc;
         EXPECT_GE(r.blocks_per_sm, 1) << what;

@@ -18,10 +18,11 @@ class OpsConformanceProperty : public testing::TestWithParam<hr::BackendKind> {}
 TEST_P(OpsConformanceProperty, EveryOpWithinItsBoundAndRepeatable) {
   HR_TEST_DEVICE(dev, GetParam());
   const auto ms = hr::test::run_property("OPS-1", dev);
-  // Per float dtype: 8 op cases (7 ops) x (OPS-1 + DET-1); per op a gross and a
-  // subtle control of each of its two checks (OpFault); the matrix product's two
-  // input faults; per model a DET-1 step check with its gross and subtle controls.
-  hr::test::expect_all_passed(ms, 3u * (8u * 2u + 7u * 4u + 2u + 2u * 3u), 3u * (7u * 4u + 2u + 2u * 2u));
+  // Per float dtype: 9 op cases (8 ops: the product twice, the linear layer, ...) x
+  // (OPS-1 + DET-1); per op a gross and a subtle control of each of its two checks
+  // (OpFault); the matrix product's two input faults; per model a DET-1 step check
+  // with its gross and subtle controls.
+  hr::test::expect_all_passed(ms, 3u * (9u * 2u + 8u * 4u + 2u + 2u * 3u), 3u * (8u * 4u + 2u + 2u * 2u));
   std::set<std::string> dtypes, ops;
   std::map<std::string, int> subtle, step_checks;  // "id dtype" -> count
   std::map<std::string, int> subtle_of;             // "check dtype" -> subtle controls aimed at it
@@ -42,10 +43,10 @@ TEST_P(OpsConformanceProperty, EveryOpWithinItsBoundAndRepeatable) {
     }
   }
   EXPECT_EQ(dtypes.size(), 3u);
-  EXPECT_GE(ops.size(), 9u);  // 7 ops, the two models
+  EXPECT_GE(ops.size(), 10u);  // 8 ops, the two models
   for (const char* dt : {"fp32", "fp16", "bf16"}) {
-    EXPECT_EQ(subtle[std::string("OPS-1 ") + dt], 8) << dt;
-    EXPECT_EQ(subtle[std::string("DET-1 ") + dt], 9) << dt;
+    EXPECT_EQ(subtle[std::string("OPS-1 ") + dt], 9) << dt;
+    EXPECT_EQ(subtle[std::string("DET-1 ") + dt], 10) << dt;
     for (const auto& m : ms)
       if (!m.negative_control && m.dtype == dt)
         EXPECT_GE(subtle_of[hr::check_name(m.id, m.title) + " " + dt], 1) << hr::test::describe(m);

@@ -202,33 +202,40 @@ Form form_of(const char* op, const Tensor& q, const AttnMask& mask, std::initial
   return Form::scalar;
 }
 
-// A device's shared memory per block with the opt-in, read once per device (the
-// dispatch asks at every call; the compute capability is in the device record).
+// A figure of each device, read once per device: the dispatch asks at every call.
+class PerDevice {
+ public:
+  template <class Read>
+  int get(int dev, Read read) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto it = seen_.find(dev);
+    if (it == seen_.end()) it = seen_.emplace(dev, read()).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, int> seen_;
+};
+
+// A device's shared memory per block with the opt-in (the compute capability is in
+// the device record).
 int smem_optin(int dev) {
-  static std::mutex& mu = *new std::mutex;  // never destroyed: callable during exit
-  static std::map<int, int>& seen = *new std::map<int, int>;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto it = seen.find(dev);
-  if (it != seen.end()) return it->second;
-  int optin = 0;
-  HR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  seen.emplace(dev, optin);
-  return optin;
+  static PerDevice& seen = *new PerDevice;  // never destroyed: callable during exit
+  return seen.get(dev, [dev] {
+    int optin = 0;
+    HR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return optin;
+  });
 }
 
 // The virtual architecture (compute_XX) of the tensor-core kernels' code that runs
-// on a device, read once per device. A build for no architecture of 8.0 or newer
-// (CMAKE_CUDA_ARCHITECTURES=75 on an A100, through the driver's compilation of its
-// PTX) has kernels whose bodies are traps, though the device could run them.
+// on a device. A build for no architecture of 8.0 or newer (CMAKE_CUDA_ARCHITECTURES=75
+// on an A100, through the driver's compilation of its PTX) has kernels whose bodies
+// are traps, though the device could run them.
 int tc_code_cc(int dev) {
-  static std::mutex& mu = *new std::mutex;  // never destroyed: callable during exit
-  static std::map<int, int>& seen = *new std::map<int, int>;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto it = seen.find(dev);
-  if (it != seen.end()) return it->second;
-  const int cc = tensor_core_kernel_resources(dev, DType::bf16, 32)[0].code_cc;
-  seen.emplace(dev, cc);
-  return cc;
+  static PerDevice& seen = *new PerDevice;
+  return seen.get(dev, [dev] { return tensor_core_kernel_resources(dev, DType::bf16, 32)[0].code_cc; });
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 # End to end on the CPU: the timing verdict of `headroom validate` against a run of
 # the same build on the same machine. `run --only ^BM-MB$` records a baseline; a
 # validate against it must exit 0 (fit: its timings the same, or noisy where the
-# machine drifted, never a regression); the same validate with a twofold slowdown
+# machine drifted, never a regression); the same validate with a threefold slowdown
 # injected into micro-batch 4 (HEADROOM_INJECT_SLOWDOWN) must exit 1 and name that
-# point, confirmed on re-measurement.
+# point, confirmed on re-measurement. Threefold, not twofold: where the host is busy
+# (5% of its CPU time stolen by the hypervisor is enough) validate judges only
+# changes beyond 75%, and a twofold slowdown failed 2 of 17 runs: one read +65% (the
+# baseline's point 9% slower than its neighbours, the slowed run's own part 17%
+# faster), judged too noisy, a fit.
 #   cmake -DHEADROOM=<headroom binary> -DWORK=<scratch dir> -P validate_slowdown.cmake
 file(REMOVE_RECURSE "${WORK}")
 function(headroom expect)
@@ -22,7 +26,7 @@ if(NOT out MATCHES "verdict: FIT")
   message(FATAL_ERROR "validating a run against the same build gave no FIT verdict")
 endif()
 
-set(ENV{HEADROOM_INJECT_SLOWDOWN} "BM-MB:micro_batch=4:2")
+set(ENV{HEADROOM_INJECT_SLOWDOWN} "BM-MB:micro_batch=4:3")
 headroom(1 validate --baseline "${WORK}/baseline/results.json" ${common} --out "${WORK}/slower")
 unset(ENV{HEADROOM_INJECT_SLOWDOWN})
 # A reason longer than the console's 120 columns goes on: its lines joined back.

@@ -235,7 +235,7 @@ int smem_optin(int dev) {
 // are traps, though the device could run them.
 int tc_code_cc(int dev) {
   static PerDevice& seen = *new PerDevice;
-  return seen.get(dev, [dev] { return tensor_core_kernel_resources(dev, DType::bf16, 32)[0].code_cc; });
+  return seen.get(dev, [dev] { return attn_tc::code_cc<bfloat16_t, 32>(dev); });
 }
 
 }  // namespace
@@ -253,7 +253,10 @@ bool tensor_core_attention_available(const Tensor& q, std::string* why) {
   const DeviceRecord& rec = q.device().record();
   if (rec.cc_major < 8)
     return no(fmt::format("compute capability {}.{}: the tensor-core kernels (mma.sync, ldmatrix, cp.async) need 8.0 or newer", rec.cc_major, rec.cc_minor));
-  if (const int code = tc_code_cc(rec.ordinal); code < 80)
+  if (const int code = tc_code_cc(rec.ordinal); code == 0)
+    return no(fmt::format("this build has no code that compute capability {}.{} can run (CMAKE_CUDA_ARCHITECTURES)",
+                          rec.cc_major, rec.cc_minor));
+  else if (code < 80)
     return no(fmt::format("this build's code for the device comes from compute_{} (CMAKE_CUDA_ARCHITECTURES): the "
                           "tensor-core kernels need compute_80 or newer",
                           code));

@@ -138,5 +138,10 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
 // The forward, dQ and dK/dV kernels' resources on device `device`, in that order.
 template <typename S, int kD>
 void kernel_resources(int device, TcKernelResources (&out)[3]);
+// The virtual architecture (compute_XX, e.g. 90) of the forward kernel's code that
+// runs on device `device`, or 0 where the build has no code the device can run (the
+// CUDA error cleared): a query, which answers and does not throw.
+template <typename S, int kD>
+int code_cc(int device);
 
 }  // namespace hr::ops::cuda::attn_tc

@@ -753,6 +753,17 @@ void kernel_resources(int device, TcKernelResources (&out)[3]) {
   out[2] = resources_of("dkv", tc_dkv_kernel<S, kD>, dkv_smem_bytes<kD>(), kBackwardRegBlocks<kD>, device);
 }
 
+template <typename S, int kD>
+int code_cc(int device) {
+  const ScopedCudaDevice on(device);
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(tc_forward_kernel<S, kD>)) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch's check to report
+    return 0;
+  }
+  return a.ptxVersion;
+}
+
 #endif  // !HR_WARP_EMULATION
 
 }  // namespace hr::ops::cuda::attn_tc
@@ -771,4 +782,5 @@ void kernel_resources(int device, TcKernelResources (&out)[3]) {
                                                 float, Tensor&, Tensor&, Tensor&);                               \
   template void kernel_resources<half_t, kD>(int, TcKernelResources(&)[3]);                                     \
   template void kernel_resources<bfloat16_t, kD>(int, TcKernelResources(&)[3]);                                 \
+  template int code_cc<bfloat16_t, kD>(int);                                                                    \
   }

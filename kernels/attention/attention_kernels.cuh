@@ -6,16 +6,21 @@
 // dV per key tile, each thread owning its row: deterministic, no atomics.
 // This header holds the kernels and their launchers; include it only from the
 // per-pass, per-head-dim translation units, which instantiate them
-// (HR_ATTENTION_INSTANTIATE_FWD / _BWD).
+// (HR_ATTENTION_INSTANTIATE_FWD / _BWD), or after the warp emulation
+// (suites/common/warp_emulation.hpp, HR_WARP_EMULATION: the kernels on emulated
+// threads of a CPU, without their launchers).
 #pragma once
 
 #include <cstdint>
 
+#if !defined(HR_WARP_EMULATION)
 #include "harness/cuda_check.cuh"
+#endif
 #include "kernels/attention/attention_launch.hpp"
 #include "kernels/attention/attention_mask.cuh"
 #include "kernels/attention/attention_math.hpp"
 #include "kernels/common/float16.hpp"
+#include "kernels/common/shared_memory.cuh"
 #include "kernels/softmax/softmax_math.hpp"
 
 namespace hr::ops::cuda::attn_kernels {
@@ -36,6 +41,13 @@ __device__ void load_row(const S* src, bool active, int D, float (&dst)[kD]) {
   for (int d = 0; d < kD; ++d) dst[d] = (active && d < D) ? to_float(src[d]) : 0.f;
 }
 
+// Where the keys any query row of the block starting at t0 may see end: a causal
+// block sees no key past its last row, a batch row none past its length (`rm` is
+// one of the block's rows; its length is the batch row's). Uniform across the block.
+__device__ inline int block_key_end(const MaskArgs& mask, const sm::RowMask& rm, int t0, int T) {
+  return sm::allowed_end(sm::RowMask{mask.causal, min(T, t0 + kRows) - 1, rm.kv_len, nullptr}, T);
+}
+
 template <int kD>
 __device__ float dot_row(const float (&a)[kD], const float* b) {
   float s = 0.f;
@@ -49,14 +61,20 @@ __global__ void __launch_bounds__(kRows)
     mem_efficient_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ out,
                                  float* __restrict__ lse) {
-  // Keys of a chunk per pass of its loops: all of them (the scores stay in
-  // registers) up to head dim 64; 4 at 128, where the query row and the output's
-  // accumulators alone fill the 255 registers. For sm_90 there, all 32 keys took
-  // 8m51s of nvcc (the build's slowest file) and spilled 2,580 bytes of stores and
-  // 6,312 of loads per kernel; 4 take 18 s and spill 364 and 924.
-  constexpr int kKeyUnroll = kD >= 128 ? 4 : kChunk;
-  __shared__ float ks[kChunk][kD];
-  __shared__ float vs[kChunk][kD];
+  // Keys per step of the online softmax: each step rescales the row's accumulators
+  // once. Up to head dim 64 a step is 8 keys, its loops unrolled and its scores in
+  // registers, so a rescale adds 8 products to every 128 of a key. All 32 keys of a
+  // chunk in one step took 48 s of nvcc for sm_90 at head dim 64 (8 keys: 10 s) and
+  // 14 s at 32, spilling 12 bytes (8 keys: 5 s, no spill). At 128 the query row and
+  // the accumulators alone fill the 255 registers: one step a chunk, its loops
+  // unrolled 4 keys at a time (the scores in local memory). All 32 keys took 8m51s
+  // and spilled 2,580 bytes of stores and 6,312 of loads; 4 take 9 s and spill 364
+  // and 924; steps of 4 or 8 keys spill more (396 and 1,100; 776 and 2,076).
+  constexpr int kStep = kD >= 128 ? kChunk : 8;
+  constexpr int kUnroll = kD >= 128 ? 4 : kStep;
+  static_assert(kChunk % kStep == 0, "a chunk is whole steps");
+  HR_SHARED(float[kChunk][kD], ks);
+  HR_SHARED(float[kChunk][kD], vs);
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
   const bool active = t < T;
@@ -66,39 +84,43 @@ __global__ void __launch_bounds__(kRows)
 #pragma unroll
   for (int d = 0; d < kD; ++d) acc[d] = 0.f;
   const sm::RowMask rm = row_mask(mask, b, t, T);
+  const int s_end = sm::allowed_end(rm, T);  // no key of this row at or past it (segments allow fewer)
   float m = -INFINITY, l = 0.f;
-  const int t_last = min(T, t0 + kRows) - 1;  // a causal block sees no key past its last row
-  for (int s0 = 0; s0 < T; s0 += kChunk) {
-    if (mask.causal && s0 > t_last) break;  // uniform across the block
-    __syncthreads();                         // the previous chunk is consumed
+  const int block_end = block_key_end(mask, rm, t0, T);
+  for (int s0 = 0; s0 < block_end; s0 += kChunk) {
+    __syncthreads();  // the previous chunk is consumed
     stage_rows<S, kD>(k + base, s0, T, D, ks);
     stage_rows<S, kD>(v + base, s0, T, D, vs);
     __syncthreads();
     if (!active) continue;
-    float sc[kChunk];
-    uint32_t ok = 0;
-    float chunk_max = -INFINITY;
-#pragma unroll kKeyUnroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int s = s0 + j;
-      sc[j] = 0.f;
-      if (s < T && sm::allowed(rm, s)) {
-        ok |= 1u << j;
-        sc[j] = scale * dot_row<kD>(qr, ks[j]);
-        chunk_max = fmaxf(chunk_max, sc[j]);
+#pragma unroll 1
+    for (int j0 = 0; j0 < kChunk; j0 += kStep) {
+      if (s0 + j0 >= s_end) break;  // this row's last key is behind
+      float sc[kStep];
+      uint32_t ok = 0;
+      float step_max = -INFINITY;
+#pragma unroll kUnroll
+      for (int j = 0; j < kStep; ++j) {
+        const int s = s0 + j0 + j;
+        sc[j] = 0.f;
+        if (s < T && sm::allowed(rm, s)) {
+          ok |= 1u << j;
+          sc[j] = scale * dot_row<kD>(qr, ks[j0 + j]);
+          step_max = fmaxf(step_max, sc[j]);
+        }
       }
-    }
-    const float factor = attn::online_rescale(m, l, chunk_max);
-    if (ok == 0) continue;
+      const float factor = attn::online_rescale(m, l, step_max);
+      if (ok == 0) continue;
 #pragma unroll
-    for (int d = 0; d < kD; ++d) acc[d] *= factor;
-#pragma unroll kKeyUnroll
-    for (int j = 0; j < kChunk; ++j) {
-      if (!(ok & (1u << j))) continue;
-      const float p = attn::online_weight(sc[j], m);
-      l += p;
+      for (int d = 0; d < kD; ++d) acc[d] *= factor;
+#pragma unroll kUnroll
+      for (int j = 0; j < kStep; ++j) {
+        if (!(ok & (1u << j))) continue;
+        const float p = attn::online_weight(sc[j], m);
+        l += p;
 #pragma unroll
-      for (int d = 0; d < kD; ++d) acc[d] += p * vs[j][d];
+        for (int d = 0; d < kD; ++d) acc[d] += p * vs[j0 + j][d];
+      }
     }
   }
   if (!active) return;
@@ -116,8 +138,8 @@ __global__ void __launch_bounds__(kRows)
                             const S* __restrict__ dout, const float* __restrict__ lse,
                             const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
                             S* __restrict__ dq) {
-  __shared__ float ks[kChunk][kD];
-  __shared__ float vs[kChunk][kD];
+  HR_SHARED(float[kChunk][kD], ks);
+  HR_SHARED(float[kChunk][kD], vs);
   const int bh = blockIdx.x, b = bh / H;
   const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
   const bool active = t < T;
@@ -130,9 +152,8 @@ __global__ void __launch_bounds__(kRows)
   const sm::RowMask rm = row_mask(mask, b, t, T);
   const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
   const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-  const int t_last = min(T, t0 + kRows) - 1;
-  for (int s0 = 0; s0 < T; s0 += kChunk) {
-    if (mask.causal && s0 > t_last) break;
+  const int block_end = block_key_end(mask, rm, t0, T);
+  for (int s0 = 0; s0 < block_end; s0 += kChunk) {
     __syncthreads();
     stage_rows<S, kD>(k + base, s0, T, D, ks);
     stage_rows<S, kD>(v + base, s0, T, D, vs);
@@ -161,10 +182,10 @@ __global__ void __launch_bounds__(kRows)
                              const S* __restrict__ dout, const float* __restrict__ lse,
                              const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
                              S* __restrict__ dk, S* __restrict__ dv) {
-  __shared__ float qs[kChunk][kD];
-  __shared__ float gs[kChunk][kD];
-  __shared__ float lse_s[kChunk];
-  __shared__ float dot_s[kChunk];
+  HR_SHARED(float[kChunk][kD], qs);
+  HR_SHARED(float[kChunk][kD], gs);
+  HR_SHARED(float[kChunk], lse_s);
+  HR_SHARED(float[kChunk], dot_s);
   const int bh = blockIdx.x, b = bh / H;
   const int s_first = blockIdx.y * kRows, s = s_first + static_cast<int>(threadIdx.x);
   const bool active = s < T;
@@ -211,6 +232,7 @@ __global__ void __launch_bounds__(kRows)
     }
 }
 
+#if !defined(HR_WARP_EMULATION)
 template <typename S, int kD>
 void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
                     float scale, Tensor& out, Tensor& lse) {
@@ -233,6 +255,7 @@ void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Te
       row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dk.data_as<S>(), dv.data_as<S>());
   HR_CUDA_CHECK_LAUNCH();
 }
+#endif  // !HR_WARP_EMULATION
 
 }  // namespace hr::ops::cuda::attn_kernels
 

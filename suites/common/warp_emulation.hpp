@@ -1,26 +1,27 @@
-// A host emulation of the CUDA features the tensor-core attention kernels
-// (kernels/attention/attention_tc_kernels.cuh) and the optimizers' kernels
-// (kernels/optim/optim_kernels.cuh, optim8_kernels.cuh) use, so that their own code
-// runs on a CPU and is checked where no GPU is: one fiber (Boost.Context) per CUDA
-// thread of a block, all on the calling thread, the blocks one after another, so
-// that a barrier costs user-space switches and not the host's scheduler (which a
-// parallel ctest keeps busy), nor a system call (ucontext's swapcontext saves and
-// restores the signal mask at each switch: 60% of these tests' time); __syncthreads
-// and __syncwarp as barriers; shuffles, ldmatrix and mma.sync m16n8k16 as warp
-// collectives whose results are computed from the PTX ISA's definition of their
-// operands ("Matrix Fragments for mma.m16n8k16 with floating point type",
-// "ldmatrix"), not from the kernels' reading of it; cp.async as copies in groups
-// that land when the thread waits for them, or at once (Schedule); shared memory,
-// dynamic or static (HR_SHARED), as 0xff bytes at each block. A launch runs under a
-// schedule, one of the orders a GPU may run a block's warps in, so that running a
-// kernel under two and comparing the bits shows a missing barrier or wait. Addresses
-// are checked as the hardware checks them (alignment, shared memory's bounds), and
-// each ldmatrix counts the shared-memory wavefronts its rows take (bank conflicts).
-// Faults of the emulated hardware (Fault) are the controls of the checks made on it.
-// It checks the kernels' indexing, masks, pipelines and arithmetic; their speed and
-// the hardware's own rounding of a product's sum are a GPU's to show. Include it
-// before the kernels' header, in a host-compiled file: it defines HR_WARP_EMULATION,
-// which swaps the kernels' inline assembly and launch code for these.
+// A host emulation of the CUDA features the attention kernels (tensor-core and
+// scalar: kernels/attention/attention_tc_kernels.cuh, attention_kernels.cuh) and the
+// optimizers' kernels (kernels/optim/optim_kernels.cuh, optim8_kernels.cuh) use, so
+// that their own code runs on a CPU and is checked where no GPU is: one fiber
+// (Boost.Context) per CUDA thread of a block, all on the calling thread, the blocks
+// one after another, so that a barrier costs user-space switches and not the host's
+// scheduler (which a parallel ctest keeps busy), nor a system call (ucontext's
+// swapcontext saves and restores the signal mask at each switch: 60% of these tests'
+// time); __syncthreads and __syncwarp as barriers; shuffles, ldmatrix and mma.sync
+// m16n8k16 as warp collectives whose results are computed from the PTX ISA's
+// definition of their operands ("Matrix Fragments for mma.m16n8k16 with floating
+// point type", "ldmatrix"), not from the kernels' reading of it; cp.async as copies
+// in groups that land when the thread waits for them, or at once (Schedule); shared
+// memory, dynamic or static (HR_SHARED), as 0xff bytes at each block. A launch runs
+// under a schedule, one of the orders a GPU may run a block's warps in, so that
+// running a kernel under two and comparing the bits shows a missing barrier or wait.
+// Addresses are checked as the hardware checks them (alignment, shared memory's
+// bounds), and each ldmatrix counts the shared-memory wavefronts its rows take (bank
+// conflicts). Faults of the emulated hardware (Fault) are the controls of the checks
+// made on it. It checks the kernels' indexing, masks, pipelines and arithmetic;
+// their speed and the hardware's own rounding of a product's sum are a GPU's to
+// show. Include it before the kernels' header, in a host-compiled file: it defines
+// HR_WARP_EMULATION, which swaps the kernels' inline assembly and launch code for
+// these.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -106,6 +107,11 @@ struct Fault {
   // > 0: only the first threads_run threads of each block run, the others are lost
   // (for kernels without block barriers, which the lost ones would never reach).
   int threads_run = 0;
+  // As each block barrier releases, every float of the block's static shared memory
+  // (HR_SHARED) times 1 + r, r = +-shared_rel_error alternating by element: shared
+  // memory that reads back off what was stored (for kernels whose static shared
+  // memory holds floats, staged between two barriers).
+  double shared_rel_error = 0;
 };
 
 // What a launch did that a kernel's speed depends on.
@@ -135,6 +141,10 @@ inline thread_local Scheduler* scheduler = nullptr;
 // Back to the scheduler until it resumes this fiber.
 inline void yield_fiber() { scheduler->main = std::move(scheduler->main).resume(); }
 
+// What a block barrier's release does to the block's shared memory under the
+// fault (Fault::shared_rel_error); defined below.
+inline void on_block_release();
+
 // n fibers meet: each but the last yields until the last releases them. A block's
 // barrier, when warps run one at a time, ends the phase: the last also yields, and
 // the scheduler starts the next phase from the first warp of its order.
@@ -147,6 +157,7 @@ class Barrier {
       count_ = 0;
       ++gen_;
       ++scheduler->progress;
+      if (block_) on_block_release();
       if (block_ && scheduler->schedule.warps != Schedule::Warps::interleaved) {
         scheduler->phase_ended = true;
         yield_fiber();
@@ -195,7 +206,11 @@ struct Block {
   struct Bytes {
     void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{64}); }
   };
-  std::map<const void*, std::unique_ptr<unsigned char[], Bytes>> statics;
+  struct Static {
+    std::unique_ptr<unsigned char[], Bytes> bytes;
+    size_t size;
+  };
+  std::map<const void*, Static> statics;
 };
 
 // A cp.async copy a thread has issued and not yet waited for, with what it read.
@@ -233,9 +248,21 @@ T& static_shared(const void* tag) {
     std::unique_ptr<unsigned char[], Block::Bytes> p(
         static_cast<unsigned char*>(::operator new[](sizeof(T), std::align_val_t{64})));
     std::memset(p.get(), 0xff, sizeof(T));
-    it = statics.emplace(tag, std::move(p)).first;
+    it = statics.emplace(tag, Block::Static{std::move(p), sizeof(T)}).first;
   }
-  return *reinterpret_cast<T*>(it->second.get());
+  return *reinterpret_cast<T*>(it->second.bytes.get());
+}
+
+inline void on_block_release() {
+  const double r = scheduler->fault.shared_rel_error;
+  if (r == 0) return;
+  for (auto& [tag, st] : running->blk->statics)
+    for (size_t i = 0; i < st.size / sizeof(float); ++i) {
+      float f;
+      std::memcpy(&f, st.bytes.get() + i * sizeof(float), sizeof f);
+      f = static_cast<float>(f * (1 + (i % 2 == 0 ? r : -r)));
+      std::memcpy(st.bytes.get() + i * sizeof(float), &f, sizeof f);
+    }
 }
 
 // The offset in the block's shared memory of n bytes at p, which must lie within it

@@ -1,0 +1,138 @@
+// The scalar memory-efficient attention kernels of the GPU (kernels/attention/
+// attention_kernels.cuh: one thread per query or key row, fp32, fp16 and bf16, the
+// form fp32 always takes and the fallback of the tensor-core kernels) run on
+// emulated threads (suites/common/warp_emulation.hpp), so that their indexing,
+// chunks, online-softmax steps, masks and early ends are checked on every machine,
+// not only where a GPU runs the conformance cases. The forward is held to the
+// float64 reference of OPS-1 and the backward to the float64 gradient from the
+// definition (suites/common/attention_problem.hpp), under every mask, at each
+// head-dim bucket and at head dims below their bucket's; each case runs under two
+// schedules that must give the same bits (a missing barrier shows). The checks'
+// controls are faults of the emulated hardware (emu::Fault): shared memory that
+// reads back off, and block barriers that let threads on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <type_traits>
+
+#include "harness/tolerances.hpp"
+#include "kernels/common/float16.hpp"
+#include "suites/common/attention_masks.hpp"
+#include "suites/common/attention_problem.hpp"
+
+#if HEADROOM_HAVE_CUDA
+// Last: they define the CUDA names (threadIdx, __syncthreads, ...) on emulated threads.
+#include "suites/common/attention_emulated.hpp"
+#include "kernels/attention/attention_kernels.cuh"
+#endif
+
+namespace {
+
+#if HEADROOM_HAVE_CUDA
+
+using hr::bfloat16_t;
+using hr::DType;
+using hr::half_t;
+using hr::test::attn::Case;
+using hr::test::attn::Input;
+using hr::test::attn::Inputs;
+using hr::test::attn::inputs_for;
+using hr::test::attn::KernelOutputs;
+using hr::test::attn::make_problem;
+using hr::test::attn::Problem;
+using hr::test::attn::run_three;
+using Mask = hr::test::MaskKind;
+
+namespace ak = hr::ops::cuda::attn_kernels;
+namespace emu = hr::warp_emu;
+
+// The three kernels on emulated threads, launched as backward_launch and
+// forward_launch launch them (one block of kRows threads per head and tile of
+// kRows rows, no dynamic shared memory).
+template <typename S, int kD>
+KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
+                          const emu::Schedule& schedule, const emu::Fault& fault) {
+  const ak::MaskArgs m{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(), p.seg.empty() ? nullptr : p.seg.data()};
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + ak::kRows - 1) / ak::kRows));
+  return run_three<S>(p, m, q, k, v, dout, grid, ak::kRows, {0, 0, 0}, ak::mem_efficient_forward_kernel<S, kD>,
+                      ak::mem_efficient_dq_kernel<S, kD>, ak::mem_efficient_dkv_kernel<S, kD>, schedule, fault);
+}
+
+// The kernels of the dtype and of the head-dim bucket that takes D, as the
+// dispatcher picks them.
+KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g,
+                      const emu::Schedule& schedule, const emu::Fault& fault) {
+  auto at = [&](auto kd) {
+    constexpr int kD = decltype(kd)::value;
+    switch (dt) {
+      case DType::f32: return run_kernels<float, kD>(p, q, k, v, g, schedule, fault);
+      case DType::f16: return run_kernels<half_t, kD>(p, q, k, v, g, schedule, fault);
+      default: return run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule, fault);
+    }
+  };
+  if (p.D <= 32) return at(std::integral_constant<int, 32>{});
+  if (p.D <= 64) return at(std::integral_constant<int, 64>{});
+  return at(std::integral_constant<int, 128>{});
+}
+
+void check(DType dt, std::initializer_list<Case> cases) { hr::test::attn::check_cases(run_for, dt, cases, 200); }
+
+// Each bucket with its rows in three tiles of 64 (the last partial), its keys in
+// chunks of 32 (the last partial) and, up to head dim 64, in steps of 8 within a
+// chunk, which a causal or padded row leaves early; head dims below their bucket's
+// (40 of 64, 100 of 128, 20 of 32, 3 of 32) and a few rows (T 3).
+TEST(AttentionScalarEmulated, Fp32MatchesFloat64UnderEveryMask) {
+  check(DType::f32, {Case{130, 64}, Case{130, 32}, Case{70, 128}, Case{66, 40}});
+}
+TEST(AttentionScalarEmulated, Bf16MatchesFloat64UnderEveryMask) {
+  check(DType::bf16, {Case{130, 64}, Case{100, 32}, Case{66, 100}, Case{3, 3}});
+}
+TEST(AttentionScalarEmulated, Fp16MatchesFloat64UnderEveryMask) {
+  check(DType::f16, {Case{130, 64}, Case{70, 128}, Case{45, 20}});
+}
+
+// The controls of the checks above, each made by a fault of the emulated hardware
+// the kernels run on. Shared memory whose floats read back off by a relative r
+// (Fault::shared_rel_error) is the control of the float64 checks of the output and
+// of each gradient: grossly at r = 1 (every other value doubled, the rest zero),
+// subtly at r = sqrt(12 x bound) for the output and sqrt(5.5 x bound) for the
+// gradients, which land each NMSE 10-100x over its dtype's bound (the keys' and
+// values' errors reach the output through a weighted mean, and the gradients of
+// the keys through the staged log-sum-exps too). Block barriers that let threads
+// on are the control of the check that both schedules give the same bits: every
+// barrier, grossly, and only the second of each thread (after the first chunk is
+// staged), subtly.
+TEST(AttentionScalarEmulated, HardwareFaultsFailTheChecks) {
+  auto shared_off = [](double r) {
+    emu::Fault f;
+    f.shared_rel_error = r;
+    return f;
+  };
+  auto barrier_skipped = [](int n) {
+    emu::Fault f;
+    f.skip_block_barrier = n;
+    return f;
+  };
+  for (const DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const Problem p = make_problem(2, 1, 130, 64, Mask::causal);
+    const Inputs x = inputs_for(p, dt, 41);
+    const double r_fwd = std::sqrt(12 * hr::tol::kAttentionNmse(dt)), r_bwd = std::sqrt(5.5 * hr::tol::kAttentionGradNmse(dt));
+    hr::test::attn::expect_value_faults_caught(run_for, dt, p, x,
+                                               {{shared_off(1.0), 1.0, true, true},
+                                                {shared_off(r_fwd), r_fwd, true, false},
+                                                {shared_off(r_bwd), r_bwd, false, true}});
+    hr::test::attn::expect_order_faults_caught(
+        run_for, dt, p, x, {{"every_block_barrier", barrier_skipped(-1)}, {"block_barrier_2", barrier_skipped(2)}});
+  }
+}
+
+#else
+
+TEST(AttentionScalarEmulated, KernelsRunOnEmulatedThreads) {
+  GTEST_SKIP() << "built without the CUDA toolkit: the kernels' headers are not here";
+}
+
+#endif
+
+}  // namespace

@@ -3,11 +3,11 @@
 // D_i = rowsum(dO * O) for the backward pass, and the head moves. The kernels
 // themselves (attention_kernels.cuh, attention_tc_kernels.cuh) are compiled per
 // bucket in their own files.
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -202,20 +202,29 @@ Form form_of(const char* op, const Tensor& q, const AttnMask& mask, std::initial
   return Form::scalar;
 }
 
-// A figure of each device, read once per device: the dispatch asks at every call.
+// A figure of each device, read once per device: the dispatch asks at every call,
+// so the lookup takes no lock (two threads that both find it unread both read it,
+// the same value). Ordinals past the table are read at each call.
 class PerDevice {
  public:
+  PerDevice() {
+    for (auto& v : seen_) v.store(kUnread, std::memory_order_relaxed);
+  }
   template <class Read>
   int get(int dev, Read read) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    auto it = seen_.find(dev);
-    if (it == seen_.end()) it = seen_.emplace(dev, read()).first;
-    return it->second;
+    if (dev < 0 || dev >= kDevices) return read();
+    int v = seen_[static_cast<size_t>(dev)].load(std::memory_order_acquire);
+    if (v == kUnread) {
+      v = read();
+      seen_[static_cast<size_t>(dev)].store(v, std::memory_order_release);
+    }
+    return v;
   }
 
  private:
-  std::mutex mu_;
-  std::map<int, int> seen_;
+  static constexpr int kDevices = 64;
+  static constexpr int kUnread = INT_MIN;
+  std::array<std::atomic<int>, kDevices> seen_;
 };
 
 // A device's shared memory per block with the opt-in (the compute capability is in

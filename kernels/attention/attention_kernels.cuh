@@ -132,6 +132,16 @@ __global__ void __launch_bounds__(kRows)
   lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 }
 
+// Keys (queries) of a chunk per pass of the backward kernels' loops. From head dim
+// 64 the rows a thread owns (three in dQ, four in dK/dV) fill the registers, and
+// unrolling 4 only spills more: for sm_90 at 128 it took 33 s of nvcc and spilled
+// 2,064/9,232 (dQ) and 9,104/16,340 (dK/dV) bytes of stores/loads, one at a time
+// takes 9 s and spills 1,336/2,332 and 3,068/4,092; at 64, 12 s and 68/532 and
+// 532/3,920 against 6 s and 64/120 and 424/848. At 32 (158-226 registers, no
+// spill) four keys' dot products overlap.
+template <int kD>
+inline constexpr int kBackwardUnroll = kD >= 64 ? 1 : 4;
+
 template <typename S, int kD>
 __global__ void __launch_bounds__(kRows)
     mem_efficient_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
@@ -159,7 +169,7 @@ __global__ void __launch_bounds__(kRows)
     stage_rows<S, kD>(v + base, s0, T, D, vs);
     __syncthreads();
     if (!active) continue;
-#pragma unroll 4
+#pragma unroll kBackwardUnroll<kD>
     for (int j = 0; j < kChunk; ++j) {
       const int s = s0 + j;
       if (s >= T || !sm::allowed(rm, s)) continue;
@@ -208,7 +218,7 @@ __global__ void __launch_bounds__(kRows)
     }
     __syncthreads();
     if (!active) continue;
-#pragma unroll 4
+#pragma unroll kBackwardUnroll<kD>
     for (int j = 0; j < kChunk; ++j) {
       const int t = t0 + j;
       if (t >= T || !sm::allowed(row_mask(mask, b, t, T), s)) continue;

@@ -132,43 +132,79 @@ inline void expect_same_bits(const KernelOutputs& first, const KernelOutputs& se
   EXPECT_EQ(d.dv, 0u) << "dV differs between the schedules, " << what;
 }
 
+// Worst NMSEs over the problems a test checked, recorded as its properties.
+struct Worst {
+  double fwd = 0, bwd = 0;
+  void record() const {
+    testing::Test::RecordProperty("worst_nmse", fmt::format("{:.3g}", fwd));
+    testing::Test::RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", bwd));
+  }
+};
+
+// Forward and backward of problem p in dtype dt, on inputs drawn from `seed`: both
+// schedules to the same bits, the output held to OPS-1's float64 reference and each
+// gradient to the definition's.
+inline void check_problem(const RunFor& run, DType dt, const Problem& p, uint64_t seed, const std::string& what,
+                          Worst& worst) {
+  const Inputs x = inputs_for(p, dt, seed);
+  const KernelOutputs got = run(dt, p, x.q, x.k, x.v, x.g, kFirstSchedule, {});
+  expect_same_bits(got, run(dt, p, x.q, x.k, x.v, x.g, kSecondSchedule, {}), what);
+  const auto want_out = hr::ref::attention_forward(x.q.values, x.k.values, x.v.values, {p.B, p.H, p.T, p.D},
+                                                   p.causal, p.kv_len, p.seg, p.scale);
+  const std::vector<float> out = widen(got.out, dt);
+  EXPECT_TRUE(hr::test::nmse_within(out, want_out, hr::tol::kAttentionNmse(dt), "out " + what));
+  worst.fwd = std::max(worst.fwd, hr::test::nmse(out, want_out));
+  const Grads want = reference_backward(p, x.q.values, x.k.values, x.v.values, x.g.values);
+  const double bound = hr::tol::kAttentionGradNmse(dt);
+  struct Gradient {
+    const char* name;
+    const std::vector<unsigned char>& got;
+    const std::vector<double>& want;
+  };
+  for (const Gradient& gr :
+       {Gradient{"dq", got.dq, want.dq}, Gradient{"dk", got.dk, want.dk}, Gradient{"dv", got.dv, want.dv}}) {
+    const std::vector<float> values = widen(gr.got, dt);
+    EXPECT_TRUE(hr::test::nmse_within(values, gr.want, bound, fmt::format("{} {}", gr.name, what)));
+    worst.bwd = std::max(worst.bwd, hr::test::nmse(values, gr.want));
+  }
+}
+
 struct Case {
   int T, D;
 };
 
-// Forward and backward of one dtype over `cases`, under every mask, each under
-// both schedules to the same bits and held to float64: the output to OPS-1's
-// reference, each gradient to the definition's.
+// Forward and backward of one dtype over `cases`, each under every mask
+// (check_problem).
 inline void check_cases(const RunFor& run, DType dt, std::initializer_list<Case> cases, uint64_t seed) {
-  double worst_fwd = 0, worst_bwd = 0;
+  Worst worst;
   for (const Case c : cases)
-    for (Mask mk : kAllMasks) {
-      const Problem p = make_problem(2, 1, c.T, c.D, mk);
-      const Inputs x = inputs_for(p, dt, seed += 4);
-      const KernelOutputs got = run(dt, p, x.q, x.k, x.v, x.g, kFirstSchedule, {});
-      const std::string what = fmt::format("{} T {} D {} mask {}", hr::dtype_name(dt), c.T, c.D, mask_name(mk));
-      expect_same_bits(got, run(dt, p, x.q, x.k, x.v, x.g, kSecondSchedule, {}), what);
-      const auto want_out = hr::ref::attention_forward(x.q.values, x.k.values, x.v.values, {p.B, p.H, p.T, p.D},
-                                                       p.causal, p.kv_len, p.seg, p.scale);
-      const std::vector<float> out = widen(got.out, dt);
-      EXPECT_TRUE(hr::test::nmse_within(out, want_out, hr::tol::kAttentionNmse(dt), "out " + what));
-      worst_fwd = std::max(worst_fwd, hr::test::nmse(out, want_out));
-      const Grads want = reference_backward(p, x.q.values, x.k.values, x.v.values, x.g.values);
-      const double bound = hr::tol::kAttentionGradNmse(dt);
-      struct Gradient {
-        const char* name;
-        const std::vector<unsigned char>& got;
-        const std::vector<double>& want;
-      };
-      for (const Gradient& gr : {Gradient{"dq", got.dq, want.dq}, Gradient{"dk", got.dk, want.dk},
-                                 Gradient{"dv", got.dv, want.dv}}) {
-        const std::vector<float> values = widen(gr.got, dt);
-        EXPECT_TRUE(hr::test::nmse_within(values, gr.want, bound, fmt::format("{} {}", gr.name, what)));
-        worst_bwd = std::max(worst_bwd, hr::test::nmse(values, gr.want));
+    for (Mask mk : kAllMasks)
+      check_problem(run, dt, make_problem(2, 1, c.T, c.D, mk), seed += 4,
+                    fmt::format("{} T {} D {} mask {}", hr::dtype_name(dt), c.T, c.D, mask_name(mk)), worst);
+  worst.record();
+}
+
+// Key lengths alone (no causal mask, no documents; kAllMasks has them only with
+// one or the other) and with the causal mask, at each head-dim bucket, one batch
+// row's length 0: its blocks see no key at all, so its output, its log-sum-exps'
+// use and every gradient of it are zeros; the others end one key into the scalar
+// kernels' second and third chunks of 32 keys (33, 65) and the tensor-core kernels'
+// second step of 64 (65), so that a loop that stops a key early misses a whole
+// chunk or step (check_problem for each).
+inline void check_key_length_cases(const RunFor& run, std::initializer_list<DType> dts, uint64_t seed) {
+  Worst worst;
+  for (const DType dt : dts)
+    for (const int D : {32, 64, 128})
+      for (const bool causal : {false, true}) {
+        Problem p{3, 1, 70, D, 1.f / std::sqrt(static_cast<float>(D))};
+        p.causal = causal;
+        p.kv_len = {0, 33, 65};
+        check_problem(run, dt, p, seed += 4,
+                      fmt::format("{} T 70 D {} key lengths 0, 33, 65{}", hr::dtype_name(dt), D,
+                                  causal ? ", causal" : ""),
+                      worst);
       }
-    }
-  testing::Test::RecordProperty("worst_nmse", fmt::format("{:.3g}", worst_fwd));
-  testing::Test::RecordProperty("worst_grad_nmse", fmt::format("{:.3g}", worst_bwd));
+  worst.record();
 }
 
 // A fault of the emulated hardware that puts values off by a relative r, and the

@@ -78,10 +78,11 @@ KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k
 
 void check(DType dt, std::initializer_list<Case> cases) { hr::test::attn::check_cases(run_for, dt, cases, 200); }
 
-// Each bucket with its rows in three tiles of 64 (the last partial), its keys in
-// chunks of 32 (the last partial) and, up to head dim 64, in steps of 8 within a
-// chunk, which a causal or padded row leaves early; head dims below their bucket's
-// (40 of 64, 100 of 128, 20 of 32, 3 of 32) and a few rows (T 3).
+// Each bucket with its rows in tiles of 64 (three at T 130, two at 66-100; the last
+// partial), its keys in chunks of 32 (the last partial) and, up to head dim 64, in
+// steps of 8 within a chunk, which a causal or padded row leaves early; head dims
+// below their bucket's (40 of 64, 100 of 128, 20 of 32, 3 of 32) and a few rows
+// (T 3).
 TEST(AttentionScalarEmulated, Fp32MatchesFloat64UnderEveryMask) {
   check(DType::f32, {Case{130, 64}, Case{130, 32}, Case{70, 128}, Case{66, 40}});
 }
@@ -90,6 +91,11 @@ TEST(AttentionScalarEmulated, Bf16MatchesFloat64UnderEveryMask) {
 }
 TEST(AttentionScalarEmulated, Fp16MatchesFloat64UnderEveryMask) {
   check(DType::f16, {Case{130, 64}, Case{70, 128}, Case{45, 20}});
+}
+
+// Key lengths alone and with the causal mask, one of them 0 (check_key_length_cases).
+TEST(AttentionScalarEmulated, KeyLengthsAloneAndZeroMatchFloat64) {
+  hr::test::attn::check_key_length_cases(run_for, {DType::f32, DType::bf16, DType::f16}, 300);
 }
 
 // The controls of the checks above, each made by a fault of the emulated hardware

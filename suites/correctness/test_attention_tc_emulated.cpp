@@ -139,6 +139,11 @@ TEST(AttentionTensorCoreEmulated, Bf16PaddedHeadDimsMatchFloat64UnderEveryMask) 
 // fp16: its rounding, and dS taken times a power of two (ds_prescale).
 TEST(AttentionTensorCoreEmulated, Fp16MatchesFloat64UnderEveryMask) { check(DType::f16, {Case{130, 64}, Case{66, 100}}); }
 
+// Key lengths alone and with the causal mask, one of them 0 (check_key_length_cases).
+TEST(AttentionTensorCoreEmulated, KeyLengthsAloneAndZeroMatchFloat64) {
+  hr::test::attn::check_key_length_cases(run_for, {DType::bf16, DType::f16}, 300);
+}
+
 // fp16 where dS passes fp16's range: near-uniform attention (small q, k) over large
 // values, so that dS = P (dP - D) grows with |v| while dQ and dK stay small, and dO
 // scaled by powers of two until the float64 dS reaches 1.25 x 65504 while every

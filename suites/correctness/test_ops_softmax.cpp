@@ -6,13 +6,17 @@
 // row's prefix of allowed keys against the same keys given by segments, bitwise.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "harness/check.hpp"
+#include "kernels/common/op_fault.hpp"
 #include "kernels/softmax/softmax.hpp"
 #include "kernels/softmax/softmax_math.hpp"
 #include "kernels/softmax/softmax_ref.hpp"
@@ -242,30 +246,47 @@ TEST_P(SoftmaxOp, RepeatsBitwise) {
 // and runs its exponentials only up to the vector that holds the last of them; with
 // segments it runs them over the whole row. One segment per batch row allows the
 // same keys, so both must give the same bytes: a key past the prefix left non-zero,
-// or a vector of the prefix left out, shows here.
+// or a vector of the prefix left out, shows here. Its controls go through
+// softmax_forward's own fault switch: every other call's output one ulp up in its
+// first element (subtle) or in every element (gross), DET-1's faults.
 TEST(SoftmaxCpu, APrefixRowGivesTheBitsOfTheSameKeysBySegments) {
   hr::Device& dev = hr::test::cpu_device();
-  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (const int64_t S : {1, 7, 9, 24, 33, 129}) {
-      const SoftmaxShape sh{3, 2, S, S};
-      const hr::Shape shape{sh.B, sh.H, sh.T, sh.S};
-      const veci kvl{static_cast<int32_t>(S), 0, static_cast<int32_t>((S + 1) / 2)};
-      Tensor scores = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(numel(sh)), 7, -3.f, 3.f),
-                                        shape, dt, Consumer::activations);
-      std::vector<uint8_t> got[2];
-      for (int by_segments = 0; by_segments < 2; ++by_segments) {
-        hr::ops::AttnMask mask;
-        mask.causal = true;
-        mask.key_valid_len = Tensor::from_host_i32(dev, kvl, {sh.B}, Consumer::workspace);
-        if (by_segments)
-          mask.segment_ids =
-              Tensor::from_host_i32(dev, veci(static_cast<size_t>(sh.B * sh.T), 1), {sh.B, sh.T}, Consumer::workspace);
-        Tensor probs = Tensor::empty(dev, shape, dt, Consumer::activations);
-        hr::ops::softmax_forward(scores, mask, kScale, probs);
-        got[by_segments] = probs.to_host_bytes();
+  // The cases (dtype, S) whose two forms differ in any byte.
+  auto differing = [&] {
+    std::vector<std::string> cases;
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (const int64_t S : {1, 7, 9, 24, 33, 129}) {
+        const SoftmaxShape sh{3, 2, S, S};
+        const hr::Shape shape{sh.B, sh.H, sh.T, sh.S};
+        const veci kvl{static_cast<int32_t>(S), 0, static_cast<int32_t>((S + 1) / 2)};
+        Tensor scores = Tensor::from_host(dev, hr::test::random_nonzero(static_cast<size_t>(numel(sh)), 7, -3.f, 3.f),
+                                          shape, dt, Consumer::activations);
+        std::vector<uint8_t> got[2];
+        for (int by_segments = 0; by_segments < 2; ++by_segments) {
+          hr::ops::AttnMask mask;
+          mask.causal = true;
+          mask.key_valid_len = Tensor::from_host_i32(dev, kvl, {sh.B}, Consumer::workspace);
+          if (by_segments)
+            mask.segment_ids = Tensor::from_host_i32(dev, veci(static_cast<size_t>(sh.B * sh.T), 1), {sh.B, sh.T},
+                                                     Consumer::workspace);
+          Tensor probs = Tensor::empty(dev, shape, dt, Consumer::activations);
+          hr::ops::softmax_forward(scores, mask, kScale, probs);
+          got[by_segments] = probs.to_host_bytes();
+        }
+        if (got[0] != got[1]) cases.push_back(fmt::format("{} S={}", hr::dtype_name(dt), S));
       }
-      EXPECT_EQ(got[0], got[1]) << hr::dtype_name(dt) << " S=" << S;
-    }
+    return cases;
+  };
+  const std::vector<std::string> clean = differing();
+  EXPECT_TRUE(clean.empty()) << "the prefix and the segments differ: " << fmt::format("{}", fmt::join(clean, ", "));
+  for (const int64_t n : {int64_t{1}, std::numeric_limits<int64_t>::max()}) {
+    hr::ops::OpFault f;
+    f.op = "softmax_forward";
+    f.unstable_elements = n;
+    const hr::ops::ScopedOpFault armed(f);
+    EXPECT_EQ(differing().size(), 18u) << "a case's second call, " << (n == 1 ? "one element" : "every element")
+                                       << " one ulp up, went unseen";
+  }
 }
 
 TEST_P(SoftmaxOp, RejectsBadMasks) {

@@ -1,8 +1,10 @@
-// What the emulated attention kernel tests share: the outputs of one forward and
-// backward on emulated warps (suites/common/warp_emulation.hpp), the two schedules
-// each case runs under, and the count of elements whose bits differ between them.
-// Include it last but for the kernels' header: it brings in the warp emulation,
-// which defines the CUDA names (threadIdx, __syncthreads, ...).
+// What the emulated attention kernel tests (tensor-core and scalar) share: one
+// forward and backward on emulated warps (suites/common/warp_emulation.hpp), the
+// two schedules each case runs under and the elements whose bits differ between
+// them, the check of a problem against float64, the cases every kernel family runs,
+// and the loops of their controls. Include it last but for the kernels' header: it
+// brings in the warp emulation, which defines the CUDA names (threadIdx,
+// __syncthreads, ...).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,11 +13,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <initializer_list>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -186,8 +188,8 @@ inline void check_cases(const RunFor& run, DType dt, std::initializer_list<Case>
 
 // Key lengths alone (no causal mask, no documents; kAllMasks has them only with
 // one or the other) and with the causal mask, at each head-dim bucket, one batch
-// row's length 0: its blocks see no key at all, so its output, its log-sum-exps'
-// use and every gradient of it are zeros; the others end one key into the scalar
+// row's length 0: its blocks see no key at all, so its output and every gradient
+// of it are zeros; the others end one key into the scalar
 // kernels' second and third chunks of 32 keys (33, 65) and the tensor-core kernels'
 // second step of 64 (65), so that a loop that stops a key early misses a whole
 // chunk or step (check_problem for each).

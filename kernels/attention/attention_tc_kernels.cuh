@@ -285,9 +285,17 @@ __device__ void stage_tile(const M* __restrict__ src, int r0, int T, int D, M* _
   const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
   uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
   if (D % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    // A warp's copies of 16 bytes write shared memory in phases of 8 lanes, each
+    // without a bank conflict where its 8 chunks fall in 8 different groups of 4
+    // banks. From head dim 64 a phase takes 8 chunks of one row. At 32 a row is 4
+    // chunks, and 2 rows kLdIn apart (80 bytes) share a group: there the 32 lanes of
+    // a warp take 8 rows, a phase one chunk of each (the warp still reads 512
+    // contiguous bytes).
     constexpr int kVecs = kD / 8;
+    static_assert(kVecs == 4 || kVecs % 8 == 0, "a phase's chunks in distinct bank groups");
     for (int i = threadIdx.x; i < kTile * kVecs; i += blockDim.x) {
-      const int r = i / kVecs, c = (i % kVecs) * 8, row = r0 + r;
+      const int r = kVecs == 4 ? (i / 32) * 8 + i % 8 : i / kVecs;
+      const int c = (kVecs == 4 ? (i % 32) / 8 : i % kVecs) * 8, row = r0 + r;
       uint16_t* to = d16 + r * kLdIn<kD> + c;
       if (row < T && c < D)
         __pipeline_memcpy_async(to, s16 + static_cast<int64_t>(row) * D + c, 16);

@@ -1,5 +1,5 @@
-// A host emulation of the CUDA features the attention kernels (tensor-core and
-// scalar: kernels/attention/attention_tc_kernels.cuh, attention_kernels.cuh) and the
+// A host emulation of the CUDA features the attention kernels (tensor-core and scalar:
+// kernels/attention/attention_tc_kernels.cuh, attention_kernels.cuh) and the
 // optimizers' kernels (kernels/optim/optim_kernels.cuh, optim8_kernels.cuh) use, so
 // that their own code runs on a CPU and is checked where no GPU is: one fiber
 // (Boost.Context) per CUDA thread of a block, all on the calling thread, the blocks
@@ -8,20 +8,20 @@
 // swapcontext saves and restores the signal mask at each switch: 60% of these tests'
 // time); __syncthreads and __syncwarp as barriers; shuffles, ldmatrix and mma.sync
 // m16n8k16 as warp collectives whose results are computed from the PTX ISA's
-// definition of their operands ("Matrix Fragments for mma.m16n8k16 with floating
-// point type", "ldmatrix"), not from the kernels' reading of it; cp.async as copies
-// in groups that land when the thread waits for them, or at once (Schedule); shared
+// definition of their operands ("Matrix Fragments for mma.m16n8k16 with floating point
+// type", "ldmatrix"), not from the kernels' reading of it; cp.async as copies in
+// groups that land when the thread waits for them, or at once (Schedule); shared
 // memory, dynamic or static (HR_SHARED), as 0xff bytes at each block. A launch runs
 // under a schedule, one of the orders a GPU may run a block's warps in, so that
 // running a kernel under two and comparing the bits shows a missing barrier or wait.
 // Addresses are checked as the hardware checks them (alignment, shared memory's
-// bounds), and each ldmatrix counts the shared-memory wavefronts its rows take (bank
-// conflicts). Faults of the emulated hardware (Fault) are the controls of the checks
-// made on it. It checks the kernels' indexing, masks, pipelines and arithmetic;
-// their speed and the hardware's own rounding of a product's sum are a GPU's to
-// show. Include it before the kernels' header, in a host-compiled file: it defines
-// HR_WARP_EMULATION, which swaps the kernels' inline assembly and launch code for
-// these.
+// bounds), and each ldmatrix, and each warp's cp.async writes, count the shared-memory
+// wavefronts they take (bank conflicts). Faults of the emulated hardware (Fault) are
+// the controls of the checks made on it. It checks the kernels' indexing, masks,
+// pipelines and arithmetic; their speed and the hardware's own rounding of a product's
+// sum are a GPU's to show. Include it before the kernels' header, in a host-compiled
+// file: it defines HR_WARP_EMULATION, which swaps the kernels' inline assembly and
+// launch code for these.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -45,6 +45,7 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/float16.hpp"
@@ -118,6 +119,12 @@ struct Fault {
 struct LaunchStats {
   uint64_t ldmatrix = 0;             // ldmatrix .x4, a warp's each
   uint64_t ldmatrix_wavefronts = 0;  // shared-memory wavefronts they took: 4 each without bank conflicts
+  // cp.async copies by the shared-memory phases their writes take: a warp's n-th
+  // copies of 16 bytes in 4 phases of 8 lanes, of 8 bytes in 2 of 16, of 4 bytes in
+  // 1 (128 bytes a phase), and the wavefronts those phases took (one each without
+  // bank conflicts: no two distinct 4-byte words of a phase in one bank).
+  uint64_t cp_async_phases = 0;
+  uint64_t cp_async_wavefronts = 0;
 };
 
 // The fibers of the block being run, on this host thread.
@@ -211,6 +218,15 @@ struct Block {
     size_t size;
   };
   std::map<const void*, Static> statics;
+  // Each cp.async's shared-memory write, by warp and by the copy's number in its
+  // thread (the lanes' n-th copies are one instruction where the warp issues it
+  // together), for LaunchStats::cp_async_*.
+  struct CopyWrite {
+    int lane;
+    size_t offset;
+    unsigned n;
+  };
+  std::map<std::pair<unsigned, unsigned>, std::vector<CopyWrite>> copy_writes;
 };
 
 // A cp.async copy a thread has issued and not yet waited for, with what it read.
@@ -228,6 +244,7 @@ struct ThreadState {
   unsigned collectives = 0;  // the warp's collectives so far: every lane runs the same ones
   int block_barriers = 0;    // __syncthreads so far
   int copy_waits = 0;        // __pipeline_wait_prior so far
+  unsigned copies_issued = 0;  // cp.async so far
   std::vector<PendingCopy> copies;  // oldest first
   std::vector<size_t> groups;       // the end in `copies` of each committed group, oldest first
 };
@@ -433,7 +450,9 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 // source is read now (the kernels' sources do not change while they run).
 inline void copy_async(void* dst, const void* src, size_t n) {
   if (n != 4 && n != 8 && n != 16) fail("cp.async copies 4, 8 or 16 bytes");
-  shared_offset(dst, n, n, "cp.async destination");
+  const size_t offset = shared_offset(dst, n, n, "cp.async destination");
+  running->blk->copy_writes[{running->thread.x / 32, running->copies_issued++}].push_back(
+      {lane(), offset, static_cast<unsigned>(n)});
   const auto from = reinterpret_cast<uintptr_t>(src), base = reinterpret_cast<uintptr_t>(running->blk->smem);
   if (from % n != 0) fail("cp.async source is not aligned to its size");
   if (from + n > base && from < base + running->blk->smem_bytes) fail("cp.async source is in shared memory");
@@ -477,6 +496,26 @@ inline void fiber_entry() {
   }
   scheduler->done[static_cast<size_t>(scheduler->current)] = true;
   ++scheduler->progress;
+}
+
+// The shared-memory phases and wavefronts of a block's cp.async writes
+// (LaunchStats::cp_async_*): in each phase, the most distinct 4-byte words that
+// fall in one of the 32 banks.
+inline void count_copy_wavefronts(const Block& blk, LaunchStats& st) {
+  for (const auto& [key, writes] : blk.copy_writes) {
+    std::map<int, std::map<int, std::vector<size_t>>> phases;  // phase -> bank -> words
+    for (const Block::CopyWrite& w : writes)
+      for (size_t word = w.offset / 4; word < (w.offset + w.n) / 4; ++word) {
+        std::vector<size_t>& in_bank = phases[w.lane / static_cast<int>(128 / w.n)][static_cast<int>(word % 32)];
+        if (std::find(in_bank.begin(), in_bank.end(), word) == in_bank.end()) in_bank.push_back(word);
+      }
+    for (const auto& [phase, banks] : phases) {
+      size_t most = 1;
+      for (const auto& [bank, words] : banks) most = std::max(most, words.size());
+      ++st.cp_async_phases;
+      st.cp_async_wavefronts += most;
+    }
+  }
 }
 
 // The stacks of a launch are its own, made once and used by each block's fibers in
@@ -581,6 +620,7 @@ LaunchStats launch(dim3 grid, int threads, size_t smem_bytes, Kernel kernel, Sch
           fail(msg);
         }
       }
+      count_copy_wavefronts(blk, sched.stats);
     }
   scheduler = outer;
   running = outer_running;

@@ -9,8 +9,8 @@
 // edges and take the steps wholly inside the allowed keys (which skip the per-element
 // mask test) and the others, under every mask, at each head-dim bucket; each runs
 // under two schedules that must give the same bits (a missing barrier or cp.async wait
-// shows), and the ldmatrix loads are held free of bank conflicts. The checks' controls
-// are faults of the emulated hardware (emu::Fault).
+// shows), and the ldmatrix loads and cp.async writes are held free of bank conflicts.
+// The checks' controls are faults of the emulated hardware (emu::Fault).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -230,6 +230,58 @@ TEST(AttentionTensorCoreEmulated, LdmatrixLoadsAreFreeOfBankConflicts) {
                                     fmt::format("{:.3g}", static_cast<double>(x.stats.ldmatrix_wavefronts) /
                                                               static_cast<double>(x.stats.ldmatrix)));
     }
+  }
+}
+
+// Every cp.async write of the three kernels takes one shared-memory wavefront per
+// phase (8 lanes of 16-byte copies, a warp of 4-byte ones): a phase's 16-byte
+// chunks fall in 8 different groups of 4 banks. At head dim 32 a tile row is 64
+// bytes of data 80 apart, so 8 lanes over 2 rows of 4 chunks would put two chunks
+// in one group (2 wavefronts): there a phase takes one chunk of 8 rows. Whole tiles
+// (T 128), so that every lane of a warp issues each copy.
+TEST(AttentionTensorCoreEmulated, CpAsyncWritesAreFreeOfBankConflicts) {
+  for (const int D : {32, 64, 128}) {
+    const Problem p = make_problem(1, 1, 128, D, Mask::causal);
+    const Inputs x = inputs_for(p, DType::bf16, 51);
+    const KernelOutputs got = run_for(DType::bf16, p, x.q, x.k, x.v, x.g, kFirstSchedule);
+    struct Kernel {
+      const char* name;
+      const emu::LaunchStats& stats;
+    };
+    for (const Kernel& k : {Kernel{"forward", got.forward}, Kernel{"dq", got.dq_stats}, Kernel{"dkv", got.dkv_stats}}) {
+      ASSERT_GT(k.stats.cp_async_phases, 0u) << k.name << " D " << D << " issued no cp.async";
+      EXPECT_EQ(k.stats.cp_async_wavefronts, k.stats.cp_async_phases)
+          << k.name << " D " << D << ": cp.async writes took " << k.stats.cp_async_wavefronts << " wavefronts in "
+          << k.stats.cp_async_phases << " phases, one each without bank conflicts";
+      testing::Test::RecordProperty(fmt::format("{}_d{}_wavefronts_per_cp_async_phase", k.name, D),
+                                    fmt::format("{:.3g}", static_cast<double>(k.stats.cp_async_wavefronts) /
+                                                              static_cast<double>(k.stats.cp_async_phases)));
+    }
+  }
+}
+
+// The cp.async wavefront count itself, on one warp's 16-byte copies to rows a
+// stride apart, 4 chunks a row and 2 rows a phase: rows 64 bytes apart fill a
+// phase's 8 groups of banks (1 wavefront), rows 80 apart share one group (2), rows
+// 128 apart all four (2: each group twice); and 4-byte copies of a warp to 32
+// consecutive words (1) or to one bank 128 bytes apart (32).
+TEST(AttentionTensorCoreEmulated, CpAsyncWavefrontsAreCountedFromTheAddresses) {
+  alignas(16) static uint16_t global[4096] = {};
+  struct Layout {
+    int stride, bytes;  // destination stride between rows (16-byte copies) or lanes (4-byte)
+    uint64_t per_phase;
+  };
+  for (const Layout l : {Layout{64, 16, 1}, Layout{80, 16, 2}, Layout{128, 16, 2}, Layout{4, 4, 1}, Layout{128, 4, 32}}) {
+    const emu::LaunchStats st = emu::launch(dim3(1), 32, 32 * 128, [&] {
+      const int L = static_cast<int>(threadIdx.x);
+      const int at = l.bytes == 16 ? (L / 4) * l.stride + (L % 4) * 16 : L * l.stride;
+      __pipeline_memcpy_async(emu::shared_memory() + at, global + 8 * L, static_cast<size_t>(l.bytes));
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+    });
+    const uint64_t phases = l.bytes == 16 ? 4 : 1;
+    EXPECT_EQ(st.cp_async_phases, phases) << l.bytes << "-byte copies " << l.stride << " bytes apart";
+    EXPECT_EQ(st.cp_async_wavefronts, phases * l.per_phase) << l.bytes << "-byte copies " << l.stride << " bytes apart";
   }
 }
 

@@ -33,6 +33,7 @@ using attn_kernels::Launch;
 using attn_kernels::MaskArgs;
 using attn_kernels::backward_launch;
 using attn_kernels::forward_launch;
+using attn_kernels::with_head_dim;
 
 MaskArgs mask_args(const AttnMask& m) {
   return MaskArgs{m.causal, m.key_valid_len.defined() ? m.key_valid_len.data_as<int32_t>() : nullptr,
@@ -61,17 +62,6 @@ Launch launch_of(const Tensor& q) {
   l.grid = dim3(static_cast<unsigned>(q.dim(0) * q.dim(1)), static_cast<unsigned>((l.T + kRows - 1) / kRows));
   l.stream = static_cast<cudaStream_t>(q.device().cuda_stream());
   return l;
-}
-
-// Calls fn(std::integral_constant<int, kD>) with the head-dim bucket kD >= D.
-template <typename Fn>
-void with_head_dim(int D, Fn&& fn) {
-  if (D <= 32)
-    fn(std::integral_constant<int, 32>{});
-  else if (D <= 64)
-    fn(std::integral_constant<int, 64>{});
-  else
-    fn(std::integral_constant<int, 128>{});
 }
 
 // y (index order b, h, t, d) from x (b, t, h, d) or back: one element per thread,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "harness/tensor.hpp"
 #include "kernels/attention/attention_cuda.hpp"
@@ -29,6 +30,15 @@ struct Launch {
   dim3 grid;
   cudaStream_t stream;
 };
+
+// fn(std::integral_constant<int, kD>) with the head-dim bucket kD >= D whose
+// kernels run head dim D, and what it returns.
+template <typename Fn>
+decltype(auto) with_head_dim(int D, Fn&& fn) {
+  if (D <= 32) return fn(std::integral_constant<int, 32>{});
+  if (D <= 64) return fn(std::integral_constant<int, 64>{});
+  return fn(std::integral_constant<int, 128>{});
+}
 
 // Defined in attention_kernels.cuh; instantiated for S in {float, half_t,
 // bfloat16_t} and kD in {32, 64, 128} by HR_ATTENTION_INSTANTIATE_FWD / _BWD.

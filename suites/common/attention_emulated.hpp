@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness/tolerances.hpp"
+#include "kernels/attention/attention_launch.hpp"
 #include "kernels/attention/attention_ref.hpp"
 #include "kernels/common/float16.hpp"
 #include "suites/common/attention_problem.hpp"
@@ -50,15 +51,18 @@ struct KernelOutputs {
 const emu::Schedule kFirstSchedule{emu::Schedule::Warps::one_at_a_time, emu::Schedule::Copies::at_wait};
 const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue};
 
-// One forward and backward as the dispatcher runs them, on emulated warps: the
-// forward kernel over `grid` blocks of `threads`, then D_i = rowsum(dO * O) on the
-// host, then the dQ kernel and the dK, dV kernel, with smem[0..2] bytes of dynamic
-// shared memory each. The kernels take the arguments the attention kernels take,
-// `mask` their MaskArgs.
-template <typename S, typename MaskArgs, typename Forward, typename Dq, typename Dkv>
-KernelOutputs run_three(const Problem& p, const MaskArgs& mask, const Input& q, const Input& k, const Input& v,
-                        const Input& dout, dim3 grid, int threads, const size_t (&smem)[3], Forward forward, Dq dq,
-                        Dkv dkv, const emu::Schedule& schedule, const emu::Fault& fault) {
+// One forward and backward of p as the dispatcher runs them, on emulated warps:
+// the forward kernel over one block of `threads` per head and tile of `tile` rows,
+// then D_i = rowsum(dO * O) on the host, then the dQ kernel and the dK, dV kernel,
+// with smem[0..2] bytes of dynamic shared memory each. The kernels take the
+// arguments the attention kernels take.
+template <typename S, typename Forward, typename Dq, typename Dkv>
+KernelOutputs run_three(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout, int tile,
+                        int threads, const size_t (&smem)[3], Forward forward, Dq dq, Dkv dkv,
+                        const emu::Schedule& schedule, const emu::Fault& fault) {
+  const hr::ops::cuda::attn_kernels::MaskArgs mask{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(),
+                                                   p.seg.empty() ? nullptr : p.seg.data()};
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + tile - 1) / tile));
   const size_t n = dout.values.size(), rows = static_cast<size_t>(p.B) * p.H * p.T;
   KernelOutputs r;
   r.width = sizeof(S);

@@ -14,7 +14,6 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <type_traits>
 
 #include "harness/tolerances.hpp"
 #include "kernels/common/float16.hpp"
@@ -53,9 +52,7 @@ namespace emu = hr::warp_emu;
 template <typename S, int kD>
 KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
                           const emu::Schedule& schedule, const emu::Fault& fault) {
-  const ak::MaskArgs m{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(), p.seg.empty() ? nullptr : p.seg.data()};
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + ak::kRows - 1) / ak::kRows));
-  return run_three<S>(p, m, q, k, v, dout, grid, ak::kRows, {0, 0, 0}, ak::mem_efficient_forward_kernel<S, kD>,
+  return run_three<S>(p, q, k, v, dout, ak::kRows, ak::kRows, {0, 0, 0}, ak::mem_efficient_forward_kernel<S, kD>,
                       ak::mem_efficient_dq_kernel<S, kD>, ak::mem_efficient_dkv_kernel<S, kD>, schedule, fault);
 }
 
@@ -63,17 +60,14 @@ KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, cons
 // dispatcher picks them.
 KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g,
                       const emu::Schedule& schedule, const emu::Fault& fault) {
-  auto at = [&](auto kd) {
+  return ak::with_head_dim(p.D, [&](auto kd) {
     constexpr int kD = decltype(kd)::value;
     switch (dt) {
       case DType::f32: return run_kernels<float, kD>(p, q, k, v, g, schedule, fault);
       case DType::f16: return run_kernels<half_t, kD>(p, q, k, v, g, schedule, fault);
       default: return run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule, fault);
     }
-  };
-  if (p.D <= 32) return at(std::integral_constant<int, 32>{});
-  if (p.D <= 64) return at(std::integral_constant<int, 64>{});
-  return at(std::integral_constant<int, 128>{});
+  });
 }
 
 void check(DType dt, std::initializer_list<Case> cases) { hr::test::attn::check_cases(run_for, dt, cases, 200); }

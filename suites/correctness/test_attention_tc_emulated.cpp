@@ -20,7 +20,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "harness/tolerances.hpp"
@@ -102,9 +101,7 @@ using hr::test::attn::run_three;
 template <typename S, int kD>
 KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
                           const emu::Schedule& schedule, const emu::Fault& fault = {}) {
-  const tc::MaskArgs m{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(), p.seg.empty() ? nullptr : p.seg.data()};
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + tc::kTile - 1) / tc::kTile));
-  return run_three<S>(p, m, q, k, v, dout, grid, tc::kThreads,
+  return run_three<S>(p, q, k, v, dout, tc::kTile, tc::kThreads,
                       {tc::forward_smem_bytes<kD>(), tc::dq_smem_bytes<kD>(), tc::dkv_smem_bytes<kD>()},
                       tc::tc_forward_kernel<S, kD>, tc::tc_dq_kernel<S, kD>, tc::tc_dkv_kernel<S, kD>, schedule, fault);
 }
@@ -112,14 +109,11 @@ KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, cons
 // The kernels of the head-dim bucket that takes D, as the dispatcher picks it.
 KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k, const Input& v, const Input& g,
                       const emu::Schedule& schedule, const emu::Fault& fault = {}) {
-  auto at = [&](auto kd) {
+  return hr::ops::cuda::attn_kernels::with_head_dim(p.D, [&](auto kd) {
     constexpr int kD = decltype(kd)::value;
     return dt == DType::f16 ? run_kernels<half_t, kD>(p, q, k, v, g, schedule, fault)
                             : run_kernels<bfloat16_t, kD>(p, q, k, v, g, schedule, fault);
-  };
-  if (p.D <= 32) return at(std::integral_constant<int, 32>{});
-  if (p.D <= 64) return at(std::integral_constant<int, 64>{});
-  return at(std::integral_constant<int, 128>{});
+  });
 }
 
 void check(DType dt, std::initializer_list<Case> cases) { hr::test::attn::check_cases(run_for, dt, cases, 100); }

@@ -358,14 +358,35 @@ T shfl_xor(T v, int mask) {
   return out;
 }
 
+// One access of a shared-memory phase: n bytes at a shared-memory offset.
+struct SharedAccess {
+  size_t offset;
+  unsigned n;
+};
+
+// The wavefronts a phase of shared-memory accesses takes: the most distinct 4-byte
+// words that fall in one of the 32 banks (1 without a bank conflict; the same word
+// twice is read or written once).
+inline uint64_t phase_wavefronts(const std::vector<SharedAccess>& phase) {
+  std::vector<size_t> in_bank[32];
+  size_t most = 1;
+  for (const SharedAccess& a : phase)
+    for (size_t word = a.offset / 4; word < (a.offset + a.n) / 4; ++word) {
+      std::vector<size_t>& b = in_bank[word % 32];
+      if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+      most = std::max(most, b.size());
+    }
+  return most;
+}
+
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the row
 // addresses of matrix i (8 rows of 8 16-bit elements); lane L receives in register i
 // the elements (L / 4, 2 (L % 4)) and (L / 4, 2 (L % 4) + 1) of matrix i, or with
 // .trans its elements (2 (L % 4), L / 4) and (2 (L % 4) + 1, L / 4); the first in the
 // low half.
-// Each 8 x 8 matrix is one shared-memory wavefront when its 8 rows of 16 bytes fall
-// in different groups of 4 banks, and one more for each further distinct row in the
-// most shared group.
+// Each 8 x 8 matrix is one shared-memory phase (phase_wavefronts): one wavefront
+// when its 8 rows of 16 bytes fall in different groups of 4 banks, and one more for
+// each further distinct row in the most shared group.
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
   const int L = lane();
   shared_offset(p, 16, 16, "ldmatrix row address");
@@ -379,15 +400,9 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
     ++st.ldmatrix;
     const auto base = reinterpret_cast<uintptr_t>(running->blk->smem);
     for (int i = 0; i < 4; ++i) {
-      size_t rows[8];
-      int in_group[8] = {}, most = 0;
-      for (int j = 0; j < 8; ++j) {
-        rows[j] = reinterpret_cast<uintptr_t>(w.address[set][8 * i + j]) - base;
-        bool again = false;
-        for (int m = 0; m < j; ++m) again = again || rows[m] == rows[j];
-        if (!again) most = std::max(most, ++in_group[rows[j] / 16 % 8]);
-      }
-      st.ldmatrix_wavefronts += static_cast<uint64_t>(most);
+      std::vector<SharedAccess> rows;
+      for (int j = 0; j < 8; ++j) rows.push_back({reinterpret_cast<uintptr_t>(w.address[set][8 * i + j]) - base, 16});
+      st.ldmatrix_wavefronts += phase_wavefronts(rows);
     }
   }
   for (int i = 0; i < 4; ++i) {
@@ -499,21 +514,14 @@ inline void fiber_entry() {
 }
 
 // The shared-memory phases and wavefronts of a block's cp.async writes
-// (LaunchStats::cp_async_*): in each phase, the most distinct 4-byte words that
-// fall in one of the 32 banks.
+// (LaunchStats::cp_async_*).
 inline void count_copy_wavefronts(const Block& blk, LaunchStats& st) {
   for (const auto& [key, writes] : blk.copy_writes) {
-    std::map<int, std::map<int, std::vector<size_t>>> phases;  // phase -> bank -> words
-    for (const Block::CopyWrite& w : writes)
-      for (size_t word = w.offset / 4; word < (w.offset + w.n) / 4; ++word) {
-        std::vector<size_t>& in_bank = phases[w.lane / static_cast<int>(128 / w.n)][static_cast<int>(word % 32)];
-        if (std::find(in_bank.begin(), in_bank.end(), word) == in_bank.end()) in_bank.push_back(word);
-      }
-    for (const auto& [phase, banks] : phases) {
-      size_t most = 1;
-      for (const auto& [bank, words] : banks) most = std::max(most, words.size());
+    std::map<int, std::vector<SharedAccess>> phases;  // by phase: a warp's lanes, 128 bytes a phase
+    for (const Block::CopyWrite& w : writes) phases[w.lane / static_cast<int>(128 / w.n)].push_back({w.offset, w.n});
+    for (const auto& [phase, accesses] : phases) {
       ++st.cp_async_phases;
-      st.cp_async_wavefronts += most;
+      st.cp_async_wavefronts += phase_wavefronts(accesses);
     }
   }
 }

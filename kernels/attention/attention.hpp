@@ -38,7 +38,8 @@ struct AttnProbDropout {
 };
 
 // Which kernels run the memory-efficient form in fp16 and bf16 on a GPU:
-// - scalar: one thread per query row, fp32 arithmetic (attention_kernels.cuh);
+// - scalar: a thread (or, at large head dims, a few lanes) per query row, fp32
+//   arithmetic (attention_kernels.cuh);
 // - tensor_core: FlashAttention-2's form on mma.sync, tiles of 64 rows, scores, P
 //   and dS in registers, P and dS rounded to 16 bits before their products
 //   (attention_tc_kernels.cuh; sm_80 and newer, head dim <= 128; elsewhere the

@@ -1,9 +1,10 @@
 // Memory-efficient attention's kernels on the GPU. Forward: one block per
-// (b*h, tile of kRows query rows), one thread per query row; K and V pass through
-// shared memory kChunk keys at a time (fp32, zero-padded to the head-dim bucket
-// kD), the online softmax state lives in registers. Backward (FlashAttention-2):
-// D_i = rowsum(dO * O), then one kernel computes dQ per query tile and another dK,
-// dV per key tile, each thread owning its row: deterministic, no atomics.
+// (b*h, tile of kRows query rows), one thread per query row (two from head dim 128,
+// each with half the head dim); K and V pass through shared memory kChunk keys at a
+// time (fp32, zero-padded to the head-dim bucket kD), the online softmax state lives
+// in registers. Backward (FlashAttention-2): D_i = rowsum(dO * O), then one kernel
+// computes dQ per query tile and another dK, dV per key tile, a row's threads (one at
+// head dim 32, kD / 32 from 64) owning it: deterministic, no atomics.
 // This header holds the kernels and their launchers; include it only from the
 // per-pass, per-head-dim translation units, which instantiate them
 // (HR_ATTENTION_INSTANTIATE_FWD / _BWD), or after the warp emulation
@@ -25,20 +26,130 @@
 
 namespace hr::ops::cuda::attn_kernels {
 
-// Rows [r0, r0 + kChunk) of a [T, D] matrix into shared memory as fp32, zero-padded
-// past T and past D (so dot products over kD need no bounds).
-template <typename S, int kD>
-__device__ void stage_rows(const S* src, int r0, int T, int D, float (*dst)[kD]) {
-  for (int i = threadIdx.x; i < kChunk * kD; i += blockDim.x) {
-    const int r = i / kD, c = i % kD, row = r0 + r;
-    dst[r][c] = (row < T && c < D) ? to_float(src[static_cast<int64_t>(row) * D + c]) : 0.f;
-  }
+// Threads per query row (forward, dQ) or key row (dK, dV). A row's kSplit threads
+// are adjacent lanes, and each owns kD / kSplit of the head dim: its rows of Q, dO,
+// the accumulators (or K, V and theirs) in registers, where one thread a row held
+// them all. At head dim 128 a forward thread held 256 floats and spilled (364/924
+// bytes of stores/loads for sm_90), a dK/dV thread 512 (3,068/4,092); split, every
+// bucket's threads hold what head dim 32's did: 128 floats in the forward, 96 in dQ,
+// 128 in dK/dV.
+template <int kD>
+inline constexpr int kForwardSplit = kD >= 128 ? kD / 64 : 1;
+template <int kD>
+inline constexpr int kBackwardSplit = kD >= 64 ? kD / 32 : 1;
+// Threads per block of each kernel (kRows rows).
+template <int kD>
+constexpr int forward_threads() {
+  return kRows * kForwardSplit<kD>;
+}
+template <int kD>
+constexpr int backward_threads() {
+  return kRows * kBackwardSplit<kD>;
 }
 
-template <typename S, int kD>
-__device__ void load_row(const S* src, bool active, int D, float (&dst)[kD]) {
+// A thread's share of a row of head dim kD split kSplit ways, in 4-float pieces:
+// the thread of part r (0 .. kSplit - 1) holds pieces r, r + kSplit, r + 2 kSplit,
+// ..., so the kSplit threads' 16-byte reads of one staged row fall in distinct banks.
+template <int kD, int kSplit>
+struct Part {
+  static_assert(kD % (4 * kSplit) == 0 && 32 % kSplit == 0, "whole pieces, a row's threads in one warp");
+  static constexpr int kPieces = kD / (4 * kSplit);
+  float4 v[kPieces];
+
+  __device__ void zero() {
 #pragma unroll
-  for (int d = 0; d < kD; ++d) dst[d] = (active && d < D) ? to_float(src[d]) : 0.f;
+    for (int i = 0; i < kPieces; ++i) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  // The first column of piece i.
+  static __device__ int col(int i, int r) { return 4 * (i * kSplit + r); }
+  // From a row of D elements in global memory, zero past D or where !active.
+  template <typename S>
+  __device__ void load(const S* src, bool active, int D, int r) {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      float e[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = col(i, r) + c;
+        e[c] = (active && d < D) ? to_float(src[d]) : 0.f;
+      }
+      v[i] = make_float4(e[0], e[1], e[2], e[3]);
+    }
+  }
+  // This thread's part of the dot product with a staged row.
+  __device__ float dot(const float4* row, int r) const {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const float4 b = row[i * kSplit + r];
+      s += v[i].x * b.x + v[i].y * b.y + v[i].z * b.z + v[i].w * b.w;
+    }
+    return s;
+  }
+  // += a times this thread's part of a staged row.
+  __device__ void add(float a, const float4* row, int r) {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const float4 b = row[i * kSplit + r];
+      v[i].x += a * b.x;
+      v[i].y += a * b.y;
+      v[i].z += a * b.z;
+      v[i].w += a * b.w;
+    }
+  }
+  __device__ void scale(float f) {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      v[i].x *= f;
+      v[i].y *= f;
+      v[i].z *= f;
+      v[i].w *= f;
+    }
+  }
+  // times f into a row of D elements in global memory.
+  template <typename S>
+  __device__ void store(S* dst, float f, int D, int r) const {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const float e[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = col(i, r) + c;
+        if (d < D) dst[d] = from_float<S>(e[c] * f);
+      }
+    }
+  }
+};
+
+// The sum of x over a row's kSplit threads, by a butterfly of shuffles: each
+// thread adds the same two values at each level, so all of them hold the same bits.
+// Every lane of the warp must call it.
+template <int kSplit>
+__device__ __forceinline__ float row_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < kSplit; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// The largest x of the warp's lanes. Every lane of the warp must call it.
+__device__ __forceinline__ int warp_max(int x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Rows [r0, r0 + kChunk) of a [T, D] matrix into shared memory as fp32 (4-float
+// pieces), zero-padded past T and past D (so dot products over kD need no bounds).
+template <typename S, int kD>
+__device__ void stage_rows(const S* src, int r0, int T, int D, float4 (*dst)[kD / 4]) {
+  for (int i = threadIdx.x; i < kChunk * (kD / 4); i += blockDim.x) {
+    const int r = i / (kD / 4), c = 4 * (i % (kD / 4)), row = r0 + r;
+    const S* from = src + static_cast<int64_t>(row) * D + c;
+    float e[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) e[j] = (row < T && c + j < D) ? to_float(from[j]) : 0.f;
+    dst[r][c / 4] = make_float4(e[0], e[1], e[2], e[3]);
+  }
 }
 
 // Where the keys any query row of the block starting at t0 may see end: a causal
@@ -48,43 +159,45 @@ __device__ inline int block_key_end(const MaskArgs& mask, const sm::RowMask& rm,
   return sm::allowed_end(sm::RowMask{mask.causal, min(T, t0 + kRows) - 1, rm.kv_len, nullptr}, T);
 }
 
-template <int kD>
-__device__ float dot_row(const float (&a)[kD], const float* b) {
-  float s = 0.f;
-#pragma unroll
-  for (int d = 0; d < kD; ++d) s += a[d] * b[d];
-  return s;
-}
+// A thread's row in its block's tile, its part of the row, and whether any row of
+// its warp is below T (uniform across the warp).
+template <int kSplit>
+struct Seat {
+  int row, part;
+  bool warp_live;
+  __device__ Seat(int first_row, int T)
+      : row(first_row + static_cast<int>(threadIdx.x) / kSplit),
+        part(static_cast<int>(threadIdx.x) % kSplit),
+        warp_live(first_row + static_cast<int>(threadIdx.x / 32 * 32) / kSplit < T) {}
+};
 
 template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(forward_threads<kD>())
     mem_efficient_forward_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                                  MaskArgs mask, int H, int T, int D, float scale, S* __restrict__ out,
                                  float* __restrict__ lse) {
   // Keys per step of the online softmax: each step rescales the row's accumulators
-  // once. Up to head dim 64 a step is 8 keys, its loops unrolled and its scores in
-  // registers, so a rescale adds 8 products to every 128 of a key. All 32 keys of a
-  // chunk in one step took 48 s of nvcc for sm_90 at head dim 64 (8 keys: 10 s) and
-  // 14 s at 32, spilling 12 bytes (8 keys: 5 s, no spill). At 128 the query row and
-  // the accumulators alone fill the 255 registers: one step a chunk, its loops
-  // unrolled 4 keys at a time (the scores in local memory). All 32 keys took 8m51s
-  // and spilled 2,580 bytes of stores and 6,312 of loads; 4 take 9 s and spill 364
-  // and 924; steps of 4 or 8 keys spill more (396 and 1,100; 776 and 2,076).
-  constexpr int kStep = kD >= 128 ? kChunk : 8;
-  constexpr int kUnroll = kD >= 128 ? 4 : kStep;
+  // once, so a rescale adds 8 products to every 128 of a key. The loops are
+  // unrolled and the scores stay in registers. All 32 keys of a chunk in one step
+  // took 48 s of nvcc for sm_90 at head dim 64 (8 keys: 10 s) and spilled at 32.
+  constexpr int kSplit = kForwardSplit<kD>, kStep = 8;
   static_assert(kChunk % kStep == 0, "a chunk is whole steps");
-  HR_SHARED(float[kChunk][kD], ks);
-  HR_SHARED(float[kChunk][kD], vs);
+  HR_SHARED(float4[kChunk][kD / 4], ks);
+  HR_SHARED(float4[kChunk][kD / 4], vs);
   const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
+  const int t0 = blockIdx.y * kRows;
+  const Seat<kSplit> me(t0, T);
+  const int t = me.row, r = me.part;
   const bool active = t < T;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float qr[kD], acc[kD];
-  load_row<S, kD>(q + base + static_cast<int64_t>(t) * D, active, D, qr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) acc[d] = 0.f;
+  Part<kD, kSplit> qr, acc;
+  qr.load(q + base + static_cast<int64_t>(t) * D, active, D, r);
+  acc.zero();
   const sm::RowMask rm = row_mask(mask, b, t, T);
-  const int s_end = sm::allowed_end(rm, T);  // no key of this row at or past it (segments allow fewer)
+  // No key of this row at or past s_end (segments allow fewer), none of the warp's
+  // at or past warp_end.
+  const int s_end = active ? sm::allowed_end(rm, T) : 0;
+  const int warp_end = kSplit > 1 ? warp_max(s_end) : s_end;
   float m = -INFINITY, l = 0.f;
   const int block_end = block_key_end(mask, rm, t0, T);
   for (int s0 = 0; s0 < block_end; s0 += kChunk) {
@@ -92,119 +205,114 @@ __global__ void __launch_bounds__(kRows)
     stage_rows<S, kD>(k + base, s0, T, D, ks);
     stage_rows<S, kD>(v + base, s0, T, D, vs);
     __syncthreads();
-    if (!active) continue;
+    if (!me.warp_live) continue;
 #pragma unroll 1
     for (int j0 = 0; j0 < kChunk; j0 += kStep) {
-      if (s0 + j0 >= s_end) break;  // this row's last key is behind
+      if (s0 + j0 >= warp_end) break;  // the rows' last keys are behind (split: uniform across the warp)
       float sc[kStep];
       uint32_t ok = 0;
       float step_max = -INFINITY;
-#pragma unroll kUnroll
+#pragma unroll
       for (int j = 0; j < kStep; ++j) {
         const int s = s0 + j0 + j;
+        const bool allowed = s < s_end && sm::allowed(rm, s);
         sc[j] = 0.f;
-        if (s < T && sm::allowed(rm, s)) {
+        if (kSplit > 1 || allowed) sc[j] = scale * row_sum<kSplit>(qr.dot(ks[j0 + j], r));  // a row's threads meet
+        if (allowed) {
           ok |= 1u << j;
-          sc[j] = scale * dot_row<kD>(qr, ks[j0 + j]);
           step_max = fmaxf(step_max, sc[j]);
         }
       }
       const float factor = attn::online_rescale(m, l, step_max);
       if (ok == 0) continue;
+      acc.scale(factor);
 #pragma unroll
-      for (int d = 0; d < kD; ++d) acc[d] *= factor;
-#pragma unroll kUnroll
       for (int j = 0; j < kStep; ++j) {
         if (!(ok & (1u << j))) continue;
         const float p = attn::online_weight(sc[j], m);
         l += p;
-#pragma unroll
-        for (int d = 0; d < kD; ++d) acc[d] += p * vs[j0 + j][d];
+        acc.add(p, vs[j0 + j], r);
       }
     }
   }
   if (!active) return;
-  const float inv = attn::inv_row_sum(l);
-  S* o = out + base + static_cast<int64_t>(t) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) o[d] = from_float<S>(acc[d] * inv);
-  lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
+  acc.store(out + base + static_cast<int64_t>(t) * D, attn::inv_row_sum(l), D, r);
+  if (r == 0) lse[static_cast<int64_t>(bh) * T + t] = attn::row_lse(m, l);
 }
 
-// Keys (queries) of a chunk per pass of the backward kernels' loops. From head dim
-// 64 the rows a thread owns (three in dQ, four in dK/dV) fill the registers, and
-// unrolling 4 only spills more: for sm_90 at 128 it took 33 s of nvcc and spilled
-// 2,064/9,232 (dQ) and 9,104/16,340 (dK/dV) bytes of stores/loads, one at a time
-// takes 9 s and spills 1,336/2,332 and 3,068/4,092; at 64, 12 s and 68/532 and
-// 532/3,920 against 6 s and 64/120 and 424/848. At 32 (158-226 registers, no
-// spill) four keys' dot products overlap.
-template <int kD>
-inline constexpr int kBackwardUnroll = kD >= 64 ? 1 : 4;
+// Keys (queries) of a chunk per pass of the backward kernels' loops: four keys' dot
+// products overlap. Each thread holds 96 (dQ) or 128 (dK/dV) floats at every bucket.
+constexpr int kBackwardUnroll = 4;
 
 template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(backward_threads<kD>())
     mem_efficient_dq_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                             const S* __restrict__ dout, const float* __restrict__ lse,
                             const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
                             S* __restrict__ dq) {
-  HR_SHARED(float[kChunk][kD], ks);
-  HR_SHARED(float[kChunk][kD], vs);
+  constexpr int kSplit = kBackwardSplit<kD>;
+  HR_SHARED(float4[kChunk][kD / 4], ks);
+  HR_SHARED(float4[kChunk][kD / 4], vs);
   const int bh = blockIdx.x, b = bh / H;
-  const int t0 = blockIdx.y * kRows, t = t0 + static_cast<int>(threadIdx.x);
+  const int t0 = blockIdx.y * kRows;
+  const Seat<kSplit> me(t0, T);
+  const int t = me.row, r = me.part;
   const bool active = t < T;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float qr[kD], gr[kD], dqr[kD];
-  load_row<S, kD>(q + base + static_cast<int64_t>(t) * D, active, D, qr);
-  load_row<S, kD>(dout + base + static_cast<int64_t>(t) * D, active, D, gr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) dqr[d] = 0.f;
+  Part<kD, kSplit> qr, gr, dqr;
+  qr.load(q + base + static_cast<int64_t>(t) * D, active, D, r);
+  gr.load(dout + base + static_cast<int64_t>(t) * D, active, D, r);
+  dqr.zero();
   const sm::RowMask rm = row_mask(mask, b, t, T);
   const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
   const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
+  const int s_end = active ? sm::allowed_end(rm, T) : 0;
+  const int warp_end = kSplit > 1 ? warp_max(s_end) : s_end;
   const int block_end = block_key_end(mask, rm, t0, T);
   for (int s0 = 0; s0 < block_end; s0 += kChunk) {
     __syncthreads();
     stage_rows<S, kD>(k + base, s0, T, D, ks);
     stage_rows<S, kD>(v + base, s0, T, D, vs);
     __syncthreads();
-    if (!active) continue;
-#pragma unroll kBackwardUnroll<kD>
+    if (!me.warp_live) continue;
+#pragma unroll kBackwardUnroll
     for (int j = 0; j < kChunk; ++j) {
       const int s = s0 + j;
-      if (s >= T || !sm::allowed(rm, s)) continue;
-      const float p = attn::prob_from_lse(scale * dot_row<kD>(qr, ks[j]), lse_t);
-      const float ds = attn::dscore_unscaled(p, dot_row<kD>(gr, vs[j]), dot_t);
-#pragma unroll
-      for (int d = 0; d < kD; ++d) dqr[d] += ds * ks[j][d];
+      if (s >= warp_end) break;  // split: uniform across the warp
+      const bool allowed = s < s_end && sm::allowed(rm, s);
+      if (kSplit == 1 && !allowed) continue;
+      const float sc = row_sum<kSplit>(qr.dot(ks[j], r)), dp = row_sum<kSplit>(gr.dot(vs[j], r));
+      if (!allowed) continue;
+      const float ds = attn::dscore_unscaled(attn::prob_from_lse(scale * sc, lse_t), dp, dot_t);
+      dqr.add(ds, ks[j], r);
     }
   }
   if (!active) return;
-  S* o = dq + base + static_cast<int64_t>(t) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) o[d] = from_float<S>(scale * dqr[d]);
+  dqr.store(dq + base + static_cast<int64_t>(t) * D, scale, D, r);
 }
 
 template <typename S, int kD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(backward_threads<kD>())
     mem_efficient_dkv_kernel(const S* __restrict__ q, const S* __restrict__ k, const S* __restrict__ v,
                              const S* __restrict__ dout, const float* __restrict__ lse,
                              const float* __restrict__ row_dot, MaskArgs mask, int H, int T, int D, float scale,
                              S* __restrict__ dk, S* __restrict__ dv) {
-  HR_SHARED(float[kChunk][kD], qs);
-  HR_SHARED(float[kChunk][kD], gs);
+  constexpr int kSplit = kBackwardSplit<kD>;
+  HR_SHARED(float4[kChunk][kD / 4], qs);
+  HR_SHARED(float4[kChunk][kD / 4], gs);
   HR_SHARED(float[kChunk], lse_s);
   HR_SHARED(float[kChunk], dot_s);
   const int bh = blockIdx.x, b = bh / H;
-  const int s_first = blockIdx.y * kRows, s = s_first + static_cast<int>(threadIdx.x);
+  const int s_first = blockIdx.y * kRows;
+  const Seat<kSplit> me(s_first, T);
+  const int s = me.row, r = me.part;
   const bool active = s < T;
   const int64_t base = static_cast<int64_t>(bh) * T * D;
-  float kr[kD], vr[kD], dkr[kD], dvr[kD];
-  load_row<S, kD>(k + base + static_cast<int64_t>(s) * D, active, D, kr);
-  load_row<S, kD>(v + base + static_cast<int64_t>(s) * D, active, D, vr);
-#pragma unroll
-  for (int d = 0; d < kD; ++d) dkr[d] = dvr[d] = 0.f;
+  Part<kD, kSplit> kr, vr, dkr, dvr;
+  kr.load(k + base + static_cast<int64_t>(s) * D, active, D, r);
+  vr.load(v + base + static_cast<int64_t>(s) * D, active, D, r);
+  dkr.zero();
+  dvr.zero();
   // Causal: queries before this block's first key see none of its keys.
   const int t_begin = mask.causal ? (s_first / kChunk) * kChunk : 0;
   for (int t0 = t_begin; t0 < T; t0 += kChunk) {
@@ -217,36 +325,31 @@ __global__ void __launch_bounds__(kRows)
       dot_s[i] = t < T ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
     }
     __syncthreads();
-    if (!active) continue;
-#pragma unroll kBackwardUnroll<kD>
+    if (!me.warp_live) continue;
+#pragma unroll kBackwardUnroll
     for (int j = 0; j < kChunk; ++j) {
       const int t = t0 + j;
-      if (t >= T || !sm::allowed(row_mask(mask, b, t, T), s)) continue;
-      const float p = attn::prob_from_lse(scale * dot_row<kD>(kr, qs[j]), lse_s[j]);
-      const float ds = attn::dscore_unscaled(p, dot_row<kD>(vr, gs[j]), dot_s[j]);
-#pragma unroll
-      for (int d = 0; d < kD; ++d) {
-        dvr[d] += p * gs[j][d];
-        dkr[d] += ds * qs[j][d];
-      }
+      if (t >= T) break;  // uniform across the block
+      const bool allowed = active && sm::allowed(row_mask(mask, b, t, T), s);
+      if (kSplit == 1 && !allowed) continue;
+      const float sc = row_sum<kSplit>(kr.dot(qs[j], r)), dp = row_sum<kSplit>(vr.dot(gs[j], r));
+      if (!allowed) continue;
+      const float p = attn::prob_from_lse(scale * sc, lse_s[j]);
+      const float ds = attn::dscore_unscaled(p, dp, dot_s[j]);
+      dvr.add(p, gs[j], r);
+      dkr.add(ds, qs[j], r);
     }
   }
   if (!active) return;
-  S* ok = dk + base + static_cast<int64_t>(s) * D;
-  S* ov = dv + base + static_cast<int64_t>(s) * D;
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-    if (d < D) {
-      ok[d] = from_float<S>(scale * dkr[d]);
-      ov[d] = from_float<S>(dvr[d]);
-    }
+  dkr.store(dk + base + static_cast<int64_t>(s) * D, scale, D, r);
+  dvr.store(dv + base + static_cast<int64_t>(s) * D, 1.f, D, r);
 }
 
 #if !defined(HR_WARP_EMULATION)
 template <typename S, int kD>
 void forward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const MaskArgs& m,
                     float scale, Tensor& out, Tensor& lse) {
-  mem_efficient_forward_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
+  mem_efficient_forward_kernel<S, kD><<<l.grid, forward_threads<kD>(), 0, l.stream>>>(
       q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), m, l.H, l.T, l.D, scale, out.data_as<S>(),
       lse.data_as<float>());
   HR_CUDA_CHECK_LAUNCH();
@@ -256,11 +359,11 @@ template <typename S, int kD>
 void backward_launch(const Launch& l, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                      const Tensor& lse, const Tensor& row_dot, const MaskArgs& m, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv) {
-  mem_efficient_dq_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
+  mem_efficient_dq_kernel<S, kD><<<l.grid, backward_threads<kD>(), 0, l.stream>>>(
       q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
       row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dq.data_as<S>());
   HR_CUDA_CHECK_LAUNCH();
-  mem_efficient_dkv_kernel<S, kD><<<l.grid, kRows, 0, l.stream>>>(
+  mem_efficient_dkv_kernel<S, kD><<<l.grid, backward_threads<kD>(), 0, l.stream>>>(
       q.data_as<S>(), k.data_as<S>(), v.data_as<S>(), dout.data_as<S>(), lse.data_as<float>(),
       row_dot.data_as<float>(), m, l.H, l.T, l.D, scale, dk.data_as<S>(), dv.data_as<S>());
   HR_CUDA_CHECK_LAUNCH();

@@ -52,13 +52,13 @@ const emu::Schedule kFirstSchedule{emu::Schedule::Warps::one_at_a_time, emu::Sch
 const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue};
 
 // One forward and backward of p as the dispatcher runs them, on emulated warps:
-// the forward kernel over one block of `threads` per head and tile of `tile` rows,
+// the forward kernel over blocks of threads[0] per head and tile of `tile` rows,
 // then D_i = rowsum(dO * O) on the host, then the dQ kernel and the dK, dV kernel,
-// with smem[0..2] bytes of dynamic shared memory each. The kernels take the
+// each kernel i with threads[i] a block and smem[i] bytes of dynamic shared memory. The kernels take the
 // arguments the attention kernels take.
 template <typename S, typename Forward, typename Dq, typename Dkv>
 KernelOutputs run_three(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout, int tile,
-                        int threads, const size_t (&smem)[3], Forward forward, Dq dq, Dkv dkv,
+                        const int (&threads)[3], const size_t (&smem)[3], Forward forward, Dq dq, Dkv dkv,
                         const emu::Schedule& schedule, const emu::Fault& fault) {
   const hr::ops::cuda::attn_kernels::MaskArgs mask{p.causal, p.kv_len.empty() ? nullptr : p.kv_len.data(),
                                                    p.seg.empty() ? nullptr : p.seg.data()};
@@ -73,7 +73,7 @@ KernelOutputs run_three(const Problem& p, const Input& q, const Input& k, const 
   S *out = at(r.out), *dqs = at(r.dq), *dks = at(r.dk), *dvs = at(r.dv);
   float* lse = r.lse.data();
   r.forward = emu::launch(
-      grid, threads, smem[0], [&] { forward(qs, ks, vs, mask, p.H, p.T, p.D, p.scale, out, lse); }, schedule, fault);
+      grid, threads[0], smem[0], [&] { forward(qs, ks, vs, mask, p.H, p.T, p.D, p.scale, out, lse); }, schedule, fault);
   std::vector<float> row_dot(rows);
   for (size_t i = 0; i < rows; ++i) {
     float s = 0.f;
@@ -83,10 +83,10 @@ KernelOutputs run_three(const Problem& p, const Input& q, const Input& k, const 
   }
   const float* dot = row_dot.data();
   r.dq_stats = emu::launch(
-      grid, threads, smem[1], [&] { dq(qs, ks, vs, gs, lse, dot, mask, p.H, p.T, p.D, p.scale, dqs); }, schedule,
+      grid, threads[1], smem[1], [&] { dq(qs, ks, vs, gs, lse, dot, mask, p.H, p.T, p.D, p.scale, dqs); }, schedule,
       fault);
   r.dkv_stats = emu::launch(
-      grid, threads, smem[2], [&] { dkv(qs, ks, vs, gs, lse, dot, mask, p.H, p.T, p.D, p.scale, dks, dvs); },
+      grid, threads[2], smem[2], [&] { dkv(qs, ks, vs, gs, lse, dot, mask, p.H, p.T, p.D, p.scale, dks, dvs); },
       schedule, fault);
   return r;
 }
@@ -213,17 +213,19 @@ inline void check_key_length_cases(const RunFor& run, std::initializer_list<DTyp
   worst.record();
 }
 
-// A fault of the emulated hardware that puts values off by a relative r, and the
-// float64 checks it is the control of: the output's, the gradients', or both.
+// A fault of the emulated hardware that puts values off by a relative r (or, named
+// by `what`, one that breaks the kernels' arithmetic, r = 1), and the float64 checks
+// it is the control of: the output's, the gradients', or both.
 struct ValueFault {
   emu::Fault fault;
   double r;
   bool forward, backward;
+  const char* what = nullptr;
 };
 
 // Each value fault fails the float64 checks it is the control of; one with r < 1
 // (the subtle control) lands under 100x their bounds. Each ratio to its bound is
-// recorded as <dtype>_<output>_nmse_over_bound_at_r_<r>.
+// recorded as <dtype>_<output>_nmse_over_bound_at_r_<r>, or _with_<what>.
 inline void expect_value_faults_caught(const RunFor& run, DType dt, const Problem& p, const Inputs& x,
                                        std::initializer_list<ValueFault> faults) {
   const auto want_out = hr::ref::attention_forward(x.q.values, x.k.values, x.v.values, {p.B, p.H, p.T, p.D},
@@ -247,10 +249,12 @@ inline void expect_value_faults_caught(const RunFor& run, DType dt, const Proble
       if (!o.checked) continue;
       const double ratio = hr::test::nmse(o.got, o.want) / o.bound;
       EXPECT_FALSE(hr::test::nmse_within(o.got, o.want, o.bound, o.name))
-          << hr::dtype_name(dt) << " " << o.name << " passed with the fault at r = " << f.r;
+          << hr::dtype_name(dt) << " " << o.name << " passed with the fault " << (f.what ? f.what : "at r = ")
+          << (f.what ? "" : fmt::format("{}", f.r));
       if (f.r < 1)  // the subtle control is near the bound, not far past it
         EXPECT_LT(ratio, 100) << hr::dtype_name(dt) << " " << o.name << ": NMSE " << ratio << "x the bound";
-      testing::Test::RecordProperty(fmt::format("{}_{}_nmse_over_bound_at_r_{:.3g}", hr::dtype_name(dt), o.name, f.r),
+      const std::string fault = f.what ? fmt::format("with_{}", f.what) : fmt::format("at_r_{:.3g}", f.r);
+      testing::Test::RecordProperty(fmt::format("{}_{}_nmse_over_bound_{}", hr::dtype_name(dt), o.name, fault),
                                     fmt::format("{:.3g}", ratio));
     }
   }

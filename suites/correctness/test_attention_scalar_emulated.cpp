@@ -1,5 +1,5 @@
 // The scalar memory-efficient attention kernels of the GPU (kernels/attention/
-// attention_kernels.cuh: one thread per query or key row, fp32, fp16 and bf16, the
+// attention_kernels.cuh: a thread or a few per query or key row, fp32, fp16 and bf16, the
 // form fp32 always takes and the fallback of the tensor-core kernels) run on
 // emulated threads (suites/common/warp_emulation.hpp), so that their indexing,
 // chunks, online-softmax steps, masks and early ends are checked on every machine,
@@ -9,7 +9,8 @@
 // head-dim bucket and at head dims below their bucket's; each case runs under two
 // schedules that must give the same bits (a missing barrier shows). The checks'
 // controls are faults of the emulated hardware (emu::Fault): shared memory that
-// reads back off, and block barriers that let threads on.
+// reads back off, block barriers that let threads on, and a row's lanes that never
+// meet in their shuffles.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,12 +48,13 @@ namespace ak = hr::ops::cuda::attn_kernels;
 namespace emu = hr::warp_emu;
 
 // The three kernels on emulated threads, launched as backward_launch and
-// forward_launch launch them (one block of kRows threads per head and tile of
-// kRows rows, no dynamic shared memory).
+// forward_launch launch them (one block per head and tile of kRows rows, of
+// forward_threads or backward_threads, no dynamic shared memory).
 template <typename S, int kD>
 KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
                           const emu::Schedule& schedule, const emu::Fault& fault) {
-  return run_three<S>(p, q, k, v, dout, ak::kRows, ak::kRows, {0, 0, 0}, ak::mem_efficient_forward_kernel<S, kD>,
+  const int fwd = ak::forward_threads<kD>(), bwd = ak::backward_threads<kD>();
+  return run_three<S>(p, q, k, v, dout, ak::kRows, {fwd, bwd, bwd}, {0, 0, 0}, ak::mem_efficient_forward_kernel<S, kD>,
                       ak::mem_efficient_dq_kernel<S, kD>, ak::mem_efficient_dkv_kernel<S, kD>, schedule, fault);
 }
 
@@ -73,10 +75,11 @@ KernelOutputs run_for(DType dt, const Problem& p, const Input& q, const Input& k
 void check(DType dt, std::initializer_list<Case> cases) { hr::test::attn::check_cases(run_for, dt, cases, 200); }
 
 // Each bucket with its rows in tiles of 64 (three at T 130, two at 66-100; the last
-// partial), its keys in chunks of 32 (the last partial) and, up to head dim 64, in
-// steps of 8 within a chunk, which a causal or padded row leaves early; head dims
-// below their bucket's (40 of 64, 100 of 128, 20 of 32, 3 of 32) and a few rows
-// (T 3).
+// partial), its keys in chunks of 32 (the last partial) and, in the forward, in
+// steps of 8 within a chunk, which a causal or padded row leaves early; a row's
+// threads one, two (the forward at 128, the backward at 64) and four (the backward
+// at 128); head dims below their bucket's (40 of 64, 100 of 128, 20 of 32, 3 of 32)
+// and a few rows (T 3).
 TEST(AttentionScalarEmulated, Fp32MatchesFloat64UnderEveryMask) {
   check(DType::f32, {Case{130, 64}, Case{130, 32}, Case{70, 128}, Case{66, 40}});
 }
@@ -124,6 +127,25 @@ TEST(AttentionScalarEmulated, HardwareFaultsFailTheChecks) {
                                                 {shared_off(r_bwd), r_bwd, false, true}});
     hr::test::attn::expect_order_faults_caught(
         run_for, dt, p, x, {{"every_block_barrier", barrier_skipped(-1)}, {"block_barrier_2", barrier_skipped(2)}});
+  }
+}
+
+// From head dim 64 a row's dot products are summed over its threads by shuffles
+// (row_sum): a shuffle that gives each lane its own value (Fault::stuck_shuffle_mask)
+// is the control that the float64 checks see a row whose threads do not meet. At
+// head dim 128 the first level of the sum (lane mask 1) is in every kernel; the
+// second (mask 2) only in the backward's, whose rows have four threads.
+TEST(AttentionScalarEmulated, ARowsThreadsThatDoNotMeetFailTheChecks) {
+  auto stuck = [](int mask) {
+    emu::Fault f;
+    f.stuck_shuffle_mask = mask;
+    return f;
+  };
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    const Problem p = make_problem(2, 1, 70, 128, Mask::causal);
+    const Inputs x = inputs_for(p, dt, 43);
+    hr::test::attn::expect_value_faults_caught(run_for, dt, p, x,
+                                               {{stuck(1), 1.0, true, true, "shuffle_1_stuck"}, {stuck(2), 1.0, false, true, "shuffle_2_stuck"}});
   }
 }
 

@@ -101,7 +101,7 @@ using hr::test::attn::run_three;
 template <typename S, int kD>
 KernelOutputs run_kernels(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout,
                           const emu::Schedule& schedule, const emu::Fault& fault = {}) {
-  return run_three<S>(p, q, k, v, dout, tc::kTile, tc::kThreads,
+  return run_three<S>(p, q, k, v, dout, tc::kTile, {tc::kThreads, tc::kThreads, tc::kThreads},
                       {tc::forward_smem_bytes<kD>(), tc::dq_smem_bytes<kD>(), tc::dkv_smem_bytes<kD>()},
                       tc::tc_forward_kernel<S, kD>, tc::tc_dq_kernel<S, kD>, tc::tc_dkv_kernel<S, kD>, schedule, fault);
 }

@@ -550,7 +550,7 @@ TEST_P(AttentionTensorCore, BackwardMatchesFiniteDifferences) {
 // At the head dims finite differences cannot afford (64, 128, and 40 across a
 // bucket; 100, not a multiple of 8), and past the pipeline's first steps (T 520: 9
 // key tiles), the tensor-core gradients against the scalar kernels' (another code
-// path: one thread per row, fp32 products), both in the storage format, under every
+// path: a thread or a few per row, fp32 products), both in the storage format, under every
 // mask: the steps wholly inside the allowed keys (no mask, below the causal
 // diagonal, within the key lengths) skip the per-element test, the others take it.
 TEST_P(AttentionTensorCore, BackwardAgreesWithScalarKernelsAtLargeHeadDims) {

@@ -30,9 +30,9 @@ namespace hr::ops::cuda::attn_kernels {
 // are adjacent lanes, and each owns kD / kSplit of the head dim: its rows of Q, dO,
 // the accumulators (or K, V and theirs) in registers, where one thread a row held
 // them all. At head dim 128 a forward thread held 256 floats and spilled (364/924
-// bytes of stores/loads for sm_90), a dK/dV thread 512 (3,068/4,092); split, every
-// bucket's threads hold what head dim 32's did: 128 floats in the forward, 96 in dQ,
-// 128 in dK/dV.
+// bytes of stores/loads for sm_90), a dK/dV thread 512 (3,068/4,092); split, a
+// thread holds at most 128 at every bucket: 64 (head dim 32) or 128 in the forward,
+// 96 in dQ, 128 in dK/dV.
 template <int kD>
 inline constexpr int kForwardSplit = kD >= 128 ? kD / 64 : 1;
 template <int kD>
@@ -131,44 +131,70 @@ __device__ __forceinline__ float row_sum(float x) {
   return x;
 }
 
-// The largest x of the warp's lanes. Every lane of the warp must call it.
-__device__ __forceinline__ int warp_max(int x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
+// Whether a thread takes a (row, key) pair its row allows or not: where a row has
+// several threads they meet in row_sum's shuffles, so the warp takes the pair where
+// any of its rows allows it (a vote: uniform across the warp); a row's only thread
+// takes its own. Every lane of the warp must call it.
+template <int kSplit>
+__device__ __forceinline__ bool take_pair(bool allowed) {
+  if constexpr (kSplit > 1)
+    return __any_sync(0xffffffffu, allowed);
+  else
+    return allowed;
 }
 
 // Rows [r0, r0 + kChunk) of a [T, D] matrix into shared memory as fp32 (4-float
 // pieces), zero-padded past T and past D (so dot products over kD need no bounds).
+// Where the rows are whole 4-element vectors (D a multiple of 4, the matrix aligned
+// to one) a thread reads its piece in one load.
 template <typename S, int kD>
 __device__ void stage_rows(const S* src, int r0, int T, int D, float4 (*dst)[kD / 4]) {
+  struct alignas(4 * sizeof(S)) Four {
+    S e[4];
+  };
+  const bool whole = D % 4 == 0 && reinterpret_cast<uintptr_t>(src) % sizeof(Four) == 0;
   for (int i = threadIdx.x; i < kChunk * (kD / 4); i += blockDim.x) {
     const int r = i / (kD / 4), c = 4 * (i % (kD / 4)), row = r0 + r;
-    const S* from = src + static_cast<int64_t>(row) * D + c;
-    float e[4];
+    float e[4] = {0.f, 0.f, 0.f, 0.f};
+    if (row < T) {
+      const S* from = src + static_cast<int64_t>(row) * D + c;
+      if (whole) {
+        if (c < D) {
+          const Four f = *reinterpret_cast<const Four*>(from);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) e[j] = (row < T && c + j < D) ? to_float(from[j]) : 0.f;
+          for (int j = 0; j < 4; ++j) e[j] = to_float(f.e[j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (c + j < D) e[j] = to_float(from[j]);
+      }
+    }
     dst[r][c / 4] = make_float4(e[0], e[1], e[2], e[3]);
   }
 }
 
-// Where the keys any query row of the block starting at t0 may see end: a causal
-// block sees no key past its last row, a batch row none past its length (`rm` is
-// one of the block's rows; its length is the batch row's). Uniform across the block.
-__device__ inline int block_key_end(const MaskArgs& mask, const sm::RowMask& rm, int t0, int T) {
-  return sm::allowed_end(sm::RowMask{mask.causal, min(T, t0 + kRows) - 1, rm.kv_len, nullptr}, T);
+// Where the keys that any query row of a batch row up to `last` may see end: a
+// causal row sees no key past itself, a batch row none past its length (`rm` is one
+// of the rows; its length is the batch row's). For a block's or a warp's rows, with
+// `last` its last row below T: uniform across them (segments allow fewer).
+__device__ inline int key_end_through(const MaskArgs& mask, const sm::RowMask& rm, int last, int T) {
+  return sm::allowed_end(sm::RowMask{mask.causal, last, rm.kv_len, nullptr}, T);
 }
 
-// A thread's row in its block's tile, its part of the row, and whether any row of
-// its warp is below T (uniform across the warp).
+// A thread's row in its block's tile, its part of the row, its warp's last row below
+// T and whether the warp has one (uniform across the warp).
 template <int kSplit>
 struct Seat {
-  int row, part;
+  int row, part, warp_last;
   bool warp_live;
-  __device__ Seat(int first_row, int T)
-      : row(first_row + static_cast<int>(threadIdx.x) / kSplit),
-        part(static_cast<int>(threadIdx.x) % kSplit),
-        warp_live(first_row + static_cast<int>(threadIdx.x / 32 * 32) / kSplit < T) {}
+  __device__ Seat(int first_row, int T) {
+    const int thread = static_cast<int>(threadIdx.x), warp_first = first_row + thread / 32 * 32 / kSplit;
+    row = first_row + thread / kSplit;
+    part = thread % kSplit;
+    warp_last = min(T, warp_first + 32 / kSplit) - 1;
+    warp_live = warp_first < T;
+  }
 };
 
 template <typename S, int kD>
@@ -194,12 +220,13 @@ __global__ void __launch_bounds__(forward_threads<kD>())
   qr.load(q + base + static_cast<int64_t>(t) * D, active, D, r);
   acc.zero();
   const sm::RowMask rm = row_mask(mask, b, t, T);
-  // No key of this row at or past s_end (segments allow fewer), none of the warp's
-  // at or past warp_end.
+  // No key of this row at or past s_end (segments allow fewer), and none that the
+  // rows this thread runs with may see at or past run_end: its row's, or where a
+  // row's threads meet in shuffles, the warp's rows' (uniform across the warp).
   const int s_end = active ? sm::allowed_end(rm, T) : 0;
-  const int warp_end = kSplit > 1 ? warp_max(s_end) : s_end;
+  const int run_end = kSplit > 1 ? key_end_through(mask, rm, me.warp_last, T) : s_end;
   float m = -INFINITY, l = 0.f;
-  const int block_end = block_key_end(mask, rm, t0, T);
+  const int block_end = key_end_through(mask, rm, min(T, t0 + kRows) - 1, T);
   for (int s0 = 0; s0 < block_end; s0 += kChunk) {
     __syncthreads();  // the previous chunk is consumed
     stage_rows<S, kD>(k + base, s0, T, D, ks);
@@ -208,7 +235,7 @@ __global__ void __launch_bounds__(forward_threads<kD>())
     if (!me.warp_live) continue;
 #pragma unroll 1
     for (int j0 = 0; j0 < kChunk; j0 += kStep) {
-      if (s0 + j0 >= warp_end) break;  // the rows' last keys are behind (split: uniform across the warp)
+      if (s0 + j0 >= run_end) break;  // the rows' last keys are behind
       float sc[kStep];
       uint32_t ok = 0;
       float step_max = -INFINITY;
@@ -217,7 +244,7 @@ __global__ void __launch_bounds__(forward_threads<kD>())
         const int s = s0 + j0 + j;
         const bool allowed = s < s_end && sm::allowed(rm, s);
         sc[j] = 0.f;
-        if (kSplit > 1 || allowed) sc[j] = scale * row_sum<kSplit>(qr.dot(ks[j0 + j], r));  // a row's threads meet
+        if (take_pair<kSplit>(allowed)) sc[j] = scale * row_sum<kSplit>(qr.dot(ks[j0 + j], r));
         if (allowed) {
           ok |= 1u << j;
           step_max = fmaxf(step_max, sc[j]);
@@ -266,9 +293,9 @@ __global__ void __launch_bounds__(backward_threads<kD>())
   const sm::RowMask rm = row_mask(mask, b, t, T);
   const float lse_t = active ? lse[static_cast<int64_t>(bh) * T + t] : 0.f;
   const float dot_t = active ? row_dot[static_cast<int64_t>(bh) * T + t] : 0.f;
-  const int s_end = active ? sm::allowed_end(rm, T) : 0;
-  const int warp_end = kSplit > 1 ? warp_max(s_end) : s_end;
-  const int block_end = block_key_end(mask, rm, t0, T);
+  const int s_end = active ? sm::allowed_end(rm, T) : 0;  // as in the forward
+  const int run_end = kSplit > 1 ? key_end_through(mask, rm, me.warp_last, T) : s_end;
+  const int block_end = key_end_through(mask, rm, min(T, t0 + kRows) - 1, T);
   for (int s0 = 0; s0 < block_end; s0 += kChunk) {
     __syncthreads();
     stage_rows<S, kD>(k + base, s0, T, D, ks);
@@ -278,9 +305,9 @@ __global__ void __launch_bounds__(backward_threads<kD>())
 #pragma unroll kBackwardUnroll
     for (int j = 0; j < kChunk; ++j) {
       const int s = s0 + j;
-      if (s >= warp_end) break;  // split: uniform across the warp
+      if (s >= run_end) break;
       const bool allowed = s < s_end && sm::allowed(rm, s);
-      if (kSplit == 1 && !allowed) continue;
+      if (!take_pair<kSplit>(allowed)) continue;
       const float sc = row_sum<kSplit>(qr.dot(ks[j], r)), dp = row_sum<kSplit>(gr.dot(vs[j], r));
       if (!allowed) continue;
       const float ds = attn::dscore_unscaled(attn::prob_from_lse(scale * sc, lse_t), dp, dot_t);
@@ -313,8 +340,10 @@ __global__ void __launch_bounds__(backward_threads<kD>())
   vr.load(v + base + static_cast<int64_t>(s) * D, active, D, r);
   dkr.zero();
   dvr.zero();
-  // Causal: queries before this block's first key see none of its keys.
-  const int t_begin = mask.causal ? (s_first / kChunk) * kChunk : 0;
+  // Causal: queries before this block's first key see none of its keys. Keys at or
+  // past the batch row's length are seen by no query: a block of them stores zeros.
+  const bool seen = mask.kv_len == nullptr || s_first < mask.kv_len[b];
+  const int t_begin = !seen ? T : mask.causal ? (s_first / kChunk) * kChunk : 0;
   for (int t0 = t_begin; t0 < T; t0 += kChunk) {
     __syncthreads();
     stage_rows<S, kD>(q + base, t0, T, D, qs);
@@ -331,7 +360,7 @@ __global__ void __launch_bounds__(backward_threads<kD>())
       const int t = t0 + j;
       if (t >= T) break;  // uniform across the block
       const bool allowed = active && sm::allowed(row_mask(mask, b, t, T), s);
-      if (kSplit == 1 && !allowed) continue;
+      if (!take_pair<kSplit>(allowed)) continue;
       const float sc = row_sum<kSplit>(kr.dot(qs[j], r)), dp = row_sum<kSplit>(vr.dot(gs[j], r));
       if (!allowed) continue;
       const float p = attn::prob_from_lse(scale * sc, lse_s[j]);

@@ -16,7 +16,7 @@
 
 namespace hr::ops::cuda::attn_kernels {
 
-constexpr int kRows = 64;   // rows per block, one per thread
+constexpr int kRows = 64;   // rows per block (a thread or a few a row)
 constexpr int kChunk = 32;  // rows of the other operand staged in shared memory per step
 
 struct MaskArgs {

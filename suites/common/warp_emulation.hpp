@@ -6,7 +6,7 @@
 // one after another, so that a barrier costs user-space switches and not the host's
 // scheduler (which a parallel ctest keeps busy), nor a system call (ucontext's
 // swapcontext saves and restores the signal mask at each switch: 60% of these tests'
-// time); __syncthreads and __syncwarp as barriers; shuffles, ldmatrix and mma.sync
+// time); __syncthreads and __syncwarp as barriers; shuffles, votes, ldmatrix and mma.sync
 // m16n8k16 as warp collectives whose results are computed from the PTX ISA's
 // definition of their operands ("Matrix Fragments for mma.m16n8k16 with floating point
 // type", "ldmatrix"), not from the kernels' reading of it; cp.async as copies in
@@ -358,6 +358,16 @@ T shfl_xor(T v, int mask) {
   return out;
 }
 
+// vote.sync.any: whether any lane of the warp passes a non-zero predicate.
+inline int any_sync(int predicate) {
+  const uint32_t mine = predicate != 0;
+  uint32_t any = 0;
+  collective(&mine, 1, [&](const uint32_t(&words)[32][8]) {
+    for (int L = 0; L < 32; ++L) any |= words[L][0];
+  });
+  return static_cast<int>(any);
+}
+
 // One access of a shared-memory phase: n bytes at a shared-memory offset.
 struct SharedAccess {
   size_t offset;
@@ -652,6 +662,7 @@ template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask) {
   return ::hr::warp_emu::shfl_xor(v, mask);
 }
+inline int __any_sync(unsigned, int predicate) { return ::hr::warp_emu::any_sync(predicate); }
 inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) { ::hr::warp_emu::copy_async(dst, src, n); }
 inline void __pipeline_commit() { ::hr::warp_emu::commit_copies(); }
 inline void __pipeline_wait_prior(size_t n) { ::hr::warp_emu::wait_copies(n); }

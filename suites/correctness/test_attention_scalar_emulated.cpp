@@ -130,11 +130,12 @@ TEST(AttentionScalarEmulated, HardwareFaultsFailTheChecks) {
   }
 }
 
-// From head dim 64 a row's dot products are summed over its threads by shuffles
-// (row_sum): a shuffle that gives each lane its own value (Fault::stuck_shuffle_mask)
-// is the control that the float64 checks see a row whose threads do not meet. At
-// head dim 128 the first level of the sum (lane mask 1) is in every kernel; the
-// second (mask 2) only in the backward's, whose rows have four threads.
+// Where a row has several threads its dot products are summed over them by
+// shuffles (row_sum): a shuffle that gives each lane its own value
+// (Fault::stuck_shuffle_mask) is the control that the float64 checks see a row whose
+// threads do not meet. At head dim 128 the first level of the sum (lane mask 1) is in
+// every kernel, the second (mask 2) only in the backward's, whose rows have four
+// threads; at 64 the backward's rows have two.
 TEST(AttentionScalarEmulated, ARowsThreadsThatDoNotMeetFailTheChecks) {
   auto stuck = [](int mask) {
     emu::Fault f;
@@ -142,10 +143,13 @@ TEST(AttentionScalarEmulated, ARowsThreadsThatDoNotMeetFailTheChecks) {
     return f;
   };
   for (const DType dt : {DType::f32, DType::bf16}) {
-    const Problem p = make_problem(2, 1, 70, 128, Mask::causal);
-    const Inputs x = inputs_for(p, dt, 43);
-    hr::test::attn::expect_value_faults_caught(run_for, dt, p, x,
-                                               {{stuck(1), 1.0, true, true, "shuffle_1_stuck"}, {stuck(2), 1.0, false, true, "shuffle_2_stuck"}});
+    const Problem p128 = make_problem(2, 1, 70, 128, Mask::causal), p64 = make_problem(2, 1, 70, 64, Mask::causal);
+    const Inputs x128 = inputs_for(p128, dt, 43), x64 = inputs_for(p64, dt, 47);
+    hr::test::attn::expect_value_faults_caught(
+        run_for, dt, p128, x128,
+        {{stuck(1), 1.0, true, true, "shuffle_1_stuck_d128"}, {stuck(2), 1.0, false, true, "shuffle_2_stuck_d128"}});
+    hr::test::attn::expect_value_faults_caught(run_for, dt, p64, x64,
+                                               {{stuck(1), 1.0, false, true, "shuffle_1_stuck_d64"}});
   }
 }
 

@@ -1,8 +1,9 @@
 // Which kernels ran, counted by name, process-wide: "attention_forward:cudnn". A
 // form asked for that falls back call by call (cuDNN with no graph for a shape or a
-// mask it does not take, fp32 on the scalar kernels) shows as the kernels that did
-// run, and each such call also counts as a fallback of the kernel it asked for,
-// with why. time_region records the calls and fallbacks of each timed region
+// mask it does not take, tensor cores on a device before sm_80) shows as the
+// kernels that did run, and each such call also counts as a fallback of the kernel
+// it asked for, with why. (fp32 attention, which has the scalar kernels alone, is
+// not a fallback: the GPU setting chooses among fp16's and bf16's forms.) time_region records the calls and fallbacks of each timed region
 // (TimeStats::kernel_calls, kernel_fallbacks), so every timed point says what it
 // timed and why that was not what it asked for. Thread-safe.
 #pragma once

@@ -170,8 +170,11 @@ size_t tc_smem_bytes() {
 // aligned (cudnn_attention_available looks at q).
 enum class Form { scalar, tensor_core, cudnn };
 // The form a call of `op` ("attention_forward") runs in; where that is not the form
-// asked for, the fallback is counted with why (kernel_calls.hpp).
+// asked for, the fallback is counted with why (kernel_calls.hpp). The setting
+// chooses among the forms of fp16 and bf16: fp32 has the scalar kernels alone, and
+// takes them without a fallback.
 Form form_of(const char* op, const Tensor& q, const AttnMask& mask, std::initializer_list<const Tensor*> others) {
+  if (q.dtype() == DType::f32) return Form::scalar;
   std::string why;
   switch (ops::gpu_attention_kernel()) {
     case ops::GpuAttentionKernel::tensor_core:

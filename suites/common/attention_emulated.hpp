@@ -52,10 +52,10 @@ const emu::Schedule kFirstSchedule{emu::Schedule::Warps::one_at_a_time, emu::Sch
 const emu::Schedule kSecondSchedule{emu::Schedule::Warps::one_at_a_time_reversed, emu::Schedule::Copies::at_issue};
 
 // One forward and backward of p as the dispatcher runs them, on emulated warps:
-// the forward kernel over blocks of threads[0] per head and tile of `tile` rows,
-// then D_i = rowsum(dO * O) on the host, then the dQ kernel and the dK, dV kernel,
-// each kernel i with threads[i] a block and smem[i] bytes of dynamic shared memory. The kernels take the
-// arguments the attention kernels take.
+// the forward kernel over one block per head and tile of `tile` rows, then
+// D_i = rowsum(dO * O) on the host, then the dQ kernel and the dK, dV kernel; kernel
+// i with threads[i] a block and smem[i] bytes of dynamic shared memory. The kernels
+// take the arguments the attention kernels take.
 template <typename S, typename Forward, typename Dq, typename Dkv>
 KernelOutputs run_three(const Problem& p, const Input& q, const Input& k, const Input& v, const Input& dout, int tile,
                         const int (&threads)[3], const size_t (&smem)[3], Forward forward, Dq dq, Dkv dkv,
@@ -248,12 +248,11 @@ inline void expect_value_faults_caught(const RunFor& run, DType dt, const Proble
                             Output{"dv", f.backward, widen(got.dv, dt), want.dv, bwd_bound}}) {
       if (!o.checked) continue;
       const double ratio = hr::test::nmse(o.got, o.want) / o.bound;
+      const std::string fault = f.what ? fmt::format("with_{}", f.what) : fmt::format("at_r_{:.3g}", f.r);
       EXPECT_FALSE(hr::test::nmse_within(o.got, o.want, o.bound, o.name))
-          << hr::dtype_name(dt) << " " << o.name << " passed with the fault " << (f.what ? f.what : "at r = ")
-          << (f.what ? "" : fmt::format("{}", f.r));
+          << hr::dtype_name(dt) << " " << o.name << " passed with the fault " << fault;
       if (f.r < 1)  // the subtle control is near the bound, not far past it
         EXPECT_LT(ratio, 100) << hr::dtype_name(dt) << " " << o.name << ": NMSE " << ratio << "x the bound";
-      const std::string fault = f.what ? fmt::format("with_{}", f.what) : fmt::format("at_r_{:.3g}", f.r);
       testing::Test::RecordProperty(fmt::format("{}_{}_nmse_over_bound_{}", hr::dtype_name(dt), o.name, fault),
                                     fmt::format("{:.3g}", ratio));
     }

@@ -1182,6 +1182,47 @@ TEST_P(AttentionCudnn, SegmentMasksTakeTheScalarKernels) {
   EXPECT_EQ(asked.dv, scalar.dv);
 }
 
+// fp32 has the scalar kernels alone, which the GPU setting (a choice among fp16's
+// and bf16's forms) does not choose for it: under each setting an fp32 forward and
+// backward run them and count no fallback. The count's control: a bf16 pass under
+// cuDNN with a packed batch's segment mask, which cuDNN does not take, counts one
+// fallback in each direction, the same count an fp32 pass once made.
+TEST(GpuAttentionKernelCuda, Fp32TakesTheScalarKernelsWithoutAFallback) {
+  HR_TEST_DEVICE(dev, BackendKind::cuda);
+  using K = ops::GpuAttentionKernel;
+  const int64_t B = 2, H = 2, T = 45, D = 64;
+  const Shape shape{B, H, T, D};
+  auto gradient = [&](DType dt, uint64_t seed) {
+    return Tensor::from_host(dev, test::random_nonzero(static_cast<size_t>(B * H * T * D), seed), shape, dt,
+                             Consumer::activations);
+  };
+  auto listed = [](const std::map<std::string, std::string>& fell) {
+    std::string out;
+    for (const auto& [asked, why] : fell) out += fmt::format(" {} ({})", asked, why);
+    return out;
+  };
+  const Qkv x = random_qkv(dev, shape, DType::f32, 12600);
+  const Mask m = make_mask(dev, MaskKind::causal_padding, B, T);
+  const Tensor g = gradient(DType::f32, 12603);
+  for (const K kernel : {K::tensor_core, K::cudnn}) {
+    const KernelCalls calls0 = kernel_calls();
+    const KernelFallbacks fell0 = kernel_fallbacks();
+    cudnn_pass(dev, x, m, g, shape, DType::f32, 0.125f, kernel, kernel);
+    const auto fell = kernel_fallbacks_between(fell0, kernel_fallbacks());
+    EXPECT_TRUE(fell.empty()) << ops::gpu_attention_kernel_name(kernel) << ": fp32 counted" << listed(fell);
+    const auto ran = kernel_calls_per_run(calls0, kernel_calls(), 1);
+    for (const char* op : {"attention_forward:scalar", "attention_backward:scalar"})
+      EXPECT_EQ(ran.count(op), 1u) << ops::gpu_attention_kernel_name(kernel) << ": " << op << " did not run";
+  }
+  const Qkv y = random_qkv(dev, shape, DType::bf16, 12610);
+  const Mask packed = make_mask(dev, MaskKind::causal_packed, B, T);
+  const KernelFallbacks fell1 = kernel_fallbacks();
+  cudnn_pass(dev, y, packed, gradient(DType::bf16, 12613), shape, DType::bf16, 0.125f, K::cudnn, K::cudnn);
+  const auto fell = kernel_fallbacks_between(fell1, kernel_fallbacks());
+  for (const char* op : {"attention_forward:cudnn", "attention_backward:cudnn"})
+    EXPECT_EQ(fell.count(op), 1u) << op << " fell back uncounted:" << listed(fell);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, AttentionCudnn, testing::Values(DType::f16, DType::bf16),
                          [](const testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 

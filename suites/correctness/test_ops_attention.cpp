@@ -383,6 +383,37 @@ TEST_P(AttentionForms, MemoryEfficientEqualsNaiveInFp32) {
   const FormResult leaky = run_form(dev, AttentionImpl::naive, x, g, no_boundary, scale);
   const FormResult eff = run_form(dev, AttentionImpl::memory_efficient, x, g, packed.dev, scale);
   EXPECT_GT(rel_l2(leaky.out, eff.out), 100 * tol::kAttentionImplsRelL2);
+  // The check's controls, by the forward's fault switch armed for the memory-efficient
+  // form's pass alone: its output off by a relative r (alternating signs: out's
+  // error is r), or its saved log-sum-exp off by r (each probability the backward
+  // recomputes off by about r: the gradients'), grossly at r = 0.5, subtly at 3e-4
+  // (about 30x the bound).
+  const FormResult naive = run_form(dev, AttentionImpl::naive, x, g, packed.dev, scale);
+  for (const double r : {0.5, 3e-4}) {
+    ops::OpFault off_out, off_lse;
+    off_out.op = off_lse.op = "attention_forward";
+    off_out.output_rel_error = r;
+    off_lse.lse_offset = r;
+    FormResult broken_out, broken_lse;
+    {
+      const ops::ScopedOpFault armed(off_out);
+      broken_out = run_form(dev, AttentionImpl::memory_efficient, x, g, packed.dev, scale);
+    }
+    {
+      const ops::ScopedOpFault armed(off_lse);
+      broken_lse = run_form(dev, AttentionImpl::memory_efficient, x, g, packed.dev, scale);
+    }
+    const std::pair<const char*, double> errs[] = {{"out", rel_l2(broken_out.out, naive.out)},
+                                                   {"dq", rel_l2(broken_lse.dq, naive.dq)},
+                                                   {"dk", rel_l2(broken_lse.dk, naive.dk)},
+                                                   {"dv", rel_l2(broken_lse.dv, naive.dv)}};
+    for (auto [name, e] : errs) {
+      EXPECT_GT(e, tol::kAttentionImplsRelL2) << name << " passed with the fault at r = " << r;
+      if (r < 0.1) EXPECT_LT(e, 100 * tol::kAttentionImplsRelL2) << name << ": the subtle control is not near the bound";
+      RecordProperty(fmt::format("{}_rel_l2_over_bound_at_r_{:.3g}", name, r),
+                     fmt::format("{:.3g}", e / tol::kAttentionImplsRelL2));
+    }
+  }
 }
 
 // Peak bytes above what existed before: activations kept by the forward pass (what

@@ -109,9 +109,10 @@ struct Fault {
   // (for kernels without block barriers, which the lost ones would never reach).
   int threads_run = 0;
   // As each block barrier releases, every float of the block's static shared memory
-  // (HR_SHARED) times 1 + r, r = +-shared_rel_error alternating by element: shared
-  // memory that reads back off what was stored (for kernels whose static shared
-  // memory holds floats, staged between two barriers).
+  // (HR_SHARED arrays of float, float2 or float4; others, such as the 8-bit
+  // optimizers' codebooks, are left alone) times 1 + r, r = +-shared_rel_error
+  // alternating by element: shared memory that reads back off what was stored (for
+  // kernels that stage floats between two barriers).
   double shared_rel_error = 0;
 };
 
@@ -216,6 +217,7 @@ struct Block {
   struct Static {
     std::unique_ptr<unsigned char[], Bytes> bytes;
     size_t size;
+    bool floats;  // an array of float, float2 or float4 (Fault::shared_rel_error)
   };
   std::map<const void*, Static> statics;
   // Each cp.async's shared-memory write, by warp and by the copy's number in its
@@ -265,7 +267,9 @@ T& static_shared(const void* tag) {
     std::unique_ptr<unsigned char[], Block::Bytes> p(
         static_cast<unsigned char*>(::operator new[](sizeof(T), std::align_val_t{64})));
     std::memset(p.get(), 0xff, sizeof(T));
-    it = statics.emplace(tag, Block::Static{std::move(p), sizeof(T)}).first;
+    using E = std::remove_all_extents_t<T>;
+    constexpr bool floats = std::is_same_v<E, float> || std::is_same_v<E, float2> || std::is_same_v<E, float4>;
+    it = statics.emplace(tag, Block::Static{std::move(p), sizeof(T), floats}).first;
   }
   return *reinterpret_cast<T*>(it->second.bytes.get());
 }
@@ -274,7 +278,7 @@ inline void on_block_release() {
   const double r = scheduler->fault.shared_rel_error;
   if (r == 0) return;
   for (auto& [tag, st] : running->blk->statics)
-    for (size_t i = 0; i < st.size / sizeof(float); ++i) {
+    for (size_t i = 0; st.floats && i < st.size / sizeof(float); ++i) {
       float f;
       std::memcpy(&f, st.bytes.get() + i * sizeof(float), sizeof f);
       f = static_cast<float>(f * (1 + (i % 2 == 0 ? r : -r)));

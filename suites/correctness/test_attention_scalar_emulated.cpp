@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <vector>
 
 #include "harness/tolerances.hpp"
 #include "kernels/common/float16.hpp"
@@ -151,6 +152,49 @@ TEST(AttentionScalarEmulated, ARowsThreadsThatDoNotMeetFailTheChecks) {
     hr::test::attn::expect_value_faults_caught(run_for, dt, p64, x64,
                                                {{stuck(1), 1.0, false, true, "shuffle_1_stuck_d64"}});
   }
+}
+
+// The emulation's own pieces these kernels' checks rest on. The vote (__any_sync)
+// gives every lane true where one lane passes, and false where none does. The
+// shared-memory fault reaches static arrays of float and float4, 1 + r and 1 - r by
+// turns, and leaves an int array as stored (the 8-bit optimizers' codebooks are not
+// floats either).
+TEST(AttentionScalarEmulated, TheVoteAndTheSharedMemoryFaultActAsDefined) {
+  for (const int one : {-1, 0, 17, 31}) {
+    int said_yes = 0;
+    emu::launch(dim3(1), 32, 0, [&] {
+      if (__any_sync(0xffffffffu, static_cast<int>(threadIdx.x) == one)) ++said_yes;
+    });
+    EXPECT_EQ(said_yes, one < 0 ? 0 : 32) << "lane " << one << " alone passing";
+  }
+  emu::Fault off;
+  off.shared_rel_error = 0.25;
+  float fl[2] = {}, v4[4] = {};
+  int in[2] = {};
+  emu::launch(
+      dim3(1), 32, 0,
+      [&] {
+        HR_SHARED(float[2], fs);
+        HR_SHARED(float4[1], f4s);
+        HR_SHARED(int[2], is);
+        if (threadIdx.x == 0) {
+          fs[0] = fs[1] = 8.f;
+          f4s[0] = make_float4(8.f, 8.f, 8.f, 8.f);
+          is[0] = is[1] = 1000;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          fl[0] = fs[0], fl[1] = fs[1];
+          v4[0] = f4s[0].x, v4[1] = f4s[0].y, v4[2] = f4s[0].z, v4[3] = f4s[0].w;
+          in[0] = is[0], in[1] = is[1];
+        }
+      },
+      {}, off);
+  EXPECT_EQ(fl[0], 10.f);
+  EXPECT_EQ(fl[1], 6.f);
+  EXPECT_EQ((std::vector<float>(v4, v4 + 4)), (std::vector<float>{10.f, 6.f, 10.f, 6.f}));
+  EXPECT_EQ(in[0], 1000);
+  EXPECT_EQ(in[1], 1000);
 }
 
 #else

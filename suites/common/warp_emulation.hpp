@@ -109,8 +109,8 @@ struct Fault {
   // (for kernels without block barriers, which the lost ones would never reach).
   int threads_run = 0;
   // As each block barrier releases, every float of the block's static shared memory
-  // (HR_SHARED arrays of float, float2 or float4; others, such as the 8-bit
-  // optimizers' codebooks, are left alone) times 1 + r, r = +-shared_rel_error
+  // (HR_SHARED arrays of float, float2 or float4; other types, such as the 8-bit
+  // optimizers' codebook structs, are left alone) times 1 + r, r = +-shared_rel_error
   // alternating by element: shared memory that reads back off what was stored (for
   // kernels that stage floats between two barriers).
   double shared_rel_error = 0;

@@ -157,8 +157,8 @@ TEST(AttentionScalarEmulated, ARowsThreadsThatDoNotMeetFailTheChecks) {
 // The emulation's own pieces these kernels' checks rest on. The vote (__any_sync)
 // gives every lane true where one lane passes, and false where none does. The
 // shared-memory fault reaches static arrays of float and float4, 1 + r and 1 - r by
-// turns, and leaves an int array as stored (the 8-bit optimizers' codebooks are not
-// floats either).
+// turns, and leaves an int array as stored (as it leaves a struct, such as the 8-bit
+// optimizers' codebooks).
 TEST(AttentionScalarEmulated, TheVoteAndTheSharedMemoryFaultActAsDefined) {
   for (const int one : {-1, 0, 17, 31}) {
     int said_yes = 0;

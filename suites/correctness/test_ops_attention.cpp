@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -341,6 +342,14 @@ FormResult run_form(Device& dev, AttentionImpl impl, const Qkv& x, const Tensor&
   return {out.to_host_f32(), dq.to_host_f32(), dk.to_host_f32(), dv.to_host_f32()};
 }
 
+// The relative L2 error of each of got's outputs against want's, by name.
+std::array<std::pair<const char*, double>, 4> form_errors(const FormResult& got, const FormResult& want) {
+  return {{{"out", rel_l2(got.out, want.out)},
+           {"dq", rel_l2(got.dq, want.dq)},
+           {"dk", rel_l2(got.dk, want.dk)},
+           {"dv", rel_l2(got.dv, want.dv)}}};
+}
+
 // At each head-dim bucket of the GPU's scalar kernels (32, 64, 128), where a row
 // has one thread, two or four (the backward at 128), and at head dims below their
 // bucket's: 45 (not whole 4-element pieces) and 100.
@@ -359,11 +368,7 @@ TEST_P(AttentionForms, MemoryEfficientEqualsNaiveInFp32) {
       Mask m = make_mask(dev, mk, B, T);
       const FormResult naive = run_form(dev, AttentionImpl::naive, x, g, m.dev, scale);
       const FormResult eff = run_form(dev, AttentionImpl::memory_efficient, x, g, m.dev, scale);
-      const std::pair<const char*, double> errs[] = {{"out", rel_l2(eff.out, naive.out)},
-                                                     {"dq", rel_l2(eff.dq, naive.dq)},
-                                                     {"dk", rel_l2(eff.dk, naive.dk)},
-                                                     {"dv", rel_l2(eff.dv, naive.dv)}};
-      for (auto [name, e] : errs) {
+      for (auto [name, e] : form_errors(eff, naive)) {
         EXPECT_LE(e, tol::kAttentionImplsRelL2) << name << " D " << D << " mask " << mask_name(mk);
         worst = std::max(worst, e);
       }
@@ -403,11 +408,9 @@ TEST_P(AttentionForms, MemoryEfficientEqualsNaiveInFp32) {
       const ops::ScopedOpFault armed(off_lse);
       broken_lse = run_form(dev, AttentionImpl::memory_efficient, x, g, packed.dev, scale);
     }
-    const std::pair<const char*, double> errs[] = {{"out", rel_l2(broken_out.out, naive.out)},
-                                                   {"dq", rel_l2(broken_lse.dq, naive.dq)},
-                                                   {"dk", rel_l2(broken_lse.dk, naive.dk)},
-                                                   {"dv", rel_l2(broken_lse.dv, naive.dv)}};
-    for (auto [name, e] : errs) {
+    // The output of the first fault's pass, the gradients of the second's.
+    const FormResult broken{broken_out.out, broken_lse.dq, broken_lse.dk, broken_lse.dv};
+    for (auto [name, e] : form_errors(broken, naive)) {
       EXPECT_GT(e, tol::kAttentionImplsRelL2) << name << " passed with the fault at r = " << r;
       if (r < 0.1) EXPECT_LT(e, 100 * tol::kAttentionImplsRelL2) << name << ": the subtle control is not near the bound";
       RecordProperty(fmt::format("{}_rel_l2_over_bound_at_r_{:.3g}", name, r),
